@@ -1,0 +1,1 @@
+"""Roofline compute, memory model -> cost tables."""

@@ -1,0 +1,340 @@
+"""Plan x problem -> evaluation: the one shared evaluator that scores every planner's plan.
+
+Time per batch under 1F1B / PipeDream-Flush (Narayanan et al. 2021a, section 2.2):
+    t_j      = F_j + B_j + send_fwd_j + send_bwd_j           stage j, one micro-batch
+    T_batch  = (m + p - 1) * max_j t_j                       fill + steady state + drain
+             + max_j sync_j                                  data-parallel gradient sync (no overlap)
+             + max_j opt_j                                   optimizer step (HBM-bound)
+F_j / B_j: roofline compute of the stage's layers (nest.costs.roofline) plus the collectives the
+sub-graph variant inserts, priced on the network levels their device groups span
+(nest.network.collectives); B_j adds the recomputed forward ops (Korthikanti et al. 2022,
+section 5) and, for full recomputation, the forward collectives again. ZeRO (Rajbhandari et al.
+2020, section 5): stage 1 replaces the all-reduce by reduce-scatter + all-gather of the
+parameters; stage 2 reduce-scatters gradients every micro-batch (DeepSpeed behaviour with gradient
+accumulation); stage 3 also all-gathers parameters before forward and before backward.
+
+Peak memory of stage j (0-based) at its pipeline position: weights + gradients + optimizer states
+(sharded by ZeRO over the data-parallel group) + min(p - j, m) stashed micro-batches of activations
+(1F1B, Narayanan et al. 2021a) + the working set of one recomputed layer, times (1 + allocator
+fragmentation), plus the framework's fixed overhead (hardware file).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nest.costs.roofline import CostTable
+from nest.errors import PlanError
+from nest.graph.closed_form import block_cost, build_layer_graph, embedding_cost, head_cost
+from nest.graph.layer_graph import LayerGraph, Variant
+from nest.network.collectives import collective_time, p2p_time, span_level
+from nest.plan import Plan, check_structure
+from nest.settings import TrainingSettings, load_training
+from nest.specs import ClusterSpec, ModelSpec, load_cluster, load_model, validate
+
+SCHEMA = "nest.evaluation/v1"
+
+
+@dataclass
+class Problem:
+    """Everything a planner and the evaluator need: model, cluster, graph, costs, training."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    graph: LayerGraph
+    costs: CostTable
+    training: TrainingSettings
+    model_ref: str = ""  # how the plan names the model (catalog name or path)
+    cluster_ref: str = ""
+
+    @property
+    def mbs(self) -> int:
+        return self.graph.mbs
+
+    @property
+    def num_devices(self) -> int:
+        return self.cluster.num_devices
+
+    def num_microbatches(self, dp: int, ep: int) -> int:
+        """Micro-batches per pipeline; the ep ranks of a stage run distinct micro-batches."""
+        return math.ceil(self.training.global_batch / (self.mbs * dp * ep))
+
+    def ensure_variant(self, v: Variant) -> None:
+        """Add a variant a hand-written plan uses that the graph was not built with."""
+        if v.key in self.graph.layers[0].costs:
+            return
+        m = self.model
+        where = f"plan for {m.name}"
+        if m.num_heads % v.tp or m.num_kv_heads % v.tp and v.tp % m.num_kv_heads:
+            raise PlanError(f"{where}: key 'tp': {v.tp} must divide num_heads={m.num_heads}")
+        if m.num_experts % v.ep:
+            raise PlanError(f"{where}: key 'ep': {v.ep} must divide num_experts={m.num_experts}")
+        if m.seq_len % v.cp:
+            raise PlanError(f"{where}: key 'cp': {v.cp} must divide seq_len={m.seq_len}")
+        if v.sp and v.tp == 1:
+            raise PlanError(f"{where}: key 'sp': sequence parallelism needs tp > 1")
+        blk = block_cost(m, self.mbs, v)
+        for la in self.graph.layers:
+            la.costs[v.key] = {"embedding": lambda: embedding_cost(m, self.mbs, v),
+                               "head": lambda: head_cost(m, self.mbs, v),
+                               "block": lambda: blk}[la.kind]()
+        self.graph.variants.append(v)
+
+
+def make_problem(model: str, cluster: str, num_devices: int | None = None, mbs: int = 1,
+                 training: TrainingSettings | None = None,
+                 graph: LayerGraph | None = None) -> Problem:
+    m = load_model(model)
+    c = load_cluster(cluster, num_devices)
+    g = graph or build_layer_graph(m, mbs)
+    return Problem(m, c, g, CostTable(g, c.hardware), training or load_training(), str(model),
+                   str(cluster))
+
+
+@dataclass
+class StageResult:
+    index: int
+    first_layer: int
+    last_layer: int
+    time_per_microbatch_s: float
+    peak_memory_bytes: float
+    memory_bytes: dict[str, float]
+    breakdown_s: dict[str, float]
+    sync_s: float
+    sync_breakdown_s: dict[str, float]
+    optimizer_s: float
+
+
+@dataclass
+class Evaluation:
+    plan: Plan
+    feasible: bool
+    reason: str
+    time_per_batch_s: float | None
+    throughput_samples_per_s: float | None
+    mfu: float | None
+    stages: list[StageResult]
+    breakdown_s: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        p = self.plan
+        return {
+            "schema": SCHEMA, "planner": p.planner, "model": p.model, "cluster": p.cluster,
+            "num_devices": p.num_devices, "mbs": p.mbs, "global_batch": p.global_batch,
+            "feasible": self.feasible, "reason": self.reason,
+            "time_per_batch_s": self.time_per_batch_s,
+            "throughput_samples_per_s": self.throughput_samples_per_s, "mfu": self.mfu,
+            "breakdown_s": self.breakdown_s,
+            "stages": [{"index": s.index, "first_layer": s.first_layer,
+                        "last_layer": s.last_layer,
+                        "time_per_microbatch_s": s.time_per_microbatch_s,
+                        "peak_memory_bytes": s.peak_memory_bytes, "memory_bytes": s.memory_bytes,
+                        "breakdown_s": s.breakdown_s} for s in self.stages],
+        }
+
+    def write(self, path: str | Path) -> None:
+        d = self.to_dict()
+        validate(d, "evaluation", str(path))
+        Path(path).write_text(json.dumps(d, indent=1, sort_keys=True) + "\n")
+
+
+# --------------------------------------------------------------------------------------------
+# Device groups of a stage
+# --------------------------------------------------------------------------------------------
+
+
+def _inner_groups(ids: tuple[int, ...], plan: Plan) -> dict[str, list[tuple[int, ...]]]:
+    """tp / cp / ep groups of every replica, and the data-parallel groups of the stage."""
+    t, c, e, d, w = plan.tp, plan.cp, plan.ep, plan.dp, plan.width
+    groups: dict[str, list[tuple[int, ...]]] = {"tp": [], "cp": [], "ep": [],
+                                                 "dp_dense": [], "dp_expert": []}
+
+    def rank(r: int, ti: int, ci: int, ei: int) -> int:
+        return ids[r * w + (ei * c + ci) * t + ti]
+
+    for r in range(d):
+        for ci in range(c):
+            for ei in range(e):
+                groups["tp"].append(tuple(rank(r, ti, ci, ei) for ti in range(t)))
+        for ti in range(t):
+            for ei in range(e):
+                groups["cp"].append(tuple(rank(r, ti, ci, ei) for ci in range(c)))
+            for ci in range(c):
+                groups["ep"].append(tuple(rank(r, ti, ci, ei) for ei in range(e)))
+    for ti in range(t):
+        # dense weights are replicated over dp, ep and cp ranks; experts over dp and cp ranks
+        groups["dp_dense"].append(tuple(rank(r, ti, ci, ei) for r in range(d) for ci in range(c)
+                                        for ei in range(e)))
+        for ei in range(e):
+            groups["dp_expert"].append(tuple(rank(r, ti, ci, ei) for r in range(d)
+                                             for ci in range(c)))
+    return groups
+
+
+def _worst(cluster: ClusterSpec, kind: str, groups: list[tuple[int, ...]], nbytes: float) -> float:
+    """Slowest instance of a collective run by all `groups` at once."""
+    if nbytes <= 0 or not groups or len(groups[0]) <= 1:
+        return 0.0
+    return max(collective_time(cluster, kind, g, nbytes) for g in set(groups))
+
+
+def _level_name(cluster: ClusterSpec, group: tuple[int, ...]) -> str:
+    lvl = span_level(cluster, group)
+    return cluster.levels[lvl].name if lvl >= 0 else "local"
+
+
+# --------------------------------------------------------------------------------------------
+# The evaluator
+# --------------------------------------------------------------------------------------------
+
+
+def evaluate(plan: Plan, problem: Problem) -> Evaluation:
+    g, cl, tr = problem.graph, problem.cluster, problem.training
+    check_structure(plan, g.num_layers, cl.max_devices)
+    if plan.num_devices != cl.num_devices:
+        raise PlanError(f"plan: key 'num_devices': {plan.num_devices}, but the problem's cluster "
+                        f"has {cl.num_devices}")
+    if plan.mbs != g.mbs:
+        raise PlanError(f"plan: key 'mbs': {plan.mbs}, but the layer graph was built for "
+                        f"mbs={g.mbs}")
+    v = Variant(plan.tp, plan.sp, plan.ep, plan.cp)
+    problem.ensure_variant(v)
+    m = problem.num_microbatches(plan.dp, plan.ep)
+    if plan.num_microbatches != m:
+        raise PlanError(f"plan: key 'num_microbatches': {plan.num_microbatches}, expected "
+                        f"ceil(global_batch / (mbs * dp * ep)) = {m}")
+    if plan.global_batch != tr.global_batch:
+        raise PlanError(f"plan: key 'global_batch': {plan.global_batch}, but the training "
+                        f"settings say {tr.global_batch}")
+
+    results = [_stage(plan, problem, j, m) for j in range(plan.pp)]
+    t_max = max(s.time_per_microbatch_s for s in results)
+    sync = max(s.sync_s for s in results)
+    opt = max(s.optimizer_s for s in results)
+    total = (m + plan.pp - 1) * t_max + sync + opt
+    hbm = cl.hardware.hbm_bytes
+    over = [s for s in results if s.peak_memory_bytes > hbm]
+    if over:
+        s = max(over, key=lambda s: s.peak_memory_bytes)
+        parts = ", ".join(f"{k} {v / 1e9:.2f}" for k, v in s.memory_bytes.items())
+        reason = (f"out of memory: stage {s.index} (layers {s.first_layer}-{s.last_layer}) needs "
+                  f"{s.peak_memory_bytes / 1e9:.2f} GB > {hbm / 1e9:.2f} GB HBM ({parts} GB)")
+    else:
+        reason = ""
+    bott = max(results, key=lambda s: s.time_per_microbatch_s)
+    breakdown = {f"stage{bott.index}.{k}": x * (m + plan.pp - 1) for k, x in
+                 bott.breakdown_s.items()}
+    breakdown["pipeline_bubble"] = (plan.pp - 1) * t_max
+    sync_stage = max(results, key=lambda s: s.sync_s)
+    breakdown.update({f"dp_sync.{k}": x for k, x in sync_stage.sync_breakdown_s.items()})
+    breakdown["optimizer_step"] = opt
+    used = plan.pp * plan.dp * plan.width
+    mfu = g.model_flops_per_sample() * tr.global_batch / (total * used *
+                                                           cl.hardware.peak_flops_per_s)
+    ok = not over
+    return Evaluation(plan, ok, reason, total, tr.global_batch / total, mfu, results, breakdown)
+
+
+def _stage(plan: Plan, problem: Problem, j: int, m: int) -> StageResult:
+    g, cl, tr, hw = problem.graph, problem.cluster, problem.training, problem.cluster.hardware
+    st = plan.stages[j]
+    v = plan.variant_key
+    layers = range(st.first_layer, st.last_layer + 1)
+    costs = [g.layers[i].costs[v] for i in layers]
+    times = [problem.costs.times(i, v) for i in layers]
+    groups = _inner_groups(st.device_ids, plan)
+    mode = st.recompute
+    bd: dict[str, float] = {}
+
+    def add(key: str, x: float) -> None:
+        if x:
+            bd[key] = bd.get(key, 0.0) + x
+
+    add("compute_fwd", sum(t.fwd_s for t in times))
+    add("compute_bwd", sum(t.bwd_s for t in times))
+    add("recompute", sum(t.recompute_s[mode] for t in times))
+    for c in costs:
+        for col in c.collectives:
+            x = _worst(cl, col.kind, groups[col.group], col.bytes) * col.count
+            if not x:
+                continue
+            lvl = _level_name(cl, groups[col.group][0])
+            add(f"{col.group}_{col.kind}.{lvl}", x)
+            if col.phase == "fwd" and mode == "full":
+                add(f"recompute_{col.group}_{col.kind}.{lvl}", x)
+
+    # parameters held per device; a tied LM head shares the embedding's copy on one stage
+    p_dense = sum(c.dense_params for c in costs)
+    p_exp = sum(c.expert_params for c in costs)
+    if g.tied_embeddings and st.first_layer == 0 and st.last_layer == g.num_layers - 1:
+        p_dense -= problem.model.vocab_size * problem.model.hidden_size / plan.tp
+    n_dense, n_exp = plan.dp * plan.ep * plan.cp, plan.dp * plan.cp
+    z = st.zero_stage
+    wb, gb = tr.weight_bytes_per_param, tr.grad_bytes_per_param
+    dg, eg = groups["dp_dense"], groups["dp_expert"]
+
+    def sharded(p_d: float, p_e: float, on: bool) -> float:
+        return p_d / n_dense + p_e / n_exp if on else p_d + p_e
+
+    # ZeRO collectives inside the pipeline (per micro-batch)
+    if z >= 2:
+        add("zero_reduce_scatter", _worst(cl, "reduce_scatter", dg, gb * p_dense)
+            + _worst(cl, "reduce_scatter", eg, gb * p_exp))
+    if z == 3:
+        ag = _worst(cl, "all_gather", dg, wb * p_dense) + _worst(cl, "all_gather", eg, wb * p_exp)
+        add("zero3_all_gather", 2 * ag)  # before forward and before backward
+
+    # pipeline point-to-point: activations forward, their gradients backward
+    if j + 1 < plan.pp:
+        nxt = plan.stages[j + 1].device_ids
+        nbytes = costs[-1].output_bytes
+        add("p2p_fwd", max(p2p_time(cl, a, b, nbytes) for a, b in zip(st.device_ids, nxt)))
+    if j > 0:
+        prv = plan.stages[j - 1]
+        nbytes = g.layers[prv.last_layer].costs[v].output_bytes
+        add("p2p_bwd", max(p2p_time(cl, a, b, nbytes) for a, b in zip(st.device_ids,
+                                                                      prv.device_ids)))
+    t_mb = sum(bd.values())
+
+    # gradient synchronisation after the flush
+    sb: dict[str, float] = {}
+    lvl_d = _level_name(cl, dg[0]) if len(dg[0]) > 1 else "local"
+    if z == 0:
+        sb[f"all_reduce.{lvl_d}"] = (_worst(cl, "all_reduce", dg, gb * p_dense)
+                                     + _worst(cl, "all_reduce", eg, gb * p_exp))
+    elif z == 1:
+        sb[f"reduce_scatter.{lvl_d}"] = (_worst(cl, "reduce_scatter", dg, gb * p_dense)
+                                         + _worst(cl, "reduce_scatter", eg, gb * p_exp))
+    if z in (1, 2):
+        sb[f"all_gather.{lvl_d}"] = (_worst(cl, "all_gather", dg, wb * p_dense)
+                                     + _worst(cl, "all_gather", eg, wb * p_exp))
+    if g.tied_embeddings and plan.pp > 1 and j in (0, plan.pp - 1):
+        # Megatron's embedding group: first and last stage all-reduce the tied word embedding
+        other = plan.stages[plan.pp - 1 - j].device_ids
+        emb = gb * problem.model.vocab_size * problem.model.hidden_size / plan.tp
+        sb["tied_embedding_all_reduce"] = max(
+            collective_time(cl, "all_reduce", (a, b), emb) for a, b in zip(st.device_ids, other))
+    sb = {k: x for k, x in sb.items() if x}
+    opt_s = (tr.optimizer_step_bytes * sharded(p_dense, p_exp, z >= 1)
+             / (hw.hbm_bytes_per_s * hw.memory_efficiency))
+
+    # memory at the stage's pipeline position
+    acts = [c.act_bytes[mode] for c in costs]
+    working = max(c.act_bytes["none"] - c.act_bytes[mode] for c in costs)
+    if z == 3:
+        working += wb * max(c.params for c in costs)  # one layer's gathered parameters
+    mem = {
+        "weights": wb * sharded(p_dense, p_exp, z >= 3),
+        "gradients": gb * sharded(p_dense, p_exp, z >= 2),
+        "optimizer_states": tr.optimizer_state_bytes * sharded(p_dense, p_exp, z >= 1),
+        "activations": min(plan.pp - j, m) * sum(acts),
+        "working": working,
+    }
+    allocated = sum(mem.values())
+    mem["fragmentation"] = allocated * hw.memory_fragmentation
+    mem["framework_overhead"] = hw.memory_overhead_bytes
+    return StageResult(j, st.first_layer, st.last_layer, t_mb, sum(mem.values()), mem, bd,
+                       sum(sb.values()), sb, opt_s)

@@ -1,0 +1,1 @@
+"""Model spec -> layer graph."""

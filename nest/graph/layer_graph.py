@@ -1,0 +1,200 @@
+"""The layer-graph contract (`nest.layer_graph/v1`): layers x sub-graph variants -> per-device costs.
+
+A layer graph is built for one model and one micro-batch size. Each layer (embedding, every
+transformer block, final norm + LM head + loss) carries, for every sub-graph parallel variant
+(tp, sp, ep, cp), what ONE device of a stage replica does per micro-batch: its operators (FLOPs
+and HBM bytes, forward and backward), the parameters it stores, the activation bytes it saves for
+backward under each recomputation mode, the boundary activation it sends to the next stage, and
+the collectives the variant inserts (kind, bytes, group). All values are SI (FLOPs, bytes).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from nest.specs import validate
+
+SCHEMA = "nest.layer_graph/v1"
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A sub-graph parallel variant; devices per stage replica = tp * ep * cp."""
+
+    tp: int = 1
+    sp: bool = False
+    ep: int = 1
+    cp: int = 1
+
+    @property
+    def key(self) -> str:
+        return f"tp{self.tp}_sp{int(self.sp)}_ep{self.ep}_cp{self.cp}"
+
+    @property
+    def width(self) -> int:
+        return self.tp * self.ep * self.cp
+
+    @staticmethod
+    def from_key(key: str) -> "Variant":
+        parts = dict((p[:2], p[2:]) for p in key.split("_"))
+        return Variant(int(parts["tp"]), bool(int(parts["sp"])), int(parts["ep"]), int(parts["cp"]))
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator on one device per micro-batch. kind: matmul | attention | memory."""
+
+    name: str
+    kind: str
+    fwd_flops: float
+    bwd_flops: float
+    fwd_bytes: float
+    bwd_bytes: float
+    shape: tuple[int, ...] = ()  # (m, n, k) for matmul; (b, heads, s_q, s_kv, head_dim) attention
+    count: int = 1  # identical instances (e.g. local experts)
+
+
+@dataclass(frozen=True)
+class Collective:
+    """A collective the variant inserts. group: tp | ep | cp. phase: fwd | bwd."""
+
+    kind: str  # all_reduce | all_gather | reduce_scatter | all_to_all
+    phase: str
+    group: str
+    bytes: float  # buffer size (the full, gathered tensor for all_gather / reduce_scatter)
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    ops: tuple[Op, ...]
+    collectives: tuple[Collective, ...]
+    dense_params: float  # per device, replicated over the data-parallel group d * ep * cp
+    expert_params: float  # per device, replicated over the expert-data-parallel group d * cp
+    act_bytes: dict[str, float]  # recompute mode -> bytes saved for backward per micro-batch
+    recompute_ops: dict[str, tuple[str, ...]]  # recompute mode -> names of ops re-run in backward
+    output_bytes: float  # boundary activation sent to the next stage per micro-batch
+
+    @property
+    def params(self) -> float:
+        return self.dense_params + self.expert_params
+
+    @property
+    def fwd_flops(self) -> float:
+        return sum(o.fwd_flops * o.count for o in self.ops)
+
+    @property
+    def bwd_flops(self) -> float:
+        return sum(o.bwd_flops * o.count for o in self.ops)
+
+
+@dataclass
+class Layer:
+    index: int
+    name: str
+    kind: str  # embedding | block | head
+    num_params: float  # unsharded, counted once for the whole model
+    costs: dict[str, LayerCost] = field(default_factory=dict)
+
+
+@dataclass
+class LayerGraph:
+    model: str
+    mbs: int
+    seq_len: int
+    hidden_size: int
+    tied_embeddings: bool
+    variants: list[Variant]
+    layers: list[Layer]
+    source: str = "closed_form"
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def num_params(self) -> float:
+        return sum(layer.num_params for layer in self.layers)
+
+    def model_flops_per_sample(self) -> float:
+        """Forward+backward FLOPs of one sequence without parallelism or recomputation."""
+        v = Variant().key
+        return sum(la.costs[v].fwd_flops + la.costs[v].bwd_flops for la in self.layers) / self.mbs
+
+    # ---- JSON contract ----------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "model": self.model,
+            "mbs": self.mbs,
+            "seq_len": self.seq_len,
+            "hidden_size": self.hidden_size,
+            "tied_embeddings": self.tied_embeddings,
+            "source": self.source,
+            "variants": [v.key for v in self.variants],
+            "layers": [
+                {
+                    "index": la.index,
+                    "name": la.name,
+                    "kind": la.kind,
+                    "num_params": la.num_params,
+                    "costs": {k: _cost_to_dict(c) for k, c in la.costs.items()},
+                }
+                for la in self.layers
+            ],
+        }
+
+    def write(self, path: str | Path) -> None:
+        d = self.to_dict()
+        validate(d, "layer_graph", str(path))
+        Path(path).write_text(json.dumps(d, indent=1, sort_keys=True) + "\n")
+
+    @staticmethod
+    def from_dict(d: dict, where: str = "<layer graph>") -> "LayerGraph":
+        validate(d, "layer_graph", where)
+        layers = [
+            Layer(
+                index=la["index"],
+                name=la["name"],
+                kind=la["kind"],
+                num_params=la["num_params"],
+                costs={k: _cost_from_dict(c) for k, c in la["costs"].items()},
+            )
+            for la in d["layers"]
+        ]
+        return LayerGraph(
+            model=d["model"],
+            mbs=d["mbs"],
+            seq_len=d["seq_len"],
+            hidden_size=d["hidden_size"],
+            tied_embeddings=d["tied_embeddings"],
+            variants=[Variant.from_key(k) for k in d["variants"]],
+            layers=layers,
+            source=d["source"],
+        )
+
+    @staticmethod
+    def read(path: str | Path) -> "LayerGraph":
+        return LayerGraph.from_dict(json.loads(Path(path).read_text()), str(path))
+
+
+def _cost_to_dict(c: LayerCost) -> dict:
+    d = asdict(c)
+    d["ops"] = [dict(asdict(o), shape=list(o.shape)) for o in c.ops]
+    d["recompute_ops"] = {k: list(v) for k, v in c.recompute_ops.items()}
+    return d
+
+
+def _cost_from_dict(d: dict) -> LayerCost:
+    return LayerCost(
+        ops=tuple(Op(**dict(o, shape=tuple(o["shape"]))) for o in d["ops"]),
+        collectives=tuple(Collective(**c) for c in d["collectives"]),
+        dense_params=d["dense_params"],
+        expert_params=d["expert_params"],
+        act_bytes=dict(d["act_bytes"]),
+        recompute_ops={k: tuple(v) for k, v in d["recompute_ops"].items()},
+        output_bytes=d["output_bytes"],
+    )

@@ -1,0 +1,1 @@
+"""Topology -> levels; collective and point-to-point costs."""

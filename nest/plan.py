@@ -1,0 +1,161 @@
+"""The plan contract (`nest.plan/v1`): what every planner returns and the evaluator scores.
+
+Layer indices refer to the layer graph: 0 is the embedding, 1..L the transformer blocks, L+1 the
+final norm + LM head + loss. A stage covers layers first_layer..last_layer inclusive and runs on
+num_devices = dp * tp * ep * cp devices. Its `device_ids` list them replica by replica: replica r
+holds device_ids[r*w:(r+1)*w] with w = tp * ep * cp, whose inner ranks are ordered tp fastest,
+then cp, then ep (Megatron-LM's rank order). Plans are plain JSON a user can write by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from nest.errors import PlanError, SpecError
+from nest.specs import validate
+
+SCHEMA = "nest.plan/v1"
+PLACEMENTS = ("replica_major", "stage_major")
+
+
+@dataclass(frozen=True)
+class Stage:
+    first_layer: int
+    last_layer: int
+    num_devices: int
+    device_ids: tuple[int, ...]
+    zero_stage: int = 0
+    recompute: str = "none"
+
+
+@dataclass(frozen=True)
+class Plan:
+    planner: str
+    model: str
+    cluster: str
+    num_devices: int
+    mbs: int
+    global_batch: int
+    num_microbatches: int
+    tp: int
+    pp: int
+    dp: int
+    ep: int
+    cp: int
+    sp: bool
+    stages: tuple[Stage, ...]
+    placement: str = "custom"
+    predicted_time_per_batch_s: float | None = None
+    solve_time_s: float | None = None
+    notes: str = ""
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def variant_key(self) -> str:
+        return f"tp{self.tp}_sp{int(self.sp)}_ep{self.ep}_cp{self.cp}"
+
+    @property
+    def width(self) -> int:
+        return self.tp * self.ep * self.cp
+
+    def with_(self, **kw) -> "Plan":
+        return replace(self, **kw)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["schema"] = SCHEMA
+        d["stages"] = [dict(asdict(s), device_ids=list(s.device_ids)) for s in self.stages]
+        return d
+
+    def write(self, path: str | Path) -> None:
+        d = self.to_dict()
+        validate(d, "plan", str(path))
+        Path(path).write_text(json.dumps(d, indent=1, sort_keys=True) + "\n")
+
+    @staticmethod
+    def from_dict(d: dict, where: str = "<plan>") -> "Plan":
+        try:
+            validate(d, "plan", where)
+        except SpecError as e:
+            raise PlanError(str(e)) from None
+        d = {k: v for k, v in d.items() if k != "schema"}
+        stages = tuple(Stage(**dict(s, device_ids=tuple(s["device_ids"]))) for s in d.pop("stages"))
+        return Plan(stages=stages, **d)
+
+    @staticmethod
+    def read(path: str | Path) -> "Plan":
+        try:
+            data = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise PlanError(f"{path}: file not found") from None
+        except json.JSONDecodeError as e:
+            raise PlanError(f"{path}: malformed JSON: {e}") from None
+        return Plan.from_dict(data, str(path))
+
+
+def place(pp: int, dp: int, width: int, placement: str) -> list[tuple[int, ...]]:
+    """Device ids of every stage for a regular placement.
+
+    replica_major: the replicas of one stage sit next to each other (Megatron-LM default order:
+        tp, cp, ep, dp fastest to slowest, pp outermost), so data-parallel groups stay low in the
+        hierarchy and pipeline transfers cross high levels.
+    stage_major: the stages of one replica sit next to each other (pp inside dp), so pipeline
+        transfers stay low and data-parallel groups span high levels.
+    """
+    out = []
+    for j in range(pp):
+        ids = []
+        for r in range(dp):
+            base = j * dp * width + r * width if placement == "replica_major" else (
+                r * pp * width + j * width)
+            ids.extend(range(base, base + width))
+        out.append(tuple(ids))
+    return out
+
+
+def stages_from_cuts(cuts: list[tuple[int, int]], pp: int, dp: int, width: int, placement: str,
+                     zero: list[int], recompute: list[str]) -> tuple[Stage, ...]:
+    ids = place(pp, dp, width, placement)
+    return tuple(Stage(a, b, dp * width, ids[j], zero[j], recompute[j])
+                 for j, (a, b) in enumerate(cuts))
+
+
+def check_structure(plan: Plan, num_layers: int, max_devices: int, where: str = "plan") -> None:
+    """Raise PlanError for a malformed plan (one that cannot even be scored)."""
+    def bad(key: str, msg: str) -> None:
+        raise PlanError(f"{where}: key '{key}': {msg}")
+
+    if plan.pp != len(plan.stages):
+        bad("pp", f"{plan.pp} but the plan lists {len(plan.stages)} stages")
+    if plan.sp and plan.tp == 1:
+        bad("sp", "sequence parallelism needs tp > 1")
+    if plan.num_devices > max_devices:
+        bad("num_devices", f"{plan.num_devices} exceeds what the cluster can hold ({max_devices})")
+    expect = 0
+    seen: set[int] = set()
+    for j, s in enumerate(plan.stages):
+        k = f"stages.{j}"
+        if s.first_layer != expect:
+            bad(f"{k}.first_layer", f"{s.first_layer}, expected {expect} (stages must cover the "
+                                    f"layers contiguously, in order)")
+        if s.last_layer < s.first_layer:
+            bad(f"{k}.last_layer", f"{s.last_layer} is before first_layer {s.first_layer}")
+        expect = s.last_layer + 1
+        if s.num_devices != plan.dp * plan.width:
+            bad(f"{k}.num_devices", f"{s.num_devices}, expected dp*tp*ep*cp = "
+                                    f"{plan.dp * plan.width}")
+        if len(s.device_ids) != s.num_devices:
+            bad(f"{k}.device_ids", f"{len(s.device_ids)} ids for num_devices={s.num_devices}")
+        for dev in s.device_ids:
+            if not 0 <= dev < plan.num_devices:
+                bad(f"{k}.device_ids", f"device {dev} does not exist (0..{plan.num_devices - 1})")
+            if dev in seen:
+                bad(f"{k}.device_ids", f"device {dev} is used twice")
+            seen.add(dev)
+        if s.zero_stage not in (0, 1, 2, 3):
+            bad(f"{k}.zero_stage", f"{s.zero_stage}, expected 0, 1, 2 or 3")
+    if expect != num_layers:
+        bad(f"stages.{len(plan.stages) - 1}.last_layer",
+            f"stages end at layer {expect - 1} but the model has layers 0..{num_layers - 1}")

@@ -1,0 +1,314 @@
+"""Operator shapes -> measured forward/backward times, one CSV per op family.
+
+CSV columns (all families): ``op``, the family's shape columns (``shapes.FAMILY_FIELDS``), then
+``MEASURE_COLUMNS``. Times are medians in seconds; ``*_flops`` are analytic model FLOPs (a
+multiply-add counts 2; attention backward counted as 2x forward, i.e. without flash's recompute);
+``*_bytes`` are the analytic minimum device-memory traffic (each input read once, each output
+written once); ``*_flops_per_s`` and ``*_bytes_per_s`` are those divided by the measured time.
+Backward times are for the backward alone (the forward graph is kept and
+``torch.autograd.grad(..., retain_graph=True)`` is timed; for matmuls the two backward GEMMs are
+timed directly: ``dX = dY @ W`` and ``dW = dY^T @ X``).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import time
+import warnings
+from contextlib import nullcontext
+
+import torch
+import torch.nn.functional as F
+
+from .shapes import FAMILY_FIELDS
+from .timing import Timer, pick_device
+
+MEASURE_COLUMNS = (
+    "dtype", "fwd_time_s", "bwd_time_s", "bwd_dgrad_time_s", "bwd_wgrad_time_s",
+    "fwd_flops", "bwd_flops", "fwd_bytes", "bwd_bytes",
+    "fwd_flops_per_s", "bwd_flops_per_s", "fwd_bytes_per_s", "bwd_bytes_per_s",
+    "num_repeats", "backend", "tags", "error",
+)
+FAMILY_ORDER = ("matmul", "attention", "moe", "norm", "elementwise", "cross_entropy", "embedding")
+
+# Analytic FLOPs per element for the memory-bound ops (forward, backward): rough operation counts
+# of the reference formulas; these ops are bandwidth-bound, so the byte counts matter more.
+_ELEM_FLOPS = {
+    "layernorm": (8, 16), "rmsnorm": (5, 10), "gelu": (8, 12), "silu": (4, 8),
+    "swiglu": (5, 10), "softmax": (5, 4),
+}
+
+
+def columns(family: str) -> list[str]:
+    return ["op", *FAMILY_FIELDS[family], *MEASURE_COLUMNS]
+
+
+def _randn(*shape, device, dtype, grad=False):
+    x = torch.randn(*shape, device=device, dtype=torch.float32).to(dtype)
+    return x.requires_grad_(grad)
+
+
+def _bwd(out, inputs, grad_out=None):
+    return lambda: torch.autograd.grad(out, inputs, grad_out, retain_graph=True)
+
+
+# ---------------------------------------------------------------- per-family benchmarks
+def bench_matmul(s, timer, device, dtype):
+    m, n, k = s["m"], s["n"], s["k"]
+    x = _randn(m, k, device=device, dtype=dtype)
+    w = _randn(n, k, device=device, dtype=dtype)
+    dy = _randn(m, n, device=device, dtype=dtype)
+    t_f, reps = timer(lambda: F.linear(x, w))
+    t_dg, _ = timer(lambda: torch.matmul(dy, w))
+    t_wg, _ = timer(lambda: torch.matmul(dy.t(), x))
+    e = torch.tensor([], dtype=dtype).element_size()
+    gemm_bytes = e * (m * k + n * k + m * n)
+    return dict(fwd_time_s=t_f, bwd_time_s=t_dg + t_wg, bwd_dgrad_time_s=t_dg,
+                bwd_wgrad_time_s=t_wg, fwd_flops=2 * m * n * k, bwd_flops=4 * m * n * k,
+                fwd_bytes=gemm_bytes, bwd_bytes=2 * gemm_bytes, num_repeats=reps,
+                backend="torch.nn.functional.linear / torch.matmul")
+
+
+def bench_moe(s, timer, device, dtype):
+    ne, m, n, k = s["experts"], s["m"], s["n"], s["k"]
+    x = _randn(ne, m, k, device=device, dtype=dtype)
+    w = _randn(ne, n, k, device=device, dtype=dtype)
+    dy = _randn(ne, m, n, device=device, dtype=dtype)
+    t_f, reps = timer(lambda: torch.bmm(x, w.transpose(1, 2)))
+    t_dg, _ = timer(lambda: torch.bmm(dy, w))
+    t_wg, _ = timer(lambda: torch.bmm(dy.transpose(1, 2), x))
+    e = torch.tensor([], dtype=dtype).element_size()
+    gemm_bytes = e * ne * (m * k + n * k + m * n)
+    return dict(fwd_time_s=t_f, bwd_time_s=t_dg + t_wg, bwd_dgrad_time_s=t_dg,
+                bwd_wgrad_time_s=t_wg, fwd_flops=2 * ne * m * n * k,
+                bwd_flops=4 * ne * m * n * k, fwd_bytes=gemm_bytes, bwd_bytes=2 * gemm_bytes,
+                num_repeats=reps, backend="torch.bmm (experts batched, equal tokens per expert)")
+
+
+def _sdpa_variants(device):
+    """(label, context factory, kv mode) to try in order; flash first on CUDA."""
+    variants = []
+    if device == "cuda":
+        try:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            flash = lambda: sdpa_kernel([SDPBackend.FLASH_ATTENTION])  # noqa: E731
+            variants += [("flash", flash, "gqa"), ("flash", flash, "expand")]
+        except ImportError:
+            pass
+    variants += [("auto", nullcontext, "gqa"), ("auto", nullcontext, "expand")]
+    return variants
+
+
+def bench_attention(s, timer, device, dtype):
+    b, sq, skv, a, kv, d = s["b"], s["s_q"], s["s_kv"], s["heads"], s["kv_heads"], s["head_dim"]
+    causal = bool(s["causal"])
+    q = _randn(b, a, sq, d, device=device, dtype=dtype, grad=True)
+    k = _randn(b, kv, skv, d, device=device, dtype=dtype, grad=True)
+    v = _randn(b, kv, skv, d, device=device, dtype=dtype, grad=True)
+    rep = a // kv
+    last_err = None
+    for label, ctx, kv_mode in _sdpa_variants(device):
+        if kv_mode == "gqa" and rep == 1:
+            kw = {}
+        elif kv_mode == "gqa":
+            kw = {"enable_gqa": True}
+        else:
+            if rep == 1:
+                continue
+            kw = {}
+
+        def fwd(kw=kw, kv_mode=kv_mode):
+            kk, vv = (k, v) if kv_mode == "gqa" else (k.repeat_interleave(rep, 1),
+                                                       v.repeat_interleave(rep, 1))
+            return F.scaled_dot_product_attention(q, kk, vv, is_causal=causal, **kw)
+
+        try:
+            with ctx(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # refused backends warn before raising
+                out = fwd()
+                t_f, reps = timer(fwd)
+            go = torch.randn_like(out)
+            t_b, _ = timer(_bwd(out, (q, k, v), go))
+            backend = label + ("" if kv_mode == "gqa" or rep == 1 else "+expand_kv")
+            if rep > 1 and kv_mode == "gqa":
+                backend += "+enable_gqa"
+            break
+        except RuntimeError as exc:  # backend refused the shape: try the next
+            if "out of memory" in str(exc).lower():
+                raise
+            last_err = exc
+            continue
+    else:
+        raise RuntimeError(f"no SDPA backend ran: {last_err}")
+    e = torch.tensor([], dtype=dtype).element_size()
+    frac = 0.5 if causal else 1.0  # causal mask skips about half the score matrix
+    fwd_flops = int(4 * b * a * sq * skv * d * frac)  # QK^T and PV
+    q_el, kv_el = b * sq * a * d, b * skv * kv * d
+    return dict(fwd_time_s=t_f, bwd_time_s=t_b, fwd_flops=fwd_flops, bwd_flops=2 * fwd_flops,
+                fwd_bytes=e * (2 * q_el + 2 * kv_el),            # read q, k, v; write o
+                bwd_bytes=e * (4 * q_el + 4 * kv_el),            # read q,k,v,o,do; write dq,dk,dv
+                num_repeats=reps, backend=backend)
+
+
+def _elementwise_common(op, rows, cols, n_in, t_f, t_b, reps, e, backend):
+    ff, fb = _ELEM_FLOPS[op]
+    el = rows * cols
+    return dict(fwd_time_s=t_f, bwd_time_s=t_b, fwd_flops=ff * el, bwd_flops=fb * el,
+                fwd_bytes=e * el * (n_in + 1),        # read inputs, write output
+                bwd_bytes=e * el * (2 * n_in + 1),    # read inputs + dy, write dinputs
+                num_repeats=reps, backend=backend)
+
+
+def bench_norm(s, timer, device, dtype):
+    op, rows, cols = s["op"], s["rows"], s["cols"]
+    x = _randn(rows, cols, device=device, dtype=dtype, grad=True)
+    w = _randn(cols, device=device, dtype=dtype, grad=True)
+    if op == "layernorm":
+        bias = _randn(cols, device=device, dtype=dtype, grad=True)
+        fwd = lambda: F.layer_norm(x, (cols,), w, bias)  # noqa: E731
+        params, backend = (x, w, bias), "torch.nn.functional.layer_norm"
+    elif op == "rmsnorm":
+        if hasattr(F, "rms_norm"):
+            fwd = lambda: F.rms_norm(x, (cols,), w, eps=1e-5)  # noqa: E731
+            backend = "torch.nn.functional.rms_norm"
+        else:  # pragma: no cover - torch < 2.4
+            fwd = lambda: x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5).to(  # noqa: E731
+                x.dtype) * w
+            backend = "unfused rms_norm"
+        params = (x, w)
+    else:
+        raise ValueError(f"unknown norm {op!r}")
+    t_f, reps = timer(fwd)
+    out = fwd()
+    t_b, _ = timer(_bwd(out, params, torch.randn_like(out)))
+    e = torch.tensor([], dtype=dtype).element_size()
+    return _elementwise_common(op, rows, cols, 1, t_f, t_b, reps, e, backend)
+
+
+def bench_elementwise(s, timer, device, dtype):
+    op, rows, cols = s["op"], s["rows"], s["cols"]
+    x = _randn(rows, cols, device=device, dtype=dtype, grad=True)
+    inputs = (x,)
+    if op == "gelu":
+        fwd = lambda: F.gelu(x, approximate="tanh")  # noqa: E731
+    elif op == "silu":
+        fwd = lambda: F.silu(x)  # noqa: E731
+    elif op == "swiglu":
+        u = _randn(rows, cols, device=device, dtype=dtype, grad=True)
+        inputs = (x, u)
+        fwd = lambda: F.silu(x) * u  # noqa: E731
+    elif op == "softmax":
+        fwd = lambda: torch.softmax(x, dim=-1)  # noqa: E731
+    else:
+        raise ValueError(f"unknown elementwise op {op!r}")
+    t_f, reps = timer(fwd)
+    out = fwd()
+    t_b, _ = timer(_bwd(out, inputs, torch.randn_like(out)))
+    e = torch.tensor([], dtype=dtype).element_size()
+    return _elementwise_common(op, rows, cols, len(inputs), t_f, t_b, reps, e, "torch eager")
+
+
+def bench_embedding(s, timer, device, dtype):
+    tokens, vocab, hidden = s["tokens"], s["vocab"], s["hidden"]
+    w = _randn(vocab, hidden, device=device, dtype=dtype, grad=True)
+    idx = torch.randint(0, vocab, (tokens,), device=device)
+    fwd = lambda: F.embedding(idx, w)  # noqa: E731
+    t_f, reps = timer(fwd)
+    out = fwd()
+    t_b, _ = timer(_bwd(out, (w,), torch.randn_like(out)))
+    e = torch.tensor([], dtype=dtype).element_size()
+    return dict(fwd_time_s=t_f, bwd_time_s=t_b, fwd_flops=0, bwd_flops=tokens * hidden,
+                fwd_bytes=2 * e * tokens * hidden + 8 * tokens,
+                # dense weight gradient written once, dy read, rows accumulated
+                bwd_bytes=e * vocab * hidden + 2 * e * tokens * hidden + 8 * tokens,
+                num_repeats=reps, backend="torch.nn.functional.embedding (dense grad)")
+
+
+def bench_cross_entropy(s, timer, device, dtype):
+    tokens, vocab = s["tokens"], s["vocab"]
+    logits = _randn(tokens, vocab, device=device, dtype=dtype, grad=True)
+    target = torch.randint(0, vocab, (tokens,), device=device)
+    fwd = lambda: F.cross_entropy(logits.float(), target)  # noqa: E731
+    t_f, reps = timer(fwd)
+    loss = fwd()
+    t_b, _ = timer(_bwd(loss, (logits,)))
+    e = torch.tensor([], dtype=dtype).element_size()
+    el = tokens * vocab
+    return dict(fwd_time_s=t_f, bwd_time_s=t_b, fwd_flops=5 * el, bwd_flops=3 * el,
+                fwd_bytes=e * el + 8 * tokens, bwd_bytes=2 * e * el + 8 * tokens,
+                num_repeats=reps, backend="cross_entropy on fp32 upcast of bf16 logits")
+
+
+BENCH = {
+    "matmul": bench_matmul, "moe": bench_moe, "attention": bench_attention, "norm": bench_norm,
+    "elementwise": bench_elementwise, "embedding": bench_embedding,
+    "cross_entropy": bench_cross_entropy,
+}
+
+
+def _shape_priority(s):
+    # shapes a model really runs (tagged with mbs) before pure interpolation-grid points
+    grid_only = all(t.endswith(":grid") for t in s["tags"])
+    return (grid_only,)
+
+
+def profile_operators(shapes, out_dir, *, device=None, dtype=torch.bfloat16, timer=None,
+                      families=None, deadline=None, progress=print) -> dict:
+    """Time every shape and write ``<out_dir>/<family>.csv`` (rows flushed as they come).
+
+    deadline: ``time.monotonic()`` value after which the remaining shapes are skipped.
+    Returns {family: {"path", "rows", "skipped", "errors"}}.
+    """
+    device = device or pick_device()
+    timer = timer or Timer(device)
+    os.makedirs(out_dir, exist_ok=True)
+    dtype_name = str(dtype).replace("torch.", "")
+    summary = {}
+    for family in FAMILY_ORDER:
+        if families is not None and family not in families:
+            continue
+        fam_shapes = sorted((s for s in shapes if s["family"] == family), key=_shape_priority)
+        if not fam_shapes:
+            continue
+        path = os.path.join(out_dir, f"{family}.csv")
+        info = summary[family] = {"path": path, "rows": 0, "skipped": 0, "errors": 0}
+        t_fam = time.monotonic()
+        with open(path, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=columns(family), extrasaction="ignore")
+            writer.writeheader()
+            for s in fam_shapes:
+                if deadline is not None and time.monotonic() > deadline:
+                    info["skipped"] += 1
+                    continue
+                row = {c: s[c] for c in FAMILY_FIELDS[family]}
+                row.update(op=s["op"], dtype=dtype_name, tags=";".join(s["tags"]), error="")
+                try:
+                    res = BENCH[family](s, timer, device, dtype)
+                except (RuntimeError, ValueError) as exc:  # OOM or refused shape: keep going
+                    info["errors"] += 1
+                    row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                    res = {}
+                finally:
+                    if device == "cuda":
+                        torch.cuda.empty_cache()
+                row.update(res)
+                for ph in ("fwd", "bwd"):
+                    t = res.get(f"{ph}_time_s")
+                    if t:
+                        row[f"{ph}_flops_per_s"] = res[f"{ph}_flops"] / t
+                        row[f"{ph}_bytes_per_s"] = res[f"{ph}_bytes"] / t
+                writer.writerow({k: _fmt(v) for k, v in row.items()})
+                fh.flush()
+                info["rows"] += 1
+        progress(f"[profile] {family}: {info['rows']} shapes in {time.monotonic() - t_fam:.1f} s"
+                 + (f", {info['skipped']} skipped (time budget)" if info["skipped"] else "")
+                 + (f", {info['errors']} errors" if info["errors"] else ""))
+    return summary
+
+
+def _fmt(v):
+    if isinstance(v, float):
+        return "" if math.isnan(v) else f"{v:.6g}"
+    return v
