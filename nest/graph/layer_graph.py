@@ -155,13 +155,21 @@ class LayerGraph:
     @staticmethod
     def from_dict(d: dict, where: str = "<layer graph>") -> "LayerGraph":
         validate(d, "layer_graph", where)
+        shared: dict[str, LayerCost] = {}  # identical blocks share one cost object (and cache)
+
+        def cost(c: dict) -> LayerCost:
+            key = json.dumps(c, sort_keys=True)
+            if key not in shared:
+                shared[key] = _cost_from_dict(c)
+            return shared[key]
+
         layers = [
             Layer(
                 index=la["index"],
                 name=la["name"],
                 kind=la["kind"],
                 num_params=la["num_params"],
-                costs={k: _cost_from_dict(c) for k, c in la["costs"].items()},
+                costs={k: cost(c) for k, c in la["costs"].items()},
             )
             for la in d["layers"]
         ]
@@ -184,6 +192,7 @@ class LayerGraph:
 def _cost_to_dict(c: LayerCost) -> dict:
     d = asdict(c)
     d["ops"] = [dict(asdict(o), shape=list(o.shape)) for o in c.ops]
+    d["collectives"] = [asdict(x) for x in c.collectives]
     d["recompute_ops"] = {k: list(v) for k, v in c.recompute_ops.items()}
     return d
 

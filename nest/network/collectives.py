@@ -108,4 +108,4 @@ def _all_to_all(cluster: ClusterSpec, group: tuple[int, ...], nbytes: float) -> 
         t = max(per_peer * np.count_nonzero(lvls >= lv) / path_bandwidth(cluster, lv)
                 for lv in range(top + 1))
         worst = max(worst, t)
-    return worst + (n - 1) * cluster.levels[top].latency_s
+    return float(worst) + (n - 1) * cluster.levels[top].latency_s

@@ -22,8 +22,8 @@ import statistics
 import time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from .shapes import PAPER_MODELS, TINY_MODELS
 from .timing import pick_device
@@ -60,8 +60,9 @@ class Attention(nn.Module):
         else:
             if self.gqa_native:
                 try:
-                    o = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal,
-                                                       enable_gqa=True)
+                    o = F.scaled_dot_product_attention(
+                        q, k, v, is_causal=self.causal, enable_gqa=True
+                    )
                 except (RuntimeError, TypeError):
                     self.gqa_native = False
             if not self.gqa_native:
@@ -228,8 +229,17 @@ def _mem(device):
     return torch.cuda.memory_allocated() if device == "cuda" else None
 
 
-def run_block(dims, *, device=None, mbs=1, seq_len=None, warmup_steps=3, num_steps=10,
-              optimizer="mixed", dtype=torch.bfloat16) -> dict:
+def run_block(
+    dims,
+    *,
+    device=None,
+    mbs=1,
+    seq_len=None,
+    warmup_steps=3,
+    num_steps=10,
+    optimizer="mixed",
+    dtype=torch.bfloat16,
+) -> dict:
     """Train one block for warmup_steps + num_steps steps; return the measurements."""
     device = device or pick_device()
     seq = int(seq_len or dims["seq_len"])
@@ -271,8 +281,10 @@ def run_block(dims, *, device=None, mbs=1, seq_len=None, warmup_steps=3, num_ste
         before = torch.cuda.memory_allocated()
         out = model(x)
         _sync(device)
-        act = {"activation_peak_fwd_bytes": torch.cuda.max_memory_allocated() - before,
-               "activation_saved_bytes": torch.cuda.memory_allocated() - before}
+        act = {
+            "activation_peak_fwd_bytes": torch.cuda.max_memory_allocated() - before,
+            "activation_saved_bytes": torch.cuda.memory_allocated() - before,
+        }
         out.backward(go)
         opt.step()
         _sync(device)
@@ -291,19 +303,41 @@ def run_block(dims, *, device=None, mbs=1, seq_len=None, warmup_steps=3, num_ste
     med = statistics.median
     res = {
         "model": dims["name"],
-        "dims": {k: dims[k] for k in ("hidden_size", "num_heads", "num_kv_heads",
-                                      "ffn_hidden_size", "ffn_type", "num_experts", "top_k",
-                                      "norm", "bias", "causal") if k in dims},
-        "mbs": mbs, "seq_len": seq, "model_seq_len": dims["seq_len"],
+        "dims": {
+            k: dims[k]
+            for k in (
+                "hidden_size",
+                "num_heads",
+                "num_kv_heads",
+                "ffn_hidden_size",
+                "ffn_type",
+                "num_experts",
+                "top_k",
+                "norm",
+                "bias",
+                "causal",
+            )
+            if k in dims
+        },
+        "mbs": mbs,
+        "seq_len": seq,
+        "model_seq_len": dims["seq_len"],
         "dtype": str(dtype).replace("torch.", ""),
-        "optimizer": optimizer, "adam_fused": bool(opt.fused),
+        "optimizer": optimizer,
+        "adam_fused": bool(opt.fused),
         "attention_gqa_native": model.attn.gqa_native,
         "num_params": sum(p.numel() for p in model.parameters()),
         "num_params_closed_form": block_num_params(dims),
-        "warmup_steps": warmup_steps, "num_steps": num_steps,
-        "time_fwd_s": med(t_f), "time_bwd_s": med(t_b), "time_optimizer_s": med(t_o),
-        "time_step_s": med(t_s), "time_step_min_s": min(t_s), "time_step_max_s": max(t_s),
-        "fwd_flops": fwd_flops, "bwd_flops": 2 * fwd_flops,
+        "warmup_steps": warmup_steps,
+        "num_steps": num_steps,
+        "time_fwd_s": med(t_f),
+        "time_bwd_s": med(t_b),
+        "time_optimizer_s": med(t_o),
+        "time_step_s": med(t_s),
+        "time_step_min_s": min(t_s),
+        "time_step_max_s": max(t_s),
+        "fwd_flops": fwd_flops,
+        "bwd_flops": 2 * fwd_flops,
         "fwd_bwd_flops_per_s": 3 * fwd_flops / (med(t_f) + med(t_b)),
         "memory_before_bytes": mem0,
         "memory_model_bytes": None if mem0 is None else mem_model - mem0,
@@ -312,15 +346,22 @@ def run_block(dims, *, device=None, mbs=1, seq_len=None, warmup_steps=3, num_ste
         "peak_memory_above_start_bytes": None if peak is None else peak - mem0,
         **act,
     }
-    del model, opt, x, go
-    if cuda:
-        torch.cuda.empty_cache()
-    return res
+    return res  # the block is freed on return; the next run_block collects and empties the cache
 
 
-def validate_blocks(out_path=None, *, models=None, tiny=False, device=None, mbs=1,
-                    seq_overrides=None, warmup_steps=3, num_steps=10, optimizer="mixed",
-                    progress=print) -> dict:
+def validate_blocks(
+    out_path=None,
+    *,
+    models=None,
+    tiny=False,
+    device=None,
+    mbs=1,
+    seq_overrides=None,
+    warmup_steps=3,
+    num_steps=10,
+    optimizer="mixed",
+    progress=print,
+) -> dict:
     """Run ``run_block`` for each model (``tiny``: CPU-sized flavors); write JSON if asked."""
     device = device or pick_device()
     catalog = {d["name"]: d for d in (TINY_MODELS if tiny else PAPER_MODELS)}
@@ -330,8 +371,15 @@ def validate_blocks(out_path=None, *, models=None, tiny=False, device=None, mbs=
     for name in names:
         dims = catalog[name]
         try:
-            r = run_block(dims, device=device, mbs=mbs, seq_len=seq_overrides.get(name),
-                          warmup_steps=warmup_steps, num_steps=num_steps, optimizer=optimizer)
+            r = run_block(
+                dims,
+                device=device,
+                mbs=mbs,
+                seq_len=seq_overrides.get(name),
+                warmup_steps=warmup_steps,
+                num_steps=num_steps,
+                optimizer=optimizer,
+            )
         except RuntimeError as exc:  # OOM on a smaller card: record and go on
             r = {"model": name, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
             if device == "cuda":
@@ -341,13 +389,19 @@ def validate_blocks(out_path=None, *, models=None, tiny=False, device=None, mbs=
             progress(f"[blocks] {name}: {r['error']}")
         else:
             pk = r["peak_memory_bytes"]
-            progress(f"[blocks] {name}: seq {r['seq_len']} step {r['time_step_s'] * 1e3:.2f} ms "
-                     f"(fwd {r['time_fwd_s'] * 1e3:.2f}, bwd {r['time_bwd_s'] * 1e3:.2f}, "
-                     f"opt {r['time_optimizer_s'] * 1e3:.2f}) "
-                     f"{r['fwd_bwd_flops_per_s'] / 1e12:.1f} TFLOP/s"
-                     + (f", peak {pk / 2**30:.2f} GiB" if pk is not None else ""))
-    result = {"schema": "nest.block_validation/v1", "device": device, "tiny": tiny,
-              "blocks": blocks}
+            progress(
+                f"[blocks] {name}: seq {r['seq_len']} step {r['time_step_s'] * 1e3:.2f} ms "
+                f"(fwd {r['time_fwd_s'] * 1e3:.2f}, bwd {r['time_bwd_s'] * 1e3:.2f}, "
+                f"opt {r['time_optimizer_s'] * 1e3:.2f}) "
+                f"{r['fwd_bwd_flops_per_s'] / 1e12:.1f} TFLOP/s"
+                + (f", peak {pk / 2**30:.2f} GiB" if pk is not None else "")
+            )
+    result = {
+        "schema": "nest.block_validation/v1",
+        "device": device,
+        "tiny": tiny,
+        "blocks": blocks,
+    }
     if out_path:
         with open(out_path, "w") as fh:
             json.dump(result, fh, indent=2)

@@ -15,8 +15,6 @@ import os
 import sys
 import time
 
-import torch
-
 from . import blocks as _blocks
 from . import operators as _ops
 from . import shapes as _shapes
@@ -26,26 +24,51 @@ from .timing import Timer, device_meta, gpu_state, hardware_name, measure_ceilin
 
 # Sweep settings: (tp degrees, m grid, cp degrees, ep degrees, timer settings)
 SWEEPS = {
-    "full": dict(tp=(1, 2, 4, 8), m_grid=(512, 1024, 2048, 4096, 8192), cp=(1, 2, 4, 8),
-                 ep=(1, 2, 4, 8), timer=dict(warmup_s=0.005, rep_s=0.02, min_reps=5,
-                                             max_reps=100)),
-    "quick": dict(tp=(1, 8), m_grid=(), cp=(1,), ep=(1, 4),
-                  timer=dict(warmup_s=0.002, rep_s=0.008, min_reps=3, max_reps=30)),
-    "tiny": dict(tp=(1, 2), m_grid=(16, 64), cp=(1, 2), ep=(1, 2),
-                 timer=dict(warmup_s=0.0005, rep_s=0.002, min_reps=3, max_reps=8)),
+    "full": {
+        "tp": (1, 2, 4, 8),
+        "m_grid": (512, 1024, 2048, 4096, 8192),
+        "cp": (1, 2, 4, 8),
+        "ep": (1, 2, 4, 8),
+        "timer": {"warmup_s": 0.005, "rep_s": 0.02, "min_reps": 5, "max_reps": 100},
+    },
+    "quick": {
+        "tp": (1, 8),
+        "m_grid": (),
+        "cp": (1,),
+        "ep": (1, 4),
+        "timer": {"warmup_s": 0.002, "rep_s": 0.008, "min_reps": 3, "max_reps": 30},
+    },
+    "tiny": {
+        "tp": (1, 2),
+        "m_grid": (16, 64),
+        "cp": (1, 2),
+        "ep": (1, 2),
+        "timer": {"warmup_s": 0.0005, "rep_s": 0.002, "min_reps": 3, "max_reps": 8},
+    },
 }
 
 
 def build_shapes(models, sweep, mbs_list=(1,)):
     return merge_shapes(
-        shapes_for_model(d, sweep["tp"], mbs_list, m_grid=sweep["m_grid"],
-                         cp_degrees=sweep["cp"], ep_degrees=sweep["ep"]) for d in models)
+        shapes_for_model(
+            d,
+            sweep["tp"],
+            mbs_list,
+            m_grid=sweep["m_grid"],
+            cp_degrees=sweep["cp"],
+            ep_degrees=sweep["ep"],
+        )
+        for d in models
+    )
 
 
 def _parser():
     p = argparse.ArgumentParser(prog="nest profile", description=__doc__.splitlines()[0])
-    p.add_argument("--hardware", help="expected hardware name (checked against the device; the "
-                   "device's own name wins unless --force-hardware-name)")
+    p.add_argument(
+        "--hardware",
+        help="expected hardware name (checked against the device; the "
+        "device's own name wins unless --force-hardware-name)",
+    )
     p.add_argument("--force-hardware-name", action="store_true")
     p.add_argument("--out", default="profiles", help="parent folder (default: profiles)")
     p.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
@@ -54,8 +77,12 @@ def _parser():
     p.add_argument("--skip-blocks", action="store_true")
     p.add_argument("--skip-operators", action="store_true")
     p.add_argument("--block-steps", type=int, default=10)
-    p.add_argument("--time-budget-s", type=float, default=330.0,
-                   help="operator sweep stops starting new shapes after this (default 330)")
+    p.add_argument(
+        "--time-budget-s",
+        type=float,
+        default=330.0,
+        help="operator sweep stops starting new shapes after this (default 330)",
+    )
     return p
 
 
@@ -64,7 +91,7 @@ def main(argv=None) -> int:
     t_start = time.monotonic()
     device = pick_device()
     tiny = args.tiny or device == "cpu"
-    say = lambda msg: print(f"[{time.monotonic() - t_start:7.1f} s] {msg}", flush=True)  # noqa: E731
+    say = lambda msg: print(f"[{time.monotonic() - t_start:7.1f} s] {msg}", flush=True)
 
     meta = device_meta(device)
     detected = hardware_name(meta["device_name"]) if device == "cuda" else "cpu"
@@ -74,12 +101,16 @@ def main(argv=None) -> int:
             hw = args.hardware
             say(f"WARNING: device is {meta['device_name']!r} ({detected}); forced name {hw}")
         else:
-            say(f"WARNING: --hardware {args.hardware} but the device is "
-                f"{meta['device_name']!r}: writing under {detected}")
+            say(
+                f"WARNING: --hardware {args.hardware} but the device is "
+                f"{meta['device_name']!r}: writing under {detected}"
+            )
     out_dir = os.path.join(args.out, hw)
     os.makedirs(out_dir, exist_ok=True)
-    say(f"device {meta['device_name']} -> {out_dir} (torch {meta['torch']}, cuda {meta['cuda']}, "
-        f"driver {meta.get('driver_version')})")
+    say(
+        f"device {meta['device_name']} -> {out_dir} (torch {meta['torch']}, cuda {meta['cuda']}, "
+        f"driver {meta.get('driver_version')})"
+    )
 
     sweep_name = "tiny" if tiny else ("quick" if args.quick else "full")
     sweep = SWEEPS[sweep_name]
@@ -91,15 +122,23 @@ def main(argv=None) -> int:
             raise SystemExit(f"unknown models for this sweep: {sorted(unknown)}")
         catalog = [d for d in catalog if d["name"] in wanted]
     timer = Timer(device, **sweep["timer"])
-    meta.update({
-        "schema": "nest.profile_meta/v1", "hardware": hw, "hardware_detected": detected,
-        "sweep": sweep_name, "sweep_settings": {k: v for k, v in sweep.items()},
-        "timing_method": timer.method, "dtype": "bfloat16", "mbs": [1],
-        "models": [d["name"] for d in catalog], "argv": list(argv or sys.argv[1:]),
-        "gpu_state_start": gpu_state() if device == "cuda" else None,
-        "csv_columns": {f: ["op", *FAMILY_FIELDS[f], *MEASURE_COLUMNS] for f in FAMILY_ORDER},
-        "conventions": _ops.__doc__.strip() + "\n\n" + _shapes.__doc__.strip(),
-    })
+    meta.update(
+        {
+            "schema": "nest.profile_meta/v1",
+            "hardware": hw,
+            "hardware_detected": detected,
+            "sweep": sweep_name,
+            "sweep_settings": {k: v for k, v in sweep.items()},
+            "timing_method": timer.method,
+            "dtype": "bfloat16",
+            "mbs": [1],
+            "models": [d["name"] for d in catalog],
+            "argv": list(argv or sys.argv[1:]),
+            "gpu_state_start": gpu_state() if device == "cuda" else None,
+            "csv_columns": {f: ["op", *FAMILY_FIELDS[f], *MEASURE_COLUMNS] for f in FAMILY_ORDER},
+            "conventions": _ops.__doc__.strip() + "\n\n" + _shapes.__doc__.strip(),
+        }
+    )
     meta_path = os.path.join(out_dir, "meta.json")
 
     def write_meta():
@@ -109,18 +148,25 @@ def main(argv=None) -> int:
 
     meta["ceilings"] = measure_ceilings(device, timer)
     c = meta["ceilings"]
-    say(f"ceilings: copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, square bf16 GEMM "
-        f"n={c['square_gemm_n']} {c['square_gemm_flops_per_s'] / 1e12:.1f} TFLOP/s")
+    say(
+        f"ceilings: copy {c['copy_bytes_per_s'] / 1e12:.2f} TB/s, square bf16 GEMM "
+        f"n={c['square_gemm_n']} {c['square_gemm_flops_per_s'] / 1e12:.1f} TFLOP/s"
+    )
     write_meta()
 
     if not args.skip_blocks:
         say("block validation")
         res = _blocks.validate_blocks(
-            os.path.join(out_dir, "blocks.json"), tiny=tiny, device=device,
-            models=None if not args.models or tiny else
-            [m for m in _blocks.BLOCK_MODELS if m in args.models.split(",")],
-            warmup_steps=2 if tiny else 3, num_steps=3 if tiny else args.block_steps,
-            progress=say)
+            os.path.join(out_dir, "blocks.json"),
+            tiny=tiny,
+            device=device,
+            models=None
+            if not args.models or tiny
+            else [m for m in _blocks.BLOCK_MODELS if m in args.models.split(",")],
+            warmup_steps=2 if tiny else 3,
+            num_steps=3 if tiny else args.block_steps,
+            progress=say,
+        )
         meta["blocks"] = {"file": "blocks.json", "count": len(res["blocks"])}
         write_meta()
 
@@ -129,11 +175,18 @@ def main(argv=None) -> int:
         counts = {f: sum(s["family"] == f for s in shapes) for f in FAMILY_ORDER}
         say(f"operators: {len(shapes)} shapes {counts}")
         deadline = time.monotonic() + args.time_budget_s
-        summary = profile_operators(shapes, out_dir, device=device, timer=timer,
-                                    deadline=deadline, progress=say)
-        meta["operators"] = {f: {"file": os.path.basename(v["path"]), "rows": v["rows"],
-                                 "skipped_time_budget": v["skipped"], "errors": v["errors"]}
-                             for f, v in summary.items()}
+        summary = profile_operators(
+            shapes, out_dir, device=device, timer=timer, deadline=deadline, progress=say
+        )
+        meta["operators"] = {
+            f: {
+                "file": os.path.basename(v["path"]),
+                "rows": v["rows"],
+                "skipped_time_budget": v["skipped"],
+                "errors": v["errors"],
+            }
+            for f, v in summary.items()
+        }
         meta["truncated"] = any(v["skipped"] for v in summary.values())
     meta["gpu_state_end"] = gpu_state() if device == "cuda" else None
     write_meta()

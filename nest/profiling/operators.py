@@ -26,18 +26,35 @@ from .shapes import FAMILY_FIELDS
 from .timing import Timer, pick_device
 
 MEASURE_COLUMNS = (
-    "dtype", "fwd_time_s", "bwd_time_s", "bwd_dgrad_time_s", "bwd_wgrad_time_s",
-    "fwd_flops", "bwd_flops", "fwd_bytes", "bwd_bytes",
-    "fwd_flops_per_s", "bwd_flops_per_s", "fwd_bytes_per_s", "bwd_bytes_per_s",
-    "num_repeats", "backend", "tags", "error",
+    "dtype",
+    "fwd_time_s",
+    "bwd_time_s",
+    "bwd_dgrad_time_s",
+    "bwd_wgrad_time_s",
+    "fwd_flops",
+    "bwd_flops",
+    "fwd_bytes",
+    "bwd_bytes",
+    "fwd_flops_per_s",
+    "bwd_flops_per_s",
+    "fwd_bytes_per_s",
+    "bwd_bytes_per_s",
+    "num_repeats",
+    "backend",
+    "tags",
+    "error",
 )
 FAMILY_ORDER = ("matmul", "attention", "moe", "norm", "elementwise", "cross_entropy", "embedding")
 
 # Analytic FLOPs per element for the memory-bound ops (forward, backward): rough operation counts
 # of the reference formulas; these ops are bandwidth-bound, so the byte counts matter more.
 _ELEM_FLOPS = {
-    "layernorm": (8, 16), "rmsnorm": (5, 10), "gelu": (8, 12), "silu": (4, 8),
-    "swiglu": (5, 10), "softmax": (5, 4),
+    "layernorm": (8, 16),
+    "rmsnorm": (5, 10),
+    "gelu": (8, 12),
+    "silu": (4, 8),
+    "swiglu": (5, 10),
+    "softmax": (5, 4),
 }
 
 
@@ -65,10 +82,18 @@ def bench_matmul(s, timer, device, dtype):
     t_wg, _ = timer(lambda: torch.matmul(dy.t(), x))
     e = torch.tensor([], dtype=dtype).element_size()
     gemm_bytes = e * (m * k + n * k + m * n)
-    return dict(fwd_time_s=t_f, bwd_time_s=t_dg + t_wg, bwd_dgrad_time_s=t_dg,
-                bwd_wgrad_time_s=t_wg, fwd_flops=2 * m * n * k, bwd_flops=4 * m * n * k,
-                fwd_bytes=gemm_bytes, bwd_bytes=2 * gemm_bytes, num_repeats=reps,
-                backend="torch.nn.functional.linear / torch.matmul")
+    return {
+        "fwd_time_s": t_f,
+        "bwd_time_s": t_dg + t_wg,
+        "bwd_dgrad_time_s": t_dg,
+        "bwd_wgrad_time_s": t_wg,
+        "fwd_flops": 2 * m * n * k,
+        "bwd_flops": 4 * m * n * k,
+        "fwd_bytes": gemm_bytes,
+        "bwd_bytes": 2 * gemm_bytes,
+        "num_repeats": reps,
+        "backend": "torch.nn.functional.linear / torch.matmul",
+    }
 
 
 def bench_moe(s, timer, device, dtype):
@@ -81,10 +106,18 @@ def bench_moe(s, timer, device, dtype):
     t_wg, _ = timer(lambda: torch.bmm(dy.transpose(1, 2), x))
     e = torch.tensor([], dtype=dtype).element_size()
     gemm_bytes = e * ne * (m * k + n * k + m * n)
-    return dict(fwd_time_s=t_f, bwd_time_s=t_dg + t_wg, bwd_dgrad_time_s=t_dg,
-                bwd_wgrad_time_s=t_wg, fwd_flops=2 * ne * m * n * k,
-                bwd_flops=4 * ne * m * n * k, fwd_bytes=gemm_bytes, bwd_bytes=2 * gemm_bytes,
-                num_repeats=reps, backend="torch.bmm (experts batched, equal tokens per expert)")
+    return {
+        "fwd_time_s": t_f,
+        "bwd_time_s": t_dg + t_wg,
+        "bwd_dgrad_time_s": t_dg,
+        "bwd_wgrad_time_s": t_wg,
+        "fwd_flops": 2 * ne * m * n * k,
+        "bwd_flops": 4 * ne * m * n * k,
+        "fwd_bytes": gemm_bytes,
+        "bwd_bytes": 2 * gemm_bytes,
+        "num_repeats": reps,
+        "backend": "torch.bmm (experts batched, equal tokens per expert)",
+    }
 
 
 def _sdpa_variants(device):
@@ -93,7 +126,8 @@ def _sdpa_variants(device):
     if device == "cuda":
         try:
             from torch.nn.attention import SDPBackend, sdpa_kernel
-            flash = lambda: sdpa_kernel([SDPBackend.FLASH_ATTENTION])  # noqa: E731
+
+            flash = lambda: sdpa_kernel([SDPBackend.FLASH_ATTENTION])
             variants += [("flash", flash, "gqa"), ("flash", flash, "expand")]
         except ImportError:
             pass
@@ -120,8 +154,11 @@ def bench_attention(s, timer, device, dtype):
             kw = {}
 
         def fwd(kw=kw, kv_mode=kv_mode):
-            kk, vv = (k, v) if kv_mode == "gqa" else (k.repeat_interleave(rep, 1),
-                                                       v.repeat_interleave(rep, 1))
+            kk, vv = (
+                (k, v)
+                if kv_mode == "gqa"
+                else (k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1))
+            )
             return F.scaled_dot_product_attention(q, kk, vv, is_causal=causal, **kw)
 
         try:
@@ -146,19 +183,31 @@ def bench_attention(s, timer, device, dtype):
     frac = 0.5 if causal else 1.0  # causal mask skips about half the score matrix
     fwd_flops = int(4 * b * a * sq * skv * d * frac)  # QK^T and PV
     q_el, kv_el = b * sq * a * d, b * skv * kv * d
-    return dict(fwd_time_s=t_f, bwd_time_s=t_b, fwd_flops=fwd_flops, bwd_flops=2 * fwd_flops,
-                fwd_bytes=e * (2 * q_el + 2 * kv_el),            # read q, k, v; write o
-                bwd_bytes=e * (4 * q_el + 4 * kv_el),            # read q,k,v,o,do; write dq,dk,dv
-                num_repeats=reps, backend=backend)
+    return {
+        "fwd_time_s": t_f,
+        "bwd_time_s": t_b,
+        "fwd_flops": fwd_flops,
+        "bwd_flops": 2 * fwd_flops,
+        "fwd_bytes": e * (2 * q_el + 2 * kv_el),  # read q, k, v; write o
+        "bwd_bytes": e * (4 * q_el + 4 * kv_el),  # read q,k,v,o,do; write dq,dk,dv
+        "num_repeats": reps,
+        "backend": backend,
+    }
 
 
 def _elementwise_common(op, rows, cols, n_in, t_f, t_b, reps, e, backend):
     ff, fb = _ELEM_FLOPS[op]
     el = rows * cols
-    return dict(fwd_time_s=t_f, bwd_time_s=t_b, fwd_flops=ff * el, bwd_flops=fb * el,
-                fwd_bytes=e * el * (n_in + 1),        # read inputs, write output
-                bwd_bytes=e * el * (2 * n_in + 1),    # read inputs + dy, write dinputs
-                num_repeats=reps, backend=backend)
+    return {
+        "fwd_time_s": t_f,
+        "bwd_time_s": t_b,
+        "fwd_flops": ff * el,
+        "bwd_flops": fb * el,
+        "fwd_bytes": e * el * (n_in + 1),  # read inputs, write output
+        "bwd_bytes": e * el * (2 * n_in + 1),  # read inputs + dy, write dinputs
+        "num_repeats": reps,
+        "backend": backend,
+    }
 
 
 def bench_norm(s, timer, device, dtype):
@@ -167,15 +216,16 @@ def bench_norm(s, timer, device, dtype):
     w = _randn(cols, device=device, dtype=dtype, grad=True)
     if op == "layernorm":
         bias = _randn(cols, device=device, dtype=dtype, grad=True)
-        fwd = lambda: F.layer_norm(x, (cols,), w, bias)  # noqa: E731
+        fwd = lambda: F.layer_norm(x, (cols,), w, bias)
         params, backend = (x, w, bias), "torch.nn.functional.layer_norm"
     elif op == "rmsnorm":
         if hasattr(F, "rms_norm"):
-            fwd = lambda: F.rms_norm(x, (cols,), w, eps=1e-5)  # noqa: E731
+            fwd = lambda: F.rms_norm(x, (cols,), w, eps=1e-5)
             backend = "torch.nn.functional.rms_norm"
         else:  # pragma: no cover - torch < 2.4
-            fwd = lambda: x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5).to(  # noqa: E731
-                x.dtype) * w
+            fwd = lambda: (
+                x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5).to(x.dtype) * w
+            )
             backend = "unfused rms_norm"
         params = (x, w)
     else:
@@ -192,15 +242,15 @@ def bench_elementwise(s, timer, device, dtype):
     x = _randn(rows, cols, device=device, dtype=dtype, grad=True)
     inputs = (x,)
     if op == "gelu":
-        fwd = lambda: F.gelu(x, approximate="tanh")  # noqa: E731
+        fwd = lambda: F.gelu(x, approximate="tanh")
     elif op == "silu":
-        fwd = lambda: F.silu(x)  # noqa: E731
+        fwd = lambda: F.silu(x)
     elif op == "swiglu":
         u = _randn(rows, cols, device=device, dtype=dtype, grad=True)
         inputs = (x, u)
-        fwd = lambda: F.silu(x) * u  # noqa: E731
+        fwd = lambda: F.silu(x) * u
     elif op == "softmax":
-        fwd = lambda: torch.softmax(x, dim=-1)  # noqa: E731
+        fwd = lambda: torch.softmax(x, dim=-1)
     else:
         raise ValueError(f"unknown elementwise op {op!r}")
     t_f, reps = timer(fwd)
@@ -214,36 +264,53 @@ def bench_embedding(s, timer, device, dtype):
     tokens, vocab, hidden = s["tokens"], s["vocab"], s["hidden"]
     w = _randn(vocab, hidden, device=device, dtype=dtype, grad=True)
     idx = torch.randint(0, vocab, (tokens,), device=device)
-    fwd = lambda: F.embedding(idx, w)  # noqa: E731
+    fwd = lambda: F.embedding(idx, w)
     t_f, reps = timer(fwd)
     out = fwd()
     t_b, _ = timer(_bwd(out, (w,), torch.randn_like(out)))
     e = torch.tensor([], dtype=dtype).element_size()
-    return dict(fwd_time_s=t_f, bwd_time_s=t_b, fwd_flops=0, bwd_flops=tokens * hidden,
-                fwd_bytes=2 * e * tokens * hidden + 8 * tokens,
-                # dense weight gradient written once, dy read, rows accumulated
-                bwd_bytes=e * vocab * hidden + 2 * e * tokens * hidden + 8 * tokens,
-                num_repeats=reps, backend="torch.nn.functional.embedding (dense grad)")
+    return {
+        "fwd_time_s": t_f,
+        "bwd_time_s": t_b,
+        "fwd_flops": 0,
+        "bwd_flops": tokens * hidden,
+        "fwd_bytes": 2 * e * tokens * hidden + 8 * tokens,
+        # dense weight gradient written once, dy read, rows accumulated
+        "bwd_bytes": e * vocab * hidden + 2 * e * tokens * hidden + 8 * tokens,
+        "num_repeats": reps,
+        "backend": "torch.nn.functional.embedding (dense grad)",
+    }
 
 
 def bench_cross_entropy(s, timer, device, dtype):
     tokens, vocab = s["tokens"], s["vocab"]
     logits = _randn(tokens, vocab, device=device, dtype=dtype, grad=True)
     target = torch.randint(0, vocab, (tokens,), device=device)
-    fwd = lambda: F.cross_entropy(logits.float(), target)  # noqa: E731
+    fwd = lambda: F.cross_entropy(logits.float(), target)
     t_f, reps = timer(fwd)
     loss = fwd()
     t_b, _ = timer(_bwd(loss, (logits,)))
     e = torch.tensor([], dtype=dtype).element_size()
     el = tokens * vocab
-    return dict(fwd_time_s=t_f, bwd_time_s=t_b, fwd_flops=5 * el, bwd_flops=3 * el,
-                fwd_bytes=e * el + 8 * tokens, bwd_bytes=2 * e * el + 8 * tokens,
-                num_repeats=reps, backend="cross_entropy on fp32 upcast of bf16 logits")
+    return {
+        "fwd_time_s": t_f,
+        "bwd_time_s": t_b,
+        "fwd_flops": 5 * el,
+        "bwd_flops": 3 * el,
+        "fwd_bytes": e * el + 8 * tokens,
+        "bwd_bytes": 2 * e * el + 8 * tokens,
+        "num_repeats": reps,
+        "backend": "cross_entropy on fp32 upcast of bf16 logits",
+    }
 
 
 BENCH = {
-    "matmul": bench_matmul, "moe": bench_moe, "attention": bench_attention, "norm": bench_norm,
-    "elementwise": bench_elementwise, "embedding": bench_embedding,
+    "matmul": bench_matmul,
+    "moe": bench_moe,
+    "attention": bench_attention,
+    "norm": bench_norm,
+    "elementwise": bench_elementwise,
+    "embedding": bench_embedding,
     "cross_entropy": bench_cross_entropy,
 }
 
@@ -254,8 +321,17 @@ def _shape_priority(s):
     return (grid_only,)
 
 
-def profile_operators(shapes, out_dir, *, device=None, dtype=torch.bfloat16, timer=None,
-                      families=None, deadline=None, progress=print) -> dict:
+def profile_operators(
+    shapes,
+    out_dir,
+    *,
+    device=None,
+    dtype=torch.bfloat16,
+    timer=None,
+    families=None,
+    deadline=None,
+    progress=print,
+) -> dict:
     """Time every shape and write ``<out_dir>/<family>.csv`` (rows flushed as they come).
 
     deadline: ``time.monotonic()`` value after which the remaining shapes are skipped.
@@ -302,9 +378,11 @@ def profile_operators(shapes, out_dir, *, device=None, dtype=torch.bfloat16, tim
                 writer.writerow({k: _fmt(v) for k, v in row.items()})
                 fh.flush()
                 info["rows"] += 1
-        progress(f"[profile] {family}: {info['rows']} shapes in {time.monotonic() - t_fam:.1f} s"
-                 + (f", {info['skipped']} skipped (time budget)" if info["skipped"] else "")
-                 + (f", {info['errors']} errors" if info["errors"] else ""))
+        progress(
+            f"[profile] {family}: {info['rows']} shapes in {time.monotonic() - t_fam:.1f} s"
+            + (f", {info['skipped']} skipped (time budget)" if info["skipped"] else "")
+            + (f", {info['errors']} errors" if info["errors"] else "")
+        )
     return summary
 
 

@@ -33,34 +33,138 @@ FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
 
 # Paper Table 2 / Appendix C (REFERENCE.md section 1). BERT is an encoder (bidirectional attention).
 PAPER_MODELS: list[dict] = [
-    dict(name="bert_large", hidden_size=1024, num_heads=16, num_kv_heads=16, ffn_hidden_size=4096,
-         ffn_type="gelu", vocab_size=30522, seq_len=512, num_experts=0, top_k=0,
-         num_layers=24, norm="layernorm", bias=True, causal=False),
-    dict(name="llama2_7b", hidden_size=4096, num_heads=32, num_kv_heads=32, ffn_hidden_size=11008,
-         ffn_type="swiglu", vocab_size=32000, seq_len=4096, num_experts=0, top_k=0,
-         num_layers=32, norm="rmsnorm", bias=False, causal=True),
-    dict(name="llama3_70b", hidden_size=8192, num_heads=64, num_kv_heads=8, ffn_hidden_size=28672,
-         ffn_type="swiglu", vocab_size=128256, seq_len=4096, num_experts=0, top_k=0,
-         num_layers=80, norm="rmsnorm", bias=False, causal=True),
-    dict(name="gpt3_175b", hidden_size=12288, num_heads=96, num_kv_heads=96, ffn_hidden_size=49152,
-         ffn_type="gelu", vocab_size=50257, seq_len=2048, num_experts=0, top_k=0,
-         num_layers=96, norm="layernorm", bias=True, causal=True),
-    dict(name="mixtral_8x7b", hidden_size=4096, num_heads=32, num_kv_heads=8, ffn_hidden_size=14336,
-         ffn_type="swiglu", vocab_size=32000, seq_len=4096, num_experts=8, top_k=2,
-         num_layers=32, norm="rmsnorm", bias=False, causal=True),
+    {
+        "name": "bert_large",
+        "hidden_size": 1024,
+        "num_heads": 16,
+        "num_kv_heads": 16,
+        "ffn_hidden_size": 4096,
+        "ffn_type": "gelu",
+        "vocab_size": 30522,
+        "seq_len": 512,
+        "num_experts": 0,
+        "top_k": 0,
+        "num_layers": 24,
+        "norm": "layernorm",
+        "bias": True,
+        "causal": False,
+    },
+    {
+        "name": "llama2_7b",
+        "hidden_size": 4096,
+        "num_heads": 32,
+        "num_kv_heads": 32,
+        "ffn_hidden_size": 11008,
+        "ffn_type": "swiglu",
+        "vocab_size": 32000,
+        "seq_len": 4096,
+        "num_experts": 0,
+        "top_k": 0,
+        "num_layers": 32,
+        "norm": "rmsnorm",
+        "bias": False,
+        "causal": True,
+    },
+    {
+        "name": "llama3_70b",
+        "hidden_size": 8192,
+        "num_heads": 64,
+        "num_kv_heads": 8,
+        "ffn_hidden_size": 28672,
+        "ffn_type": "swiglu",
+        "vocab_size": 128256,
+        "seq_len": 4096,
+        "num_experts": 0,
+        "top_k": 0,
+        "num_layers": 80,
+        "norm": "rmsnorm",
+        "bias": False,
+        "causal": True,
+    },
+    {
+        "name": "gpt3_175b",
+        "hidden_size": 12288,
+        "num_heads": 96,
+        "num_kv_heads": 96,
+        "ffn_hidden_size": 49152,
+        "ffn_type": "gelu",
+        "vocab_size": 50257,
+        "seq_len": 2048,
+        "num_experts": 0,
+        "top_k": 0,
+        "num_layers": 96,
+        "norm": "layernorm",
+        "bias": True,
+        "causal": True,
+    },
+    {
+        "name": "mixtral_8x7b",
+        "hidden_size": 4096,
+        "num_heads": 32,
+        "num_kv_heads": 8,
+        "ffn_hidden_size": 14336,
+        "ffn_type": "swiglu",
+        "vocab_size": 32000,
+        "seq_len": 4096,
+        "num_experts": 8,
+        "top_k": 2,
+        "num_layers": 32,
+        "norm": "rmsnorm",
+        "bias": False,
+        "causal": True,
+    },
 ]
 
 # Tiny flavors (same structure, CPU-sized) for tests and for the CPU path of the profiler.
 TINY_MODELS: list[dict] = [
-    dict(name="tiny_gelu", hidden_size=64, num_heads=4, num_kv_heads=4, ffn_hidden_size=256,
-         ffn_type="gelu", vocab_size=512, seq_len=32, num_experts=0, top_k=0,
-         num_layers=2, norm="layernorm", bias=True, causal=False),
-    dict(name="tiny_swiglu", hidden_size=64, num_heads=4, num_kv_heads=2, ffn_hidden_size=160,
-         ffn_type="swiglu", vocab_size=256, seq_len=32, num_experts=0, top_k=0,
-         num_layers=2, norm="rmsnorm", bias=False, causal=True),
-    dict(name="tiny_moe", hidden_size=64, num_heads=4, num_kv_heads=2, ffn_hidden_size=96,
-         ffn_type="swiglu", vocab_size=500, seq_len=32, num_experts=4, top_k=2,
-         num_layers=2, norm="rmsnorm", bias=False, causal=True),
+    {
+        "name": "tiny_gelu",
+        "hidden_size": 64,
+        "num_heads": 4,
+        "num_kv_heads": 4,
+        "ffn_hidden_size": 256,
+        "ffn_type": "gelu",
+        "vocab_size": 512,
+        "seq_len": 32,
+        "num_experts": 0,
+        "top_k": 0,
+        "num_layers": 2,
+        "norm": "layernorm",
+        "bias": True,
+        "causal": False,
+    },
+    {
+        "name": "tiny_swiglu",
+        "hidden_size": 64,
+        "num_heads": 4,
+        "num_kv_heads": 2,
+        "ffn_hidden_size": 160,
+        "ffn_type": "swiglu",
+        "vocab_size": 256,
+        "seq_len": 32,
+        "num_experts": 0,
+        "top_k": 0,
+        "num_layers": 2,
+        "norm": "rmsnorm",
+        "bias": False,
+        "causal": True,
+    },
+    {
+        "name": "tiny_moe",
+        "hidden_size": 64,
+        "num_heads": 4,
+        "num_kv_heads": 2,
+        "ffn_hidden_size": 96,
+        "ffn_type": "swiglu",
+        "vocab_size": 500,
+        "seq_len": 32,
+        "num_experts": 4,
+        "top_k": 2,
+        "num_layers": 2,
+        "norm": "rmsnorm",
+        "bias": False,
+        "causal": True,
+    },
 ]
 
 DEFAULT_M_GRID = (512, 1024, 2048, 4096, 8192)
@@ -77,8 +181,15 @@ def _div(x: int, t: int) -> int:
     return max(1, math.ceil(x / t))
 
 
-def shapes_for_model(dims: dict, tp_degrees=(1, 2, 4, 8), mbs_list=(1,), *,
-                     m_grid=DEFAULT_M_GRID, cp_degrees=(1,), ep_degrees=(1, 2, 4, 8)) -> list[dict]:
+def shapes_for_model(
+    dims: dict,
+    tp_degrees=(1, 2, 4, 8),
+    mbs_list=(1,),
+    *,
+    m_grid=DEFAULT_M_GRID,
+    cp_degrees=(1,),
+    ep_degrees=(1, 2, 4, 8),
+) -> list[dict]:
     """Operator shapes one model needs, deduplicated.
 
     dims: name, hidden_size, num_heads, num_kv_heads, ffn_hidden_size, ffn_type ("gelu"|"swiglu"),
@@ -142,8 +253,18 @@ def shapes_for_model(dims: dict, tp_degrees=(1, 2, 4, 8), mbs_list=(1,), *,
                 if seq % c:
                     continue
                 s_loc = seq // c
-                add("attention", "sdpa", f"{name}:attn:t{t}:c{c}:mbs{mbs}", b=mbs, s_q=s_loc,
-                    s_kv=s_loc, heads=a_t, kv_heads=kv_t, head_dim=hd, causal=int(causal))
+                add(
+                    "attention",
+                    "sdpa",
+                    f"{name}:attn:t{t}:c{c}:mbs{mbs}",
+                    b=mbs,
+                    s_q=s_loc,
+                    s_kv=s_loc,
+                    heads=a_t,
+                    kv_heads=kv_t,
+                    head_dim=hd,
+                    causal=int(causal),
+                )
             # attention-score softmax (only when attention is not fused)
             add("elementwise", "softmax", f"{base}:attn_softmax", rows=mbs * a_t * seq, cols=seq)
             # --- norms: full rows without SP, m / t rows with sequence parallelism
@@ -157,8 +278,14 @@ def shapes_for_model(dims: dict, tp_degrees=(1, 2, 4, 8), mbs_list=(1,), *,
                 add("elementwise", "silu", f"{base}:silu", rows=act_rows, cols=_div(f, t))
                 add("elementwise", "swiglu", f"{base}:swiglu", rows=act_rows, cols=_div(f, t))
             # --- vocabulary ops (vocab-parallel embedding and loss)
-            add("embedding", "embedding", f"{base}:embedding", tokens=m, vocab=_div(vocab, t),
-                hidden=h)
+            add(
+                "embedding",
+                "embedding",
+                f"{base}:embedding",
+                tokens=m,
+                vocab=_div(vocab, t),
+                hidden=h,
+            )
             add("cross_entropy", "cross_entropy", f"{base}:loss", tokens=m, vocab=_div(vocab, t))
             # --- MoE: router softmax and expert GEMMs grouped by expert
             if moe:
@@ -169,18 +296,40 @@ def shapes_for_model(dims: dict, tp_degrees=(1, 2, 4, 8), mbs_list=(1,), *,
                     local = num_experts // ep
                     tpe = _div(ep * m * top_k, num_experts)
                     tag = f"{name}:t{t}:ep{ep}:mbs{mbs}"
-                    add("moe", "expert_up", f"{tag}:expert_up", experts=local, m=tpe,
-                        n=_div(f, t), k=h)
+                    add(
+                        "moe",
+                        "expert_up",
+                        f"{tag}:expert_up",
+                        experts=local,
+                        m=tpe,
+                        n=_div(f, t),
+                        k=h,
+                    )
                     if ffn_type == "swiglu":
-                        add("moe", "expert_gate", f"{tag}:expert_gate", experts=local, m=tpe,
-                            n=_div(f, t), k=h)
-                    add("moe", "expert_down", f"{tag}:expert_down", experts=local, m=tpe, n=h,
-                        k=_div(f, t))
+                        add(
+                            "moe",
+                            "expert_gate",
+                            f"{tag}:expert_gate",
+                            experts=local,
+                            m=tpe,
+                            n=_div(f, t),
+                            k=h,
+                        )
+                    add(
+                        "moe",
+                        "expert_down",
+                        f"{tag}:expert_down",
+                        experts=local,
+                        m=tpe,
+                        n=h,
+                        k=_div(f, t),
+                    )
                 # per-expert GEMMs as dense matmuls along the m grid, for interpolation
                 for mm in sorted(set([_div(m * top_k, num_experts)] + list(m_grid))):
                     add("matmul", "matmul", f"{name}:expert_up:t{t}:grid", m=mm, n=_div(f, t), k=h)
-                    add("matmul", "matmul", f"{name}:expert_down:t{t}:grid", m=mm, n=h,
-                        k=_div(f, t))
+                    add(
+                        "matmul", "matmul", f"{name}:expert_down:t{t}:grid", m=mm, n=h, k=_div(f, t)
+                    )
     return list(out.values())
 
 

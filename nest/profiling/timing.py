@@ -26,8 +26,9 @@ class Timer:
     ``[min_reps, max_reps]``. CPU: ``time.perf_counter`` around each call, same median rule.
     """
 
-    def __init__(self, device: str, *, warmup_s=0.005, rep_s=0.02, min_reps=5, max_reps=200,
-                 flush_l2=True):
+    def __init__(
+        self, device: str, *, warmup_s=0.005, rep_s=0.02, min_reps=5, max_reps=200, flush_l2=True
+    ):
         self.device = device
         self.warmup_s = warmup_s
         self.rep_s = rep_s
@@ -40,12 +41,16 @@ class Timer:
     @property
     def method(self) -> str:
         if self.device == "cuda":
-            return (f"CUDA events per call, L2 flushed before each call "
-                    f"({'256 MiB' if self._cache is not None else 'off'}), median of "
-                    f"{self.min_reps}..{self.max_reps} runs (~{self.rep_s * 1e3:.0f} ms), "
-                    f"warm-up ~{self.warmup_s * 1e3:.0f} ms")
-        return (f"time.perf_counter per call, median of {self.min_reps}..{self.max_reps} runs "
-                f"(~{self.rep_s * 1e3:.0f} ms), warm-up ~{self.warmup_s * 1e3:.0f} ms")
+            return (
+                f"CUDA events per call, L2 flushed before each call "
+                f"({'256 MiB' if self._cache is not None else 'off'}), median of "
+                f"{self.min_reps}..{self.max_reps} runs (~{self.rep_s * 1e3:.0f} ms), "
+                f"warm-up ~{self.warmup_s * 1e3:.0f} ms"
+            )
+        return (
+            f"time.perf_counter per call, median of {self.min_reps}..{self.max_reps} runs "
+            f"(~{self.rep_s * 1e3:.0f} ms), warm-up ~{self.warmup_s * 1e3:.0f} ms"
+        )
 
     def _flush(self):
         if self._cache is not None:
@@ -103,8 +108,13 @@ class Timer:
 
 def _nvidia_smi(query: str) -> list[str] | None:
     try:
-        r = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
-                           capture_output=True, text=True, timeout=20)
+        r = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if r.returncode != 0:
@@ -136,7 +146,7 @@ def hardware_name(device_name: str) -> str:
 
 def device_meta(device: str) -> dict:
     meta = {
-        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "device": device,
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -146,24 +156,34 @@ def device_meta(device: str) -> dict:
     }
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
-        meta.update({
-            "device_name": torch.cuda.get_device_name(0),
-            "compute_capability": f"{props.major}.{props.minor}",
-            "multiprocessor_count": props.multi_processor_count,
-            "total_memory_bytes": int(props.total_memory),
-            "l2_cache_bytes": int(getattr(props, "L2_cache_size", 0)) or None,
-            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available()
-            else None,
-        })
+        meta.update(
+            {
+                "device_name": torch.cuda.get_device_name(0),
+                "compute_capability": f"{props.major}.{props.minor}",
+                "multiprocessor_count": props.multi_processor_count,
+                "total_memory_bytes": int(props.total_memory),
+                "l2_cache_bytes": int(getattr(props, "L2_cache_size", 0)) or None,
+                "cudnn": torch.backends.cudnn.version()
+                if torch.backends.cudnn.is_available()
+                else None,
+            }
+        )
         smi = _nvidia_smi("driver_version,name,memory.total,clocks.max.sm,power.limit")
         if smi:
-            meta.update({"driver_version": smi[0], "nvidia_smi_name": smi[1],
-                         "nvidia_smi_memory_total": smi[2], "clocks_max_sm": smi[3],
-                         "power_limit": smi[4]})
+            meta.update(
+                {
+                    "driver_version": smi[0],
+                    "nvidia_smi_name": smi[1],
+                    "nvidia_smi_memory_total": smi[2],
+                    "clocks_max_sm": smi[3],
+                    "power_limit": smi[4],
+                }
+            )
         else:
             meta["driver_version"] = None
         try:
             import triton
+
             meta["triton"] = triton.__version__
         except Exception:  # noqa: BLE001 - optional
             meta["triton"] = None
@@ -188,7 +208,6 @@ def measure_ceilings(device: str, timer: Timer) -> dict:
         "copy_bytes_per_s": 2 * n_copy / t_copy,
         "square_gemm_n": n_mm,
         "square_gemm_time_s": t_mm,
-        "square_gemm_flops_per_s": 2 * n_mm ** 3 / t_mm,
+        "square_gemm_flops_per_s": 2 * n_mm**3 / t_mm,
     }
-    del src, dst, a, b
     return out

@@ -1,0 +1,24 @@
+# NEST harness: model spec -> layer graph -> plan -> evaluation -> results CSV -> figures.
+# Table of contents only; rules live in workflow/rules, logic in nest/ and baselines/.
+from snakemake.utils import min_version, validate
+
+min_version("8.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/graph.smk"
+include: "workflow/rules/plan.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
+
+
+rule figures:
+    input:
+        figure_targets(),
+    default_target: True

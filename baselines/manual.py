@@ -1,0 +1,67 @@
+"""Manual baseline: the paper's Megatron-style configurations (REFERENCE.md, config/paper/).
+
+Follows Megatron-LM practice (Narayanan et al. 2021b, section 3): the transformer blocks split
+evenly over p stages (the first stages take one more when p does not divide them), the embedding
+on the first stage and the LM head on the last, Megatron's default rank order (tensor fastest,
+then data, then pipeline: `replica_major`). Deliberate choices where the paper is silent:
+recomputation is turned on only when the plan would not fit otherwise (none, then selective, then
+full, as practitioners do) and there is no ZeRO (Megatron's default optimizer).
+"""
+
+from __future__ import annotations
+
+from nest.evaluate import Problem, evaluate
+from nest.graph.layer_graph import Variant
+from nest.planners import NoPlan
+from nest.space import make_plan
+from nest.specs import config_dir, read_yaml
+
+
+def manual_config(model: str, cluster: str, num_devices: int) -> tuple[int, int, int, int]:
+    path = config_dir() / "paper" / "manual_configs.yaml"
+    cfg = read_yaml(path)
+    table = dict(cfg["default"].get(model, {}))
+    table.update(cfg.get("by_cluster", {}).get(cluster, {}).get(model, {}))
+    if num_devices not in table:
+        raise NoPlan(f"{path} has no Manual config for {model} at {num_devices} devices")
+    try:
+        p, d, t = (int(x) for x in str(table[num_devices]).split("/"))
+    except ValueError:
+        raise NoPlan(f"{path}: key '{model}.{num_devices}': expected 'p/d/t'") from None
+    return p, d, t, int(cfg.get("ep", {}).get(model, 1))
+
+
+def uniform_cuts(num_blocks: int, pp: int) -> list[tuple[int, int]]:
+    """Layer-graph ranges: blocks spread evenly, embedding first, head last."""
+    if pp > num_blocks:
+        raise NoPlan(f"p={pp} exceeds the {num_blocks} transformer blocks")
+    base, extra = divmod(num_blocks, pp)
+    cuts, start = [], 1
+    for j in range(pp):
+        n = base + (1 if j < extra else 0)
+        cuts.append((start, start + n - 1))
+        start += n
+    cuts[0] = (0, cuts[0][1])
+    cuts[-1] = (cuts[-1][0], num_blocks + 1)
+    return cuts
+
+
+def plan(problem: Problem, settings: dict):
+    m = problem.model
+    p, d, t, e = manual_config(m.name, problem.cluster.name, problem.num_devices)
+    need = p * d * t * e
+    if need > problem.num_devices:
+        raise NoPlan(f"Manual {p}/{d}/{t} (ep={e}) needs {need} devices > {problem.num_devices}")
+    v = Variant(tp=t, sp=False, ep=e, cp=1)
+    problem.ensure_variant(v)
+    cuts = uniform_cuts(m.num_layers, p)
+    last = None
+    for mode in settings.get("recompute_order", ["none", "selective", "full"]):
+        candidate = make_plan(problem, "manual", v, p, d, cuts, [settings.get("zero_stage", 0)] * p,
+                              [mode] * p, "replica_major")
+        ev = evaluate(candidate, problem)
+        last = ev
+        if ev.feasible:
+            return candidate.with_(predicted_time_per_batch_s=ev.time_per_batch_s)
+    raise NoPlan(f"Manual {p}/{d}/{t} (ep={e}) does not fit even with full recomputation: "
+                 f"{last.reason}")

@@ -1,0 +1,162 @@
+"""The `nest` command: plan, evaluate, graph, catalogs (models, clusters, hardware, planners)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from nest.errors import SpecError
+
+EXIT_ERROR = 1  # bad input: the message names the file / key
+EXIT_INFEASIBLE = 3  # a valid plan that does not fit: written as a result, reported, non-zero
+
+
+def _fmt_bytes(x: float) -> str:
+    return f"{x / 1e9:.2f} GB"
+
+
+def summarize(plan, ev) -> str:
+    lines = [f"{plan.planner}: {plan.model} on {plan.cluster} ({plan.num_devices} devices), "
+             f"mbs={plan.mbs}, global batch {plan.global_batch}",
+             f"  pp={plan.pp} dp={plan.dp} tp={plan.tp} sp={plan.sp} ep={plan.ep} cp={plan.cp}"
+             f"  placement={plan.placement}  micro-batches={plan.num_microbatches}"
+             f"  devices used={plan.pp * plan.dp * plan.width}"]
+    for s, r in zip(plan.stages, ev.stages):
+        lines.append(f"  stage {r.index:3d}: layers {s.first_layer:3d}-{s.last_layer:3d}  "
+                     f"zero={s.zero_stage} recompute={s.recompute:9s} "
+                     f"t/mb={r.time_per_microbatch_s * 1e3:9.3f} ms  "
+                     f"mem={_fmt_bytes(r.peak_memory_bytes)}")
+    if ev.feasible:
+        lines.append(f"  time per batch {ev.time_per_batch_s:.4f} s, throughput "
+                     f"{ev.throughput_samples_per_s:.2f} samples/s, MFU {ev.mfu:.1%}")
+    else:
+        lines.append(f"  INFEASIBLE: {ev.reason}")
+    if plan.solve_time_s is not None:
+        lines.append(f"  solve time {plan.solve_time_s:.3f} s")
+    return "\n".join(lines)
+
+
+def cmd_plan(a) -> int:
+    from nest.evaluate import make_problem
+    from nest.planners import run_planner
+
+    problem = make_problem(a.model, a.cluster, a.num_devices, a.mbs)
+    out = run_planner(a.planner, problem)
+    if out.plan is None:
+        print(f"{a.planner}: {out.reason}", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    print(summarize(out.plan, out.evaluation))
+    if a.output:
+        out.plan.write(a.output)
+        print(f"plan written to {a.output}")
+    return 0 if out.evaluation.feasible else EXIT_INFEASIBLE
+
+
+def cmd_evaluate(a) -> int:
+    from nest.evaluate import evaluate, make_problem
+    from nest.plan import Plan
+
+    plan = Plan.read(a.plan)
+    problem = make_problem(plan.model, plan.cluster, plan.num_devices, plan.mbs)
+    try:
+        ev = evaluate(plan, problem)
+    except SpecError as e:
+        raise SpecError(f"{a.plan}: {e}") from None
+    print(summarize(plan, ev))
+    if a.output:
+        ev.write(a.output)
+        print(f"evaluation written to {a.output}")
+    return 0 if ev.feasible else EXIT_INFEASIBLE
+
+
+def cmd_graph(a) -> int:
+    from nest.graph.closed_form import build_layer_graph
+    from nest.specs import load_model
+
+    g = build_layer_graph(load_model(a.model), a.mbs)
+    print(f"{g.model}: {g.num_layers} layers, {g.num_params / 1e9:.3f} B parameters, "
+          f"{len(g.variants)} variants ({', '.join(v.key for v in g.variants)}), "
+          f"{g.model_flops_per_sample() / 1e12:.1f} TFLOP per sample (fwd+bwd)")
+    if a.output:
+        g.write(a.output)
+        print(f"layer graph written to {a.output}")
+    return 0
+
+
+def cmd_list(a) -> int:
+    from nest import specs
+
+    if a.command == "planners":
+        from nest.planners import registry
+
+        for name, entry in registry().items():
+            print(f"{name:14s} {entry['entry']}{'' if entry.get('figures', True) else '  (not in figures)'}")
+        return 0
+    kind = {"models": "models", "clusters": "clusters", "hardware": "hardware"}[a.command]
+    for name in specs.catalog_names(kind):
+        if kind == "models":
+            m = specs.load_model(name)
+            print(f"{name:14s} {m.family:8s} layers={m.num_layers:3d} hidden={m.hidden_size:6d} "
+                  f"seq={m.seq_len}")
+        elif kind == "clusters":
+            c = specs.load_cluster(name)
+            lv = " / ".join(f"{x.name}:{x.devices_per_group}@{x.bytes_per_s / 1e9:g}GB/s"
+                            for x in c.levels)
+            print(f"{name:18s} {c.hardware.name:11s} {lv}  sizes={list(c.sizes)}")
+        else:
+            h = specs.load_hardware(name)
+            print(f"{name:12s} {h.peak_flops_per_s / 1e12:7.1f} TFLOP/s  "
+                  f"{h.hbm_bytes / 1e9:5.0f} GB  {h.hbm_bytes_per_s / 1e12:.2f} TB/s")
+    return 0
+
+
+def cmd_profile(a) -> int:
+    from nest.profiling import gpu_run
+
+    argv = ["--out", a.out] + (["--hardware", a.hardware] if a.hardware else [])
+    return gpu_run.main(argv + (["--quick"] if a.quick else [])) or 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nest", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    sp = sub.add_parser("plan", help="plan a model on a cluster with a planner")
+    sp.add_argument("--model", required=True, help="catalog name or path to a model YAML")
+    sp.add_argument("--cluster", required=True, help="catalog name or path to a cluster YAML")
+    sp.add_argument("--num-devices", type=int, required=True)
+    sp.add_argument("--planner", default="manual")
+    sp.add_argument("--mbs", type=int, default=1)
+    sp.add_argument("-o", "--output")
+    sp.set_defaults(fn=cmd_plan)
+    se = sub.add_parser("evaluate", help="score a plan JSON with the shared evaluator")
+    se.add_argument("plan")
+    se.add_argument("-o", "--output")
+    se.set_defaults(fn=cmd_evaluate)
+    sg = sub.add_parser("graph", help="build a model's layer graph")
+    sg.add_argument("--model", required=True)
+    sg.add_argument("--mbs", type=int, default=1)
+    sg.add_argument("-o", "--output")
+    sg.set_defaults(fn=cmd_graph)
+    for name in ("models", "clusters", "hardware", "planners"):
+        sub.add_parser(name, help=f"list the {name} catalog").set_defaults(fn=cmd_list)
+    sf = sub.add_parser("profile", help="time operators and blocks on this machine's GPU")
+    sf.add_argument("--hardware", help="name for the profile folder (default: from the device)")
+    sf.add_argument("--out", default="profiles")
+    sf.add_argument("--quick", action="store_true")
+    sf.set_defaults(fn=cmd_profile)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    try:
+        return a.fn(a)
+    except SpecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+

@@ -1,0 +1,73 @@
+"""Planner registry (config/planners.yaml) and the one way every planner is run.
+
+Every planner has the signature `plan(problem, settings) -> Plan` and raises `NoPlan(reason)` when
+no plan fits. Entries are imported lazily by their "module:function" string, so nest/ never imports
+baselines/ at load time, and a new planner is one file plus one registry entry.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+import traceback
+from dataclasses import dataclass
+
+from nest.errors import SpecError
+from nest.evaluate import Evaluation, Problem, evaluate
+from nest.plan import Plan
+from nest.specs import config_dir, read_yaml, validate
+
+
+class NoPlan(Exception):
+    """The planner found no feasible plan; the message says why."""
+
+
+@dataclass
+class Outcome:
+    planner: str
+    plan: Plan | None
+    evaluation: Evaluation | None
+    reason: str
+    solve_time_s: float
+
+
+def registry() -> dict[str, dict]:
+    path = config_dir() / "planners.yaml"
+    d = read_yaml(path)
+    validate(d, "planners", str(path))
+    return d
+
+
+def planner_names(figures_only: bool = False) -> list[str]:
+    return [k for k, v in registry().items() if not figures_only or v.get("figures", True)]
+
+
+def get_planner(name: str):
+    reg = registry()
+    if name not in reg:
+        raise SpecError(f"{config_dir() / 'planners.yaml'}: unknown planner '{name}'; known: "
+                        f"{', '.join(reg)}")
+    mod, fn = reg[name]["entry"].split(":")
+    return getattr(importlib.import_module(mod), fn), dict(reg[name].get("settings") or {})
+
+
+def run_planner(name: str, problem: Problem, overrides: dict | None = None) -> Outcome:
+    """Run a planner and score its plan with the shared evaluator; never raises for a planner's
+    own failure (a crash on one point must not stop a sweep): the reason is reported instead."""
+    fn, settings = get_planner(name)
+    settings.update(overrides or {})
+    t0 = time.perf_counter()
+    try:
+        plan = fn(problem, settings)
+    except NoPlan as e:
+        return Outcome(name, None, None, f"no feasible plan: {e}", time.perf_counter() - t0)
+    except SpecError:
+        raise
+    except Exception as e:  # noqa: BLE001 - reported, not hidden
+        tb = traceback.format_exc(limit=3)
+        return Outcome(name, None, None, f"planner crashed: {type(e).__name__}: {e} | {tb}",
+                       time.perf_counter() - t0)
+    solve = time.perf_counter() - t0
+    plan = plan.with_(planner=name, solve_time_s=solve)
+    ev = evaluate(plan, problem)
+    return Outcome(name, plan, ev, ev.reason, solve)

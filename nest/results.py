@@ -1,0 +1,99 @@
+"""Evaluations -> the results CSV contract (`nest.results/v1`) and no-plan records.
+
+The CSV holds one row per (model, cluster, num_devices, mbs, planner), sorted, with floats written
+at 9 significant digits so the same inputs give the same bytes. `normalized_throughput` is the
+paper's normalisation: throughput over Manual's at the smallest scale where Manual fits (per
+model, cluster and mbs).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from nest.errors import SpecError
+
+SCHEMA = "nest.results/v1"
+NO_PLAN_SCHEMA = "nest.no_plan/v1"
+KEY = ["model", "cluster", "num_devices", "mbs", "planner"]
+COLUMNS = KEY + ["feasible", "time_per_batch_s", "throughput_samples_per_s", "solve_time_s",
+                 "normalized_throughput", "mfu", "pp", "dp", "tp", "sp", "ep", "cp",
+                 "max_peak_memory_bytes", "reason"]
+
+
+def no_plan_record(planner: str, model: str, cluster: str, num_devices: int, mbs: int,
+                   reason: str, solve_time_s: float) -> dict:
+    return {"schema": NO_PLAN_SCHEMA, "planner": planner, "model": model, "cluster": cluster,
+            "num_devices": num_devices, "mbs": mbs, "reason": reason,
+            "solve_time_s": solve_time_s}
+
+
+def row(evaluation: dict, plan: dict) -> dict:
+    """One CSV row from an evaluation JSON and its plan (or no-plan) JSON."""
+    r = {k: plan[k] for k in KEY}
+    has_plan = plan.get("schema") != NO_PLAN_SCHEMA
+    r.update(
+        feasible=bool(evaluation["feasible"]),
+        time_per_batch_s=evaluation["time_per_batch_s"] if evaluation["feasible"] else None,
+        throughput_samples_per_s=(evaluation["throughput_samples_per_s"]
+                                  if evaluation["feasible"] else None),
+        solve_time_s=plan.get("solve_time_s"),
+        normalized_throughput=None,
+        mfu=evaluation["mfu"] if evaluation["feasible"] else None,
+        max_peak_memory_bytes=max((s["peak_memory_bytes"] for s in evaluation["stages"]),
+                                  default=None),
+        reason=evaluation["reason"],
+    )
+    for k in ("pp", "dp", "tp", "sp", "ep", "cp"):
+        r[k] = plan[k] if has_plan else None
+    return r
+
+
+def collect(pairs: list[tuple[str | Path, str | Path]]) -> pd.DataFrame:
+    rows = [row(json.loads(Path(e).read_text()), json.loads(Path(p).read_text()))
+            for e, p in pairs]
+    df = pd.DataFrame(rows, columns=COLUMNS).sort_values(KEY, kind="stable").reset_index(drop=True)
+    df["normalized_throughput"] = _normalize(df).astype(float)
+    return df
+
+
+def _normalize(df: pd.DataFrame) -> pd.Series:
+    out = pd.Series([None] * len(df), index=df.index, dtype=object)
+    for _, grp in df.groupby(["model", "cluster", "mbs"], sort=True):
+        ref = grp[(grp.planner == "manual") & grp.feasible].sort_values("num_devices")
+        if ref.empty:
+            continue
+        base = ref.iloc[0].throughput_samples_per_s
+        ok = grp[grp.feasible]
+        out.loc[ok.index] = ok.throughput_samples_per_s / base
+    return out
+
+
+def write_csv(df: pd.DataFrame, path: str | Path) -> None:
+    check_columns(list(df.columns), str(path))
+    df.to_csv(path, index=False, float_format="%.9g", lineterminator="\n")
+
+
+def read_csv(path: str | Path) -> pd.DataFrame:
+    df = pd.read_csv(path)
+    check_columns(list(df.columns), str(path))
+    return df
+
+
+def check_columns(cols: list[str], where: str) -> None:
+    if cols != COLUMNS:
+        missing = [c for c in COLUMNS if c not in cols]
+        extra = [c for c in cols if c not in COLUMNS]
+        raise SpecError(f"{where}: results CSV ({SCHEMA}) columns differ: missing {missing}, "
+                        f"unexpected {extra}")
+
+
+def no_plan_evaluation(record: dict) -> dict:
+    """The evaluation (`nest.evaluation/v1`) of a point where the planner returned no plan."""
+    return {"schema": "nest.evaluation/v1", "planner": record["planner"],
+            "model": record["model"], "cluster": record["cluster"],
+            "num_devices": record["num_devices"], "mbs": record["mbs"], "global_batch": 0,
+            "feasible": False, "reason": record["reason"], "time_per_batch_s": None,
+            "throughput_samples_per_s": None, "mfu": None, "breakdown_s": {}, "stages": []}

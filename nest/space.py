@@ -1,0 +1,99 @@
+"""Problem -> the plan search space, declared once for every planner that searches it.
+
+A plan of the space is chosen by:
+  * the sub-graph variant (tp, sp, ep, cp), shared by all stages (one of the model's variants);
+  * the number of pipeline stages p and the data-parallel degree d, with p * d * tp*ep*cp <= N
+    (remaining devices stay idle); micro-batches m = ceil(global_batch / (mbs * d * ep));
+  * contiguous cuts of the layer graph (embedding, blocks, head) into p non-empty stages;
+  * per stage, a ZeRO stage and a recomputation mode;
+  * a placement of stages and replicas on the hierarchy (nest.plan.place).
+`exhaustive` enumerates it plan by plan; the NEST solver searches it exactly.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+from nest.evaluate import Problem
+from nest.graph.layer_graph import Variant
+from nest.plan import Plan, stages_from_cuts
+from nest.specs import config_dir, read_yaml, validate
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    variants: tuple[Variant, ...]
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    recompute_modes: tuple[str, ...] = ("none", "selective", "full")
+    placements: tuple[str, ...] = ("replica_major", "stage_major")
+    max_pp: int | None = None
+
+    def with_(self, **kw) -> "SearchSpace":
+        return replace(self, **kw)
+
+
+def declare(problem: Problem, overrides: dict | None = None) -> SearchSpace:
+    path = config_dir() / "search_space.yaml"
+    d = read_yaml(path)
+    d.update(overrides or {})
+    validate(d, "search_space", f"{path} (+ planner overrides)")
+    return SearchSpace(
+        variants=tuple(problem.graph.variants),
+        zero_stages=tuple(d.get("zero_stages", (0, 1, 2, 3))),
+        recompute_modes=tuple(d.get("recompute_modes", ("none", "selective", "full"))),
+        placements=tuple(d.get("placements", ("replica_major", "stage_major"))),
+        max_pp=d.get("max_pp"),
+    )
+
+
+def pp_dp_options(problem: Problem, space: SearchSpace, v: Variant) -> Iterator[tuple[int, int]]:
+    n_layers = problem.graph.num_layers
+    top = min(n_layers, space.max_pp or n_layers, problem.num_devices // v.width)
+    for p in range(1, top + 1):
+        for d in range(1, problem.num_devices // (p * v.width) + 1):
+            yield p, d
+
+
+def cut_options(num_layers: int, pp: int) -> Iterator[list[tuple[int, int]]]:
+    """Every split of layers 0..num_layers-1 into pp contiguous non-empty stages."""
+    for inner in itertools.combinations(range(1, num_layers), pp - 1):
+        bounds = (0, *inner, num_layers)
+        yield [(bounds[i], bounds[i + 1] - 1) for i in range(pp)]
+
+
+def count_plans(problem: Problem, space: SearchSpace) -> int:
+    n = problem.graph.num_layers
+    per_stage = len(space.zero_stages) * len(space.recompute_modes)
+    total = 0
+    for v in space.variants:
+        for p, _d in pp_dp_options(problem, space, v):
+            total += math.comb(n - 1, p - 1) * per_stage**p * len(space.placements)
+    return total
+
+
+def make_plan(problem: Problem, planner: str, v: Variant, pp: int, dp: int,
+              cuts: list[tuple[int, int]], zero: list[int], recompute: list[str],
+              placement: str) -> Plan:
+    stages = stages_from_cuts(cuts, pp, dp, v.width, placement, zero, recompute)
+    return Plan(planner=planner, model=problem.model_ref or problem.model.name,
+                cluster=problem.cluster_ref or problem.cluster.name,
+                num_devices=problem.num_devices, mbs=problem.mbs,
+                global_batch=problem.training.global_batch,
+                num_microbatches=problem.num_microbatches(dp, v.ep), tp=v.tp, pp=pp, dp=dp,
+                ep=v.ep, cp=v.cp, sp=v.sp, stages=stages, placement=placement)
+
+
+def enumerate_plans(problem: Problem, space: SearchSpace, planner: str = "exhaustive"
+                    ) -> Iterator[Plan]:
+    n = problem.graph.num_layers
+    for v in space.variants:
+        for p, d in pp_dp_options(problem, space, v):
+            for placement in space.placements:
+                for cuts in cut_options(n, p):
+                    for zero in itertools.product(space.zero_stages, repeat=p):
+                        for rec in itertools.product(space.recompute_modes, repeat=p):
+                            yield make_plan(problem, planner, v, p, d, cuts, list(zero),
+                                            list(rec), placement)

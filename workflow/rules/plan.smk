@@ -1,0 +1,22 @@
+rule plan:
+    """Layer graph x cluster -> one planner's plan (or a no-plan record with the reason)."""
+    input:
+        graph="results/graphs/{model}/mbs{mbs}.json",
+        cluster=cluster_files,
+        registry="config/planners.yaml",
+        space="config/search_space.yaml",
+        training="config/training.yaml",
+        manual="config/paper/manual_configs.yaml",
+    output:
+        "results/plans/{planner}/{model}/{cluster}/{num_devices}/mbs{mbs}.json",
+    log:
+        "logs/plan/{planner}/{model}/{cluster}/{num_devices}/mbs{mbs}.log",
+    conda:
+        "../envs/nest.yaml",
+    params:
+        planner=lambda wc: wc.planner,
+        model=lambda wc: wc.model,
+        cluster=lambda wc: wc.cluster,
+        num_devices=lambda wc: int(wc.num_devices),
+    script:
+        "../scripts/plan.py"

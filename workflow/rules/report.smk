@@ -1,0 +1,30 @@
+rule collect_results:
+    """Evaluations of one figure -> results CSV."""
+    input:
+        evaluations=figure_evaluations,
+        plans=figure_plans,
+    output:
+        "results/{figure}.csv",
+    log:
+        "logs/collect_results/{figure}.log",
+    conda:
+        "../envs/nest.yaml",
+    script:
+        "../scripts/collect_results.py"
+
+
+rule plot_figure:
+    """Results CSV -> figure (PNG and PDF)."""
+    input:
+        "results/{figure}.csv",
+    output:
+        png="figures/{figure}.png",
+        pdf="figures/{figure}.pdf",
+    log:
+        "logs/plot_figure/{figure}.log",
+    conda:
+        "../envs/nest.yaml",
+    params:
+        title=lambda wc: config["figures"][wc.figure]["title"],
+    script:
+        "../scripts/plot_figure.py"
