@@ -1,0 +1,73 @@
+"""The `nest` command: outputs, exit codes, and one clear line for bad input."""
+
+import json
+import subprocess
+import sys
+
+
+def nest(*args):
+    return subprocess.run([sys.executable, "-m", "nest.cli", *args], capture_output=True,
+                          text=True)
+
+
+def test_plan_and_evaluate_round_trip(tmp_path):
+    r = nest("plan", "--model", "tiny_gpt", "--cluster", "tiny_cluster", "--num-devices", "4",
+             "--planner", "manual", "-o", str(tmp_path / "p.json"))
+    assert r.returncode == 0, r.stderr
+    assert "time per batch" in r.stdout
+    plan = json.loads((tmp_path / "p.json").read_text())
+    assert plan["schema"] == "nest.plan/v1" and plan["pp"] == 2
+    r = nest("evaluate", str(tmp_path / "p.json"), "-o", str(tmp_path / "e.json"))
+    assert r.returncode == 0, r.stderr
+    ev = json.loads((tmp_path / "e.json").read_text())
+    assert ev["feasible"] and ev["stages"][0]["peak_memory_bytes"] > 0
+
+
+def test_hand_edited_plan_out_of_memory(tmp_path):
+    nest("plan", "--model", "tiny_gpt", "--cluster", "tiny_cluster", "--num-devices", "4",
+         "-o", str(tmp_path / "p.json"))
+    plan = json.loads((tmp_path / "p.json").read_text())
+    plan["model"] = "llama2_7b"  # a 7B model on the 0.25 GB tiny accelerator
+    plan["stages"] = [{"first_layer": 0, "last_layer": 33, "num_devices": 2,
+                       "device_ids": [0, 1]}]
+    plan.update(pp=1, num_microbatches=4096 // 2)
+    (tmp_path / "big.json").write_text(json.dumps(plan))
+    r = nest("evaluate", str(tmp_path / "big.json"), "-o", str(tmp_path / "e.json"))
+    assert r.returncode == 3
+    assert "out of memory" in r.stdout
+    assert json.loads((tmp_path / "e.json").read_text())["feasible"] is False
+
+
+def test_bad_inputs_give_one_line(tmp_path):
+    cases = [
+        (["plan", "--model", "llama9", "--cluster", "tiny_cluster", "--num-devices", "4"],
+         "unknown model 'llama9'"),
+        (["plan", "--model", "tiny_gpt", "--cluster", "tpuv4_fattree", "--num-devices", "65"],
+         "multiple of 8"),
+        (["plan", "--model", "tiny_gpt", "--cluster", "tiny_cluster", "--num-devices", "4",
+          "--planner", "magic"], "unknown planner 'magic'"),
+    ]
+    for args, msg in cases:
+        r = nest(*args)
+        assert r.returncode == 1 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr
+    (tmp_path / "p.json").write_text('{"schema": "nest.plan/v1", "planer": "x"}')
+    r = nest("evaluate", str(tmp_path / "p.json"))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert str(tmp_path / "p.json") in r.stderr
+
+
+def test_too_many_devices_in_plan(tmp_path):
+    nest("plan", "--model", "tiny_gpt", "--cluster", "tiny_cluster", "--num-devices", "4",
+         "-o", str(tmp_path / "p.json"))
+    plan = json.loads((tmp_path / "p.json").read_text())
+    plan["num_devices"] = 64
+    (tmp_path / "p.json").write_text(json.dumps(plan))
+    r = nest("evaluate", str(tmp_path / "p.json"))
+    assert r.returncode == 1 and "at most 16 devices" in r.stderr, r.stderr
+
+
+def test_catalog_listings():
+    for cmd, name in [("models", "llama3_70b"), ("clusters", "h100_spineleaf"),
+                      ("hardware", "h100_sxm"), ("planners", "manual")]:
+        r = nest(cmd)
+        assert r.returncode == 0 and name in r.stdout

@@ -1,0 +1,139 @@
+"""The shared evaluator against hand calculations on tiny plans."""
+
+import math
+
+import pytest
+
+from nest.errors import PlanError
+from nest.evaluate import evaluate, make_problem
+from nest.graph.layer_graph import Variant
+from nest.plan import Plan, Stage
+from nest.space import make_plan
+
+
+def _op_time(op):
+    """tiny_accel: 1 TFLOP/s, 100 GB/s, efficiency 1, no overheads."""
+    f = max(op.fwd_flops / 1e12, op.fwd_bytes / 100e9)
+    b = max(op.bwd_flops / 1e12, op.bwd_bytes / 100e9) if op.kind == "memory" else (
+        2 * max(op.bwd_flops / 2 / 1e12, op.bwd_bytes / 2 / 100e9))
+    return f * op.count, b * op.count
+
+
+def test_two_stage_plan_by_hand(small_batch):
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=small_batch)
+    plan = make_plan(pr, "hand", Variant(), 2, 2, [(0, 2), (3, 5)], [0, 0], ["none", "none"],
+                     "replica_major")
+    assert [s.device_ids for s in plan.stages] == [(0, 1), (2, 3)]
+    ev = evaluate(plan, pr)
+    m = 4  # ceil(8 / (mbs 1 * dp 2))
+    assert plan.num_microbatches == m
+    g = pr.graph
+    h, s = 256, 256
+    boundary = 2 * s * h  # bf16 activation of one sequence
+    p2p = boundary / 5e9 + 5e-6  # devices 1 -> 2 meet at the rack level
+
+    stage_t, params, acts = [], [], []
+    for lo, hi in [(0, 2), (3, 5)]:
+        costs = [g.layers[i].costs["tp1_sp0_ep1_cp1"] for i in range(lo, hi + 1)]
+        t = sum(sum(_op_time(o)) for c in costs for o in c.ops) + p2p
+        stage_t.append(t)
+        p = sum(c.dense_params for c in costs)
+        params.append(p)
+        acts.append(sum(c.act_bytes["none"] for c in costs))
+    # tied embeddings: the head's copy of the word embedding lives on stage 1
+    sync = [2 * 1 / 2 * 4 * p / 50e9 + 2 * 1e-6 for p in params]  # ring all-reduce in a node
+    tied = 2 * 1 / 2 * (4 * 1000 * 256) / 5e9 + 2 * 5e-6  # stage 0 <-> stage 1 embedding group
+    sync = [x + tied for x in sync]
+    opt = [30 * p / 100e9 for p in params]
+    expect = (m + 2 - 1) * max(stage_t) + max(sync) + max(opt)
+    assert ev.feasible
+    assert ev.time_per_batch_s == pytest.approx(expect, rel=1e-9)
+    assert ev.throughput_samples_per_s == pytest.approx(8 / expect, rel=1e-9)
+    # memory: 2 + 4 + 12 bytes per parameter, stash of min(p - j, m) micro-batches
+    for j in range(2):
+        assert ev.stages[j].peak_memory_bytes == pytest.approx(
+            18 * params[j] + min(2 - j, m) * acts[j], rel=1e-12)
+
+
+def test_zero_and_recompute_reduce_memory_and_cost_time(small_batch):
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=small_batch)
+
+    def run(zero, rec):
+        plan = make_plan(pr, "hand", Variant(), 1, 4, [(0, 5)], [zero], [rec], "replica_major")
+        return evaluate(plan, pr)
+
+    base, z3, full = run(0, "none"), run(3, "none"), run(0, "full")
+    assert z3.stages[0].memory_bytes["optimizer_states"] == pytest.approx(
+        base.stages[0].memory_bytes["optimizer_states"] / 4)
+    assert z3.stages[0].memory_bytes["weights"] == pytest.approx(
+        base.stages[0].memory_bytes["weights"] / 4)
+    assert full.stages[0].memory_bytes["activations"] < base.stages[0].memory_bytes["activations"]
+    assert full.time_per_batch_s > base.time_per_batch_s  # one extra forward per micro-batch
+    rec = full.stages[0].breakdown_s["recompute"]
+    fwd = full.stages[0].breakdown_s["compute_fwd"]
+    embed_head_fwd = sum(
+        _op_time(o)[0] for i in (0, 5) for o in pr.graph.layers[i].costs["tp1_sp0_ep1_cp1"].ops)
+    assert rec == pytest.approx(fwd - embed_head_fwd, rel=1e-9)  # blocks re-run, not emb/head
+
+
+def test_out_of_memory_is_a_result_with_reason():
+    pr = make_problem("llama2_7b", "tpuv4_fattree", 64)
+    plan = make_plan(pr, "hand", Variant(), 1, 8, [(0, 33)], [0], ["none"], "replica_major")
+    ev = evaluate(plan, pr)
+    assert not ev.feasible
+    assert "out of memory: stage 0 (layers 0-33)" in ev.reason and "GB HBM" in ev.reason
+
+
+def test_malformed_plans_are_errors(small_batch):
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=small_batch)
+    good = make_plan(pr, "hand", Variant(), 2, 2, [(0, 2), (3, 5)], [0, 0], ["none", "none"],
+                     "replica_major")
+    gap = good.with_(stages=(good.stages[0], Stage(4, 5, 2, (2, 3))))
+    with pytest.raises(PlanError, match="stages.1.first_layer"):
+        evaluate(gap, pr)
+    twice = good.with_(stages=(good.stages[0], Stage(3, 5, 2, (1, 3))))
+    with pytest.raises(PlanError, match="device 1 is used twice"):
+        evaluate(twice, pr)
+    missing = good.with_(stages=(good.stages[0], Stage(3, 5, 2, (2, 9))))
+    with pytest.raises(PlanError, match="device 9 does not exist"):
+        evaluate(missing, pr)
+    with pytest.raises(PlanError, match="num_microbatches"):
+        evaluate(good.with_(num_microbatches=3), pr)
+    pr8 = make_problem("tiny_gpt", "tiny_cluster", 8, training=small_batch)
+    tp3 = good.with_(num_devices=8, dp=1, tp=3, num_microbatches=8,
+                     stages=(Stage(0, 2, 3, (0, 1, 2)), Stage(3, 5, 3, (3, 4, 5))))
+    with pytest.raises(PlanError, match="key 'tp': 3 must divide num_heads=8"):
+        evaluate(tp3, pr8)
+
+
+def test_plan_json_round_trip_and_hand_written(tmp_path, small_batch):
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=small_batch)
+    plan = make_plan(pr, "hand", Variant(), 2, 2, [(0, 2), (3, 5)], [1, 0], ["full", "none"],
+                     "stage_major")
+    plan.write(tmp_path / "p.json")
+    back = Plan.read(tmp_path / "p.json")
+    assert back == plan
+    assert evaluate(back, pr).time_per_batch_s == evaluate(plan, pr).time_per_batch_s
+
+
+def test_placement_changes_the_level_of_transfers(small_batch):
+    pr = make_problem("tiny_gpt", "tiny_cluster", 8, training=small_batch)
+    rm = make_plan(pr, "h", Variant(), 2, 2, [(0, 2), (3, 5)], [0, 0], ["none"] * 2,
+                   "replica_major")
+    sm = make_plan(pr, "h", Variant(), 2, 2, [(0, 2), (3, 5)], [0, 0], ["none"] * 2,
+                   "stage_major")
+    assert [s.device_ids for s in rm.stages] == [(0, 1), (2, 3)]
+    assert [s.device_ids for s in sm.stages] == [(0, 2), (1, 3)]
+    e_rm, e_sm = evaluate(rm, pr), evaluate(sm, pr)
+    # stage-major: pipeline transfers stay in a node, data-parallel all-reduce crosses the rack
+    assert e_sm.stages[0].breakdown_s["p2p_fwd"] < e_rm.stages[0].breakdown_s["p2p_fwd"]
+    assert e_sm.stages[0].sync_s > e_rm.stages[0].sync_s
+
+
+def test_mfu_is_model_flops_over_peak(small_batch):
+    pr = make_problem("tiny_llama", "tiny_cluster", 4, training=small_batch)
+    plan = make_plan(pr, "h", Variant(), 1, 4, [(0, 5)], [0], ["full"], "replica_major")
+    ev = evaluate(plan, pr)
+    flops = pr.graph.model_flops_per_sample() * 8
+    assert ev.mfu == pytest.approx(flops / (ev.time_per_batch_s * 4 * 1e12))
+    assert math.isfinite(ev.mfu) and 0 < ev.mfu <= 1
