@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import jsonschema
@@ -30,7 +30,7 @@ def config_dir() -> Path:
     return Path(env) if env else Path(__file__).resolve().parent.parent / "config"
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_schema(kind: str) -> dict:
     return json.loads((SCHEMA_DIR / f"{kind}.json").read_text())
 

@@ -53,7 +53,7 @@ def test_gpt_activation_memory_korthikanti():
 def test_tensor_parallel_shards_split_matrices_only():
     m = load_model("gpt3_175b")
     g = build_layer_graph(m, 1, [Variant(), Variant(8, True)])
-    h, f = m.hidden_size, m.ffn_hidden_size
+    h = m.hidden_size
     full = _block(g, Variant()).dense_params
     sharded = _block(g, Variant(8, True)).dense_params
     # replicated: 2 LayerNorms (4h), out-proj bias (h), fc2 bias (h); the rest splits by 8

@@ -4,8 +4,7 @@ import csv
 import json
 
 import pytest
-
-torch = pytest.importorskip("torch")
+import torch
 
 from nest.profiling import (
     FAMILY_FIELDS,
