@@ -3,8 +3,9 @@
 Time per batch under 1F1B / PipeDream-Flush (Narayanan et al. 2021a, section 2.2):
     t_j      = F_j + B_j + send_fwd_j + send_bwd_j           stage j, one micro-batch
     T_batch  = (m + p - 1) * max_j t_j                       fill + steady state + drain
-             + max_j sync_j                                  data-parallel gradient sync (no overlap)
-             + max_j opt_j                                   optimizer step (HBM-bound)
+             + max_j (sync_j + opt_j)                        after the flush, each stage syncs its
+                                                             gradients (no overlap) then steps its
+                                                             optimizer (HBM-bound)
 F_j / B_j: roofline compute of the stage's layers (nest.costs.roofline) plus the collectives the
 sub-graph variant inserts, priced on the network levels their device groups span
 (nest.network.collectives); B_j adds the recomputed forward ops (Korthikanti et al. 2022,
@@ -26,11 +27,13 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from nest.costs.roofline import CostTable
 from nest.errors import PlanError
 from nest.graph.closed_form import block_cost, build_layer_graph, embedding_cost, head_cost
 from nest.graph.layer_graph import LayerGraph, Variant
-from nest.network.collectives import collective_time, p2p_time, span_level
+from nest.network.collectives import collective_time, distinct, p2p_time, span_level
 from nest.plan import Plan, check_structure
 from nest.settings import TrainingSettings, load_training
 from nest.specs import ClusterSpec, ModelSpec, load_cluster, load_model, validate
@@ -146,39 +149,25 @@ class Evaluation:
 # --------------------------------------------------------------------------------------------
 
 
-def _inner_groups(ids: tuple[int, ...], plan: Plan) -> dict[str, list[tuple[int, ...]]]:
-    """tp / cp / ep groups of every replica, and the data-parallel groups of the stage."""
-    t, c, e, d, w = plan.tp, plan.cp, plan.ep, plan.dp, plan.width
-    groups: dict[str, list[tuple[int, ...]]] = {"tp": [], "cp": [], "ep": [],
-                                                 "dp_dense": [], "dp_expert": []}
-
-    def rank(r: int, ti: int, ci: int, ei: int) -> int:
-        return ids[r * w + (ei * c + ci) * t + ti]
-
-    for r in range(d):
-        for ci in range(c):
-            for ei in range(e):
-                groups["tp"].append(tuple(rank(r, ti, ci, ei) for ti in range(t)))
-        for ti in range(t):
-            for ei in range(e):
-                groups["cp"].append(tuple(rank(r, ti, ci, ei) for ci in range(c)))
-            for ci in range(c):
-                groups["ep"].append(tuple(rank(r, ti, ci, ei) for ei in range(e)))
-    for ti in range(t):
-        # dense weights are replicated over dp, ep and cp ranks; experts over dp and cp ranks
-        groups["dp_dense"].append(tuple(rank(r, ti, ci, ei) for r in range(d) for ci in range(c)
-                                        for ei in range(e)))
-        for ei in range(e):
-            groups["dp_expert"].append(tuple(rank(r, ti, ci, ei) for r in range(d)
-                                             for ci in range(c)))
-    return groups
+def inner_groups(ids, tp: int, cp: int, ep: int, dp: int) -> dict[str, np.ndarray]:
+    """tp / cp / ep groups of every replica, and the data-parallel groups of the stage, as 2-D
+    arrays (one group per row). Replica r holds ids[r*w:(r+1)*w], inner rank = (e*cp + c)*tp + t:
+    dense weights are replicated over the dp, ep and cp ranks; experts over dp and cp ranks."""
+    a = np.asarray(ids).reshape(dp, ep, cp, tp)
+    return {
+        "tp": a.reshape(-1, tp),
+        "cp": a.transpose(0, 1, 3, 2).reshape(-1, cp),
+        "ep": a.transpose(0, 2, 3, 1).reshape(-1, ep),
+        "dp_dense": a.transpose(3, 0, 1, 2).reshape(tp, -1),
+        "dp_expert": a.transpose(3, 1, 0, 2).reshape(tp * ep, -1),
+    }
 
 
-def _worst(cluster: ClusterSpec, kind: str, groups: list[tuple[int, ...]], nbytes: float) -> float:
+def worst(cluster: ClusterSpec, kind: str, groups: list[tuple[int, ...]], nbytes: float) -> float:
     """Slowest instance of a collective run by all `groups` at once."""
-    if nbytes <= 0 or not groups or len(groups[0]) <= 1:
+    if nbytes <= 0 or len(groups) == 0 or len(groups[0]) <= 1:
         return 0.0
-    return max(collective_time(cluster, kind, g, nbytes) for g in set(groups))
+    return max(collective_time(cluster, kind, g, nbytes) for g in distinct(cluster, groups))
 
 
 def _level_name(cluster: ClusterSpec, group: tuple[int, ...]) -> str:
@@ -212,9 +201,8 @@ def evaluate(plan: Plan, problem: Problem) -> Evaluation:
 
     results = [_stage(plan, problem, j, m) for j in range(plan.pp)]
     t_max = max(s.time_per_microbatch_s for s in results)
-    sync = max(s.sync_s for s in results)
-    opt = max(s.optimizer_s for s in results)
-    total = (m + plan.pp - 1) * t_max + sync + opt
+    tail = max(results, key=lambda s: s.sync_s + s.optimizer_s)
+    total = (m + plan.pp - 1) * t_max + (tail.sync_s + tail.optimizer_s)
     hbm = cl.hardware.hbm_bytes
     over = [s for s in results if s.peak_memory_bytes > hbm]
     if over:
@@ -228,9 +216,8 @@ def evaluate(plan: Plan, problem: Problem) -> Evaluation:
     breakdown = {f"stage{bott.index}.{k}": x * (m + plan.pp - 1) for k, x in
                  bott.breakdown_s.items()}
     breakdown["pipeline_bubble"] = (plan.pp - 1) * t_max
-    sync_stage = max(results, key=lambda s: s.sync_s)
-    breakdown.update({f"dp_sync.{k}": x for k, x in sync_stage.sync_breakdown_s.items()})
-    breakdown["optimizer_step"] = opt
+    breakdown.update({f"dp_sync.{k}": x for k, x in tail.sync_breakdown_s.items()})
+    breakdown["optimizer_step"] = tail.optimizer_s
     used = plan.pp * plan.dp * plan.width
     mfu = g.model_flops_per_sample() * tr.global_batch / (total * used *
                                                            cl.hardware.peak_flops_per_s)
@@ -245,7 +232,7 @@ def _stage(plan: Plan, problem: Problem, j: int, m: int) -> StageResult:
     layers = range(st.first_layer, st.last_layer + 1)
     costs = [g.layers[i].costs[v] for i in layers]
     times = [problem.costs.times(i, v) for i in layers]
-    groups = _inner_groups(st.device_ids, plan)
+    groups = inner_groups(st.device_ids, plan.tp, plan.cp, plan.ep, plan.dp)
     mode = st.recompute
     bd: dict[str, float] = {}
 
@@ -258,7 +245,7 @@ def _stage(plan: Plan, problem: Problem, j: int, m: int) -> StageResult:
     add("recompute", sum(t.recompute_s[mode] for t in times))
     for c in costs:
         for col in c.collectives:
-            x = _worst(cl, col.kind, groups[col.group], col.bytes) * col.count
+            x = worst(cl, col.kind, groups[col.group], col.bytes) * col.count
             if not x:
                 continue
             lvl = _level_name(cl, groups[col.group][0])
@@ -281,10 +268,10 @@ def _stage(plan: Plan, problem: Problem, j: int, m: int) -> StageResult:
 
     # ZeRO collectives inside the pipeline (per micro-batch)
     if z >= 2:
-        add("zero_reduce_scatter", _worst(cl, "reduce_scatter", dg, gb * p_dense)
-            + _worst(cl, "reduce_scatter", eg, gb * p_exp))
+        add("zero_reduce_scatter", worst(cl, "reduce_scatter", dg, gb * p_dense)
+            + worst(cl, "reduce_scatter", eg, gb * p_exp))
     if z == 3:
-        ag = _worst(cl, "all_gather", dg, wb * p_dense) + _worst(cl, "all_gather", eg, wb * p_exp)
+        ag = worst(cl, "all_gather", dg, wb * p_dense) + worst(cl, "all_gather", eg, wb * p_exp)
         add("zero3_all_gather", 2 * ag)  # before forward and before backward
 
     # pipeline point-to-point: activations forward, their gradients backward
@@ -303,14 +290,14 @@ def _stage(plan: Plan, problem: Problem, j: int, m: int) -> StageResult:
     sb: dict[str, float] = {}
     lvl_d = _level_name(cl, dg[0]) if len(dg[0]) > 1 else "local"
     if z == 0:
-        sb[f"all_reduce.{lvl_d}"] = (_worst(cl, "all_reduce", dg, gb * p_dense)
-                                     + _worst(cl, "all_reduce", eg, gb * p_exp))
+        sb[f"all_reduce.{lvl_d}"] = (worst(cl, "all_reduce", dg, gb * p_dense)
+                                     + worst(cl, "all_reduce", eg, gb * p_exp))
     elif z == 1:
-        sb[f"reduce_scatter.{lvl_d}"] = (_worst(cl, "reduce_scatter", dg, gb * p_dense)
-                                         + _worst(cl, "reduce_scatter", eg, gb * p_exp))
+        sb[f"reduce_scatter.{lvl_d}"] = (worst(cl, "reduce_scatter", dg, gb * p_dense)
+                                         + worst(cl, "reduce_scatter", eg, gb * p_exp))
     if z in (1, 2):
-        sb[f"all_gather.{lvl_d}"] = (_worst(cl, "all_gather", dg, wb * p_dense)
-                                     + _worst(cl, "all_gather", eg, wb * p_exp))
+        sb[f"all_gather.{lvl_d}"] = (worst(cl, "all_gather", dg, wb * p_dense)
+                                     + worst(cl, "all_gather", eg, wb * p_exp))
     if g.tied_embeddings and plan.pp > 1 and j in (0, plan.pp - 1):
         # Megatron's embedding group: first and last stage all-reduce the tied word embedding
         other = plan.stages[plan.pp - 1 - j].device_ids

@@ -191,6 +191,18 @@ class HardwareSpec:
     memory_overhead_bytes: float = 0.0  # framework: runtime context, comm buffers, workspace
     memory_fragmentation: float = 0.0  # allocator slack as a fraction of what is allocated
     source: str = ""
+    profile_dir: str | None = None  # measured operator profiles (nest.costs.profiled), if any
+
+
+def _profile_dir(name: str, where: str) -> str:
+    """A hardware file's `profile:` -> the folder: profiles/<name> beside config_dir(), else
+    beside the package (the repository's profiles/), else a path relative to the YAML file."""
+    for root in (config_dir().parent / "profiles", Path(__file__).resolve().parent.parent
+                 / "profiles", Path(where).parent):
+        if (root / name / "matmul.csv").exists():
+            return str((root / name).resolve())
+    raise SpecError(f"{where}: key 'profile': no measured profile '{name}' (looked for "
+                    f"profiles/{name}/matmul.csv beside {config_dir()})")
 
 
 def hardware_from_dict(d: dict, where: str) -> HardwareSpec:
@@ -208,6 +220,7 @@ def hardware_from_dict(d: dict, where: str) -> HardwareSpec:
         memory_overhead_bytes=d.get("memory_overhead_GB", 0.0) * GB,
         memory_fragmentation=d.get("memory_fragmentation", 0.0),
         source=d["source"],
+        profile_dir=_profile_dir(d["profile"], where) if d.get("profile") else None,
     )
 
 

@@ -15,6 +15,10 @@ all-reduce), n devices, buffer S bytes:
     all-to-all             each device sends S (n-1)/n; the bytes to peers that meet at level >= l
                            share level l's link: max_l bytes(>= l) / bw(l) + (n-1) alpha
     point-to-point         S / bw(l) + alpha_l
+Every collective of a given kind on a given group is priced as the fastest of a few algorithms,
+each linear in the buffer size: time(S) = min_k (alpha_k + beta_k * S). `coefficients` returns the
+(alpha_k, beta_k) lines, so the solver prices whole arrays of buffer sizes with exactly the same
+numbers as the evaluator.
 """
 
 from __future__ import annotations
@@ -32,13 +36,14 @@ def path_bandwidth(cluster: ClusterSpec, level: int) -> float:
     return min(bws) / cluster.levels[level].oversubscription
 
 
-def span_level(cluster: ClusterSpec, group: tuple[int, ...]) -> int:
-    """The lowest level whose one switch holds the whole group (-1 for a single device)."""
+def span_level(cluster: ClusterSpec, group) -> int:
+    """The lowest level whose one switch holds the whole group (-1 for a single device).
+    Switch groups are contiguous id ranges, so only the smallest and largest id matter."""
     if len(group) <= 1:
         return -1
-    ids = np.asarray(group)
+    lo, hi = min(group), max(group)
     for i, lv in enumerate(cluster.levels):
-        if np.all(ids // lv.devices_per_group == ids[0] // lv.devices_per_group):
+        if lo // lv.devices_per_group == hi // lv.devices_per_group:
             return i
     raise AssertionError(f"group spans more than the cluster {cluster.name}")
 
@@ -50,29 +55,74 @@ def p2p_time(cluster: ClusterSpec, a: int, b: int, nbytes: float) -> float:
     return nbytes / path_bandwidth(cluster, lvl) + cluster.levels[lvl].latency_s
 
 
-def _ring(kind: str, n: int, nbytes: float, bw: float, alpha: float) -> float:
+def _ring(kind: str, n: int, bw: float, alpha: float) -> tuple[float, float]:
     steps = 2 * (n - 1) if kind == "all_reduce" else n - 1
-    return steps / n * nbytes / bw + steps * alpha
+    return steps * alpha, steps / (n * bw)
+
+
+def _envelope(lines) -> tuple[tuple[float, float], ...]:
+    """Drop lines dominated by another (larger or equal alpha and beta)."""
+    lines = sorted(set(lines))
+    keep: list[tuple[float, float]] = []
+    for a, b in lines:  # ascending alpha: keep a line only if its beta beats all kept ones
+        if all(b < kb for _, kb in keep):
+            keep.append((a, b))
+    return tuple(keep)
+
+
+def canonical(cluster: ClusterSpec, group) -> tuple[int, ...]:
+    """The group shifted to the first switch of its span level: same cost, shared cache entry."""
+    group = tuple(sorted(int(x) for x in group))
+    lvl = span_level(cluster, group)
+    if lvl < 0:
+        return (0,) if group else ()
+    size = cluster.levels[lvl].devices_per_group
+    base = group[0] // size * size
+    return tuple(d - base for d in group)
+
+
+def distinct(cluster: ClusterSpec, groups) -> list[tuple[int, ...]]:
+    """One representative per distinct cost shape among the rows of `groups` (2-D ids array):
+    groups that are shifted copies of each other under the hierarchy cost the same."""
+    g = np.sort(np.asarray(groups).reshape(len(groups), -1), axis=1)
+    if g.shape[1] <= 1:
+        return [tuple(int(x) for x in g[0])]
+    lo, hi = g[:, 0], g[:, -1]
+    size = np.full(len(g), cluster.levels[-1].devices_per_group)
+    for lv in reversed(cluster.levels):
+        size = np.where(lo // lv.devices_per_group == hi // lv.devices_per_group,
+                        lv.devices_per_group, size)
+    canon = g - (lo // size * size)[:, None]
+    _, idx = np.unique(canon, axis=0, return_index=True)
+    return [tuple(int(x) for x in g[i]) for i in sorted(idx)]
+
+
+def coefficients(cluster: ClusterSpec, kind: str, group: tuple[int, ...]
+                 ) -> tuple[tuple[float, float], ...]:
+    """(alpha, beta) lines of the algorithms for `kind` on `group`; () for a single device."""
+    return _coefficients(cluster, kind, canonical(cluster, group))
 
 
 def collective_time(cluster: ClusterSpec, kind: str, group: tuple[int, ...], nbytes: float) -> float:
     """Time of one collective of `kind` over the devices `group` with an S-byte buffer."""
-    return _collective(cluster, kind, tuple(sorted(group)), float(nbytes))
+    if len(group) <= 1 or nbytes <= 0:
+        return 0.0
+    return min(a + b * nbytes for a, b in coefficients(cluster, kind, group))
 
 
 @lru_cache(maxsize=65536)
-def _collective(cluster: ClusterSpec, kind: str, group: tuple[int, ...], nbytes: float) -> float:
+def _coefficients(cluster: ClusterSpec, kind: str, group: tuple[int, ...]
+                  ) -> tuple[tuple[float, float], ...]:
     n = len(group)
-    if n <= 1 or nbytes <= 0:
-        return 0.0
+    if n <= 1:
+        return ()
     top = span_level(cluster, group)
-    lv = cluster.levels[top]
-    bw, alpha = path_bandwidth(cluster, top), lv.latency_s
+    bw, alpha = path_bandwidth(cluster, top), cluster.levels[top].latency_s
     if kind == "all_to_all":
-        return _all_to_all(cluster, group, nbytes)
-    flat = _ring(kind, n, nbytes, bw, alpha)
+        return (_all_to_all(cluster, group),)
+    flat = _ring(kind, n, bw, alpha)
     if top == 0:
-        return flat
+        return (flat,)
     # hierarchical: sub-groups under the switches of the level below
     below = cluster.levels[top - 1].devices_per_group
     subs: dict[int, list[int]] = {}
@@ -80,32 +130,33 @@ def _collective(cluster: ClusterSpec, kind: str, group: tuple[int, ...], nbytes:
         subs.setdefault(d // below, []).append(d)
     sizes = {len(v) for v in subs.values()}
     if len(sizes) != 1:
-        return flat  # uneven sub-groups: NCCL falls back to a flat ring
+        return (flat,)  # uneven sub-groups: NCCL falls back to a flat ring
     n_in = sizes.pop()
     if n_in == 1:
-        return flat
+        return (flat,)
     inner = tuple(next(iter(subs.values())))
     outer = tuple(v[0] for v in subs.values())
     if kind == "all_reduce":
-        hier = (_collective(cluster, "reduce_scatter", inner, nbytes)
-                + _collective(cluster, "all_reduce", outer, nbytes / n_in)
-                + _collective(cluster, "all_gather", inner, nbytes))
+        parts = [(coefficients(cluster, "reduce_scatter", inner), 1.0),
+                 (coefficients(cluster, "all_reduce", outer), 1.0 / n_in),
+                 (coefficients(cluster, "all_gather", inner), 1.0)]
     else:  # all_gather / reduce_scatter: outer step on the 1/n_in shard of the buffer
-        hier = (_collective(cluster, kind, inner, nbytes)
-                + _collective(cluster, kind, outer, nbytes / n_in))
-    return min(flat, hier)
+        parts = [(coefficients(cluster, kind, inner), 1.0),
+                 (coefficients(cluster, kind, outer), 1.0 / n_in)]
+    hier = [(0.0, 0.0)]
+    for lines, scale in parts:  # sum of independent mins = min over combinations of sums
+        hier = [(a0 + a, b0 + b * scale) for a0, b0 in hier for a, b in lines]
+    return _envelope([flat, *hier])
 
 
-def _all_to_all(cluster: ClusterSpec, group: tuple[int, ...], nbytes: float) -> float:
+def _all_to_all(cluster: ClusterSpec, group: tuple[int, ...]) -> tuple[float, float]:
     """Bytes to peers that meet at level >= l all pass level l's per-device link, in parallel with
     the traffic of lower levels: time = max_l bytes(>= l) / bw(l) + (n-1) alpha."""
     n = len(group)
-    per_peer = nbytes / n
     top = span_level(cluster, group)
     worst = 0.0
     for a in (group[0], group[-1]):  # end devices bound the symmetric cases
         lvls = np.array([cluster.level_of(a, b) for b in group if b != a])
-        t = max(per_peer * np.count_nonzero(lvls >= lv) / path_bandwidth(cluster, lv)
-                for lv in range(top + 1))
-        worst = max(worst, t)
-    return float(worst) + (n - 1) * cluster.levels[top].latency_s
+        worst = max(worst, max(np.count_nonzero(lvls >= lv) / (n * path_bandwidth(cluster, lv))
+                               for lv in range(top + 1)))
+    return (n - 1) * cluster.levels[top].latency_s, float(worst)

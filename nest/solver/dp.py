@@ -1,0 +1,124 @@
+"""The bottleneck recurrence of the NEST solver: JAX kernel and the plain-Python reference.
+
+For stage positions j = 0..J-1 and layers 0..L-1, with per-stage option arrays primary[j,b,a,o],
+secondary[j,b,a,o] and ok[j,b,a,o] (stage j covers layers a..b with option o), and a cap:
+    val[j, b, a]  = min_o { primary[j,b,a,o] : ok[j,b,a,o] and secondary[j,b,a,o] <= cap }
+    f[0, b]       = val[0, b, 0]                                     (stage 0 starts at layer 0)
+    f[j, b]       = min_{1 <= a <= b} max(f[j-1, a-1], val[j, b, a])
+    answer        = f[J-1, L-1]
+i.e. the least achievable max over stages of `primary`, among cuts into J contiguous non-empty
+stages whose every stage respects memory and keeps `secondary` under the cap. Infeasible cells are
++inf. `bottleneck_reference` is exactly this loop in plain Python; `bottleneck` runs it with a
+jitted JAX step (one cell b as a pure function, vmapped over b), once compiled per (L, O).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)  # ties and exactness: float64 like the evaluator
+
+INF = float("inf")
+
+
+def _collapse(primary_LLO, secondary_LLO, ok_LLO, cap):
+    v = jnp.where(ok_LLO & (secondary_LLO <= cap), primary_LLO, jnp.inf)
+    return jnp.min(v, axis=-1), jnp.argmin(v, axis=-1)
+
+
+def _cell(val_a, prev_a):
+    """One cell b: min over the first layer a of max(f[a-1], val[b, a])."""
+    cand = jnp.maximum(val_a, prev_a)
+    a = jnp.argmin(cand)
+    return cand[a], a
+
+
+@jax.jit
+def _first(primary_LLO, secondary_LLO, ok_LLO, cap):
+    val_LL, opt_LL = _collapse(primary_LLO, secondary_LLO, ok_LLO, cap)
+    return val_LL[:, 0], opt_LL
+
+
+@jax.jit
+def _step(f_L, primary_LLO, secondary_LLO, ok_LLO, cap):
+    val_LL, opt_LL = _collapse(primary_LLO, secondary_LLO, ok_LLO, cap)
+    prev_L = jnp.concatenate([jnp.full((1,), jnp.inf), f_L[:-1]])  # prev[a] = f[a-1]
+    best_L, arg_L = jax.vmap(_cell, in_axes=(0, None))(val_LL, prev_L)
+    return best_L, arg_L, opt_LL
+
+
+def bottleneck(primary_JLLO, secondary_JLLO, ok_JLLO, cap: float):
+    """(value, stages) with stages = [(first_layer, last_layer, option)] or None if infeasible."""
+    J, L = primary_JLLO.shape[0], primary_JLLO.shape[1]
+    P, S, K = primary_JLLO, secondary_JLLO, ok_JLLO
+    f, opt = _first(P[0], S[0], K[0], cap)
+    args, opts = [], [opt]
+    for j in range(1, J):
+        f, arg, opt = _step(f, P[j], S[j], K[j], cap)
+        args.append(arg)
+        opts.append(opt)
+    value = float(f[L - 1])
+    if not math.isfinite(value):
+        return value, None
+    args_np = [np.asarray(a) for a in args]
+    opts_np = [np.asarray(o) for o in opts]
+    stages, b = [], L - 1
+    for j in range(J - 1, 0, -1):
+        a = int(args_np[j - 1][b])
+        stages.append((a, b, int(opts_np[j][b, a])))
+        b = a - 1
+    stages.append((0, b, int(opts_np[0][b, 0])))
+    return value, stages[::-1]
+
+
+def bottleneck_reference(primary, secondary, ok, cap: float):
+    """The recurrence of the module docstring in plain Python loops (for tests)."""
+    J, L, O = len(primary), len(primary[0]), len(primary[0][0][0])
+
+    def val(j, b, a):
+        best, arg = INF, 0
+        for o in range(O):
+            if ok[j][b][a][o] and secondary[j][b][a][o] <= cap and primary[j][b][a][o] < best:
+                best, arg = primary[j][b][a][o], o
+        return best, arg
+
+    f = [[INF] * L for _ in range(J)]
+    choice = [[None] * L for _ in range(J)]
+    for b in range(L):
+        f[0][b], o = val(0, b, 0)
+        choice[0][b] = (0, o)
+    for j in range(1, J):
+        for b in range(L):
+            for a in range(1, b + 1):
+                v, o = val(j, b, a)
+                c = max(f[j - 1][a - 1], v)
+                if c < f[j][b]:
+                    f[j][b], choice[j][b] = c, (a, o)
+    value = f[J - 1][L - 1]
+    if not math.isfinite(value):
+        return value, None
+    stages, b = [], L - 1
+    for j in range(J - 1, -1, -1):
+        a, o = choice[j][b]
+        stages.append((a, b, o))
+        b = a - 1
+    return value, stages[::-1]
+
+
+def lower_bounds(cost_LL: np.ndarray, max_stages: int) -> np.ndarray:
+    """X_lb[p] = min over cuts into p stages of the max stage cost (no options, no memory):
+    a lower bound on the bottleneck stage time for every p (index 0 unused)."""
+    L = cost_LL.shape[0]
+    cost = np.where(np.tril(np.ones((L, L), dtype=bool)), cost_LL, np.inf)
+    out = np.full(max_stages + 1, np.inf)
+    f = cost[:, 0].copy()
+    out[1] = f[L - 1]
+    for p in range(2, max_stages + 1):
+        prev = np.concatenate([[np.inf], f[:-1]])
+        f = np.min(np.maximum(cost, prev[None, :]), axis=1)
+        out[p] = f[L - 1]
+    return out
