@@ -15,10 +15,13 @@ Rules, per operator kind (a layer graph's `Op`):
   m >= 8192 tokens is saturated); below the smallest it is the roofline. An (n, k) that was not
   measured borrows the throughput of the nearest measured (n', k') (log distance) when both
   ratios are within MAX_TRANSFER_RATIO (a fused gate+up GEMM, 2f x h, from the measured f x h
-  GEMM): time = t'(m) x n k / (n' k'). Only aligned shapes (n, k multiples of ALIGN) lend or
-  borrow: an unaligned GEMM (an unpadded vocabulary such as GPT-3's 50257) runs other, slow
-  kernels (the profile has GPT-3's LM head at 100 TFLOP/s, its aligned neighbours at ~700).
-  Backward = the measured dgrad + wgrad GEMMs.
+  GEMM): time = t'(m) x n k / (n' k'). Backward = the measured dgrad + wgrad GEMMs.
+  Unaligned n or k (not a multiple of ALIGN; only unpadded vocabularies: GPT-3's 50257, BERT's
+  30522 and their tensor-parallel shards) is priced as the shape padded up to a multiple of
+  PAD, the way Megatron-LM pads the vocabulary (--make-vocab-size-divisible-by 128: 50304,
+  30592), so the unaligned rows of matmul.csv are never used: cuBLAS runs other, slow kernels
+  there (GPT-3's unpadded LM head measured at 100 TFLOP/s against ~700 for its neighbours),
+  which a real run does not pay. Only aligned shapes lend their throughput.
 * MoE expert GEMMs (`expert_*` ops, `count` = local experts): moe.csv measures the local
   experts batched (torch.bmm, equal tokens per expert); an exact (experts, m, n, k) row prices
   all `count` instances at once (gate+up = the expert_gate + expert_up rows). Otherwise the
@@ -57,6 +60,7 @@ AUTOGRAD_FLOOR_S = 60e-6
 # Largest ratio in n or k over which a matmul borrows a measured shape's throughput.
 MAX_TRANSFER_RATIO = 2.0
 ALIGN = 8  # bf16 GEMMs with n, k multiples of 8 (16 bytes) run the tensor-core fast paths
+PAD = 128  # Megatron-LM --make-vocab-size-divisible-by (default 128)
 
 # Memory-bound op name -> (profile CSV family, profile ops or None for all, forward and backward
 # factors converting the layer graph's bytes into the profile's byte convention, None = not
@@ -178,10 +182,12 @@ class ProfileSet:
     # ---- matmul -------------------------------------------------------------------------------
     def matmul(self, m: float, n: int, k: int) -> tuple[float, float] | None:
         """(forward, backward) seconds of one GEMM X[m,k] @ W[n,k]^T, or None if not covered."""
+        if n <= 0 or k <= 0:
+            return None
+        if n % ALIGN or k % ALIGN:  # an unpadded vocabulary: price the padded GEMM
+            n, k = -(-n // PAD) * PAD if n % ALIGN else n, -(-k // PAD) * PAD if k % ALIGN else k
         if (n, k) in self._matmul:
             cands = [(n, k)]
-        elif n % ALIGN or k % ALIGN or n <= 0 or k <= 0:
-            cands = []  # unaligned: only its own measurement says how slow it is
         else:
             lim = math.log(MAX_TRANSFER_RATIO) + 1e-9
             near = [(abs(math.log(n / n2)) + abs(math.log(k / k2)), n2, k2)

@@ -160,3 +160,16 @@ def _all_to_all(cluster: ClusterSpec, group: tuple[int, ...]) -> tuple[float, fl
         worst = max(worst, max(np.count_nonzero(lvls >= lv) / (n * path_bandwidth(cluster, lv))
                                for lv in range(top + 1)))
     return (n - 1) * cluster.levels[top].latency_s, float(worst)
+
+
+def flattened(cluster: ClusterSpec, bytes_per_s: float | None = None) -> ClusterSpec:
+    """The network-blind view of a cluster (Phaze-style: one flat bandwidth, no hierarchy): every
+    level gets the same per-device bandwidth (default: the innermost level's), the innermost
+    latency and no oversubscription."""
+    from dataclasses import replace
+
+    bw = bytes_per_s or cluster.levels[0].bytes_per_s
+    lat = cluster.levels[0].latency_s
+    levels = tuple(replace(lv, bytes_per_s=bw, latency_s=lat, oversubscription=1.0)
+                   for lv in cluster.levels)
+    return replace(cluster, name=f"{cluster.name}_flat", levels=levels)

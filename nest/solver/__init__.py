@@ -26,6 +26,7 @@ bound: exact, since the bound never exceeds the true time).
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 
@@ -33,7 +34,7 @@ import numpy as np
 
 from nest.evaluate import Problem
 from nest.graph.layer_graph import Variant
-from nest.solver.arrays import StageArrays, layer_arrays, stage_arrays
+from nest.solver.arrays import StageArrays, fixed_memory, layer_arrays, stage_arrays
 from nest.solver.dp import bottleneck, lower_bounds
 from nest.space import SearchSpace, declare, make_plan
 
@@ -60,11 +61,14 @@ def solve_fixed(arr: StageArrays, C: float, best_T: float):
 
 
 def search(problem: Problem, space: SearchSpace, log=None):
-    """The optimum plan of the space and statistics; None if nothing fits."""
+    """The optimum plan of the space and statistics; None if nothing fits.
+
+    Candidates (variant, p, d) are popped from a heap by lower bound: first the compute-only bound
+    (one DP for all p), refined on first pop by the memory-aware bound of (variant, p)."""
     N = problem.num_devices
     best_T, best = math.inf, None
-    cands = []
-    las = {}
+    heap: list = []
+    las, refined = {}, {}
     for vi, v in enumerate(space.variants):
         la = layer_arrays(problem, v, space.recompute_modes)
         las[vi] = la
@@ -76,13 +80,19 @@ def search(problem: Problem, space: SearchSpace, log=None):
         for p in range(1, pmax + 1):
             for d in range(1, N // (p * v.width) + 1):
                 m = problem.num_microbatches(d, v.ep)
-                cands.append(((m + p - 1) * lb[p], vi, p, d))
-    cands.sort()
+                heap.append(((m + p - 1) * lb[p], False, vi, p, d))
+    num_candidates = len(heap)
+    heapq.heapify(heap)
     visited = 0
-    for bound, vi, p, d in cands:
-        if bound >= best_T:
-            break
+    while heap and heap[0][0] < best_T:
+        bound, is_refined, vi, p, d = heapq.heappop(heap)
         v = space.variants[vi]
+        if not is_refined:
+            if (vi, p) not in refined:
+                refined[(vi, p)] = memory_aware_bounds(problem, space, las[vi], v, p)
+            m = problem.num_microbatches(d, v.ep)
+            heapq.heappush(heap, ((m + p - 1) * refined[(vi, p)], True, vi, p, d))
+            continue
         for placement in space.placements:
             arr = stage_arrays(problem, space, las[vi], v, p, d, placement)
             visited += 1
@@ -91,13 +101,39 @@ def search(problem: Problem, space: SearchSpace, log=None):
                 best_T, best = res[0], (v, p, d, placement, res[1])
                 if log:
                     log(f"  better: T={best_T:.6g} s  {v.key} p={p} d={d} {placement}")
-    stats = {"candidates": len(cands), "visited": visited}
+    stats = {"candidates": num_candidates, "visited": visited}
     return best_T, best, stats
 
 
 def _range_min_comp(la) -> np.ndarray:
     c = np.concatenate([np.zeros(1), np.cumsum(la.comp_LR.min(axis=1))])
     return c[1:, None] - c[None, :-1]
+
+
+def memory_aware_bounds(problem: Problem, space: SearchSpace, la, v: Variant, p: int) -> float:
+    """X_lb(p): a lower bound on the bottleneck stage time of any plan with p stages and any d.
+    Stage j's time is at least its compute with the cheapest recomputation mode that fits at its
+    position under the most favourable d (the most replicas: the most ZeRO sharding and the
+    fewest micro-batches to stash) -- fewer replicas only need more memory."""
+    hw = problem.cluster.hardware
+    N, L = problem.num_devices, la.comp_LR.shape[0]
+    valid = np.tril(np.ones((L, L), dtype=bool))[..., None]
+    # alloc * (1 + frag) + overhead <= HBM  <=>  alloc <= cap (slack keeps the bound valid)
+    cap = (hw.hbm_bytes - hw.memory_overhead_bytes) / (1 + hw.memory_fragmentation) * (1 + 1e-9)
+    d = N // (p * v.width)
+    m = problem.num_microbatches(d, v.ep)
+    room = cap - fixed_memory(problem, la, v, d, space.zero_stages).min(axis=2)
+    with np.errstate(divide="ignore", over="ignore"):
+        max_stash_LLR = np.where(valid & (room >= 0), np.floor(room / la.act_LLR), -1)
+    f = None
+    for j in range(p):
+        cost = np.where(max_stash_LLR >= min(p - j, m), la.comp_LLR, np.inf).min(axis=2)
+        if f is None:
+            f = cost[:, 0].copy()
+        else:
+            prev = np.concatenate([[np.inf], f[:-1]])
+            f = np.min(np.maximum(cost, prev[None, :]), axis=1)
+    return float(f[L - 1])
 
 
 def plan(problem: Problem, settings: dict):

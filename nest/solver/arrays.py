@@ -12,14 +12,14 @@ stages, R recomputation modes. Reductions run over the last axes (fast on CPU).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from nest.evaluate import Problem, inner_groups, worst
 from nest.graph.layer_graph import Variant
-from nest.network.collectives import (canonical, coefficients, collective_time, distinct,
-                                      path_bandwidth)
+from nest.network.collectives import coefficients, collective_time, distinct, path_bandwidth
 from nest.plan import place
 from nest.space import SearchSpace
 
@@ -42,6 +42,23 @@ class LayerArrays:
     act_LLR: np.ndarray = None
     work_LLR: np.ndarray = None
     maxpar_LL: np.ndarray = None
+    group_cache: OrderedDict = field(default_factory=OrderedDict)  # see stage_arrays
+
+
+GROUP_CACHE_ENTRIES = 256  # each holds O(L^2) floats; bounded so memory stays small
+
+
+def shifted(cluster, ids) -> tuple[int, ...]:
+    """Stage device ids moved to the first switch block of their span level, order kept: two
+    stages with the same shifted ids have identical groups, levels and collective costs."""
+    lo, hi = min(ids), max(ids)
+    size = cluster.levels[-1].devices_per_group
+    for lv in cluster.levels:
+        if lo // lv.devices_per_group == hi // lv.devices_per_group:
+            size = lv.devices_per_group
+            break
+    base = lo // size * size
+    return tuple(x - base for x in ids)
 
 
 def layer_arrays(problem: Problem, v: Variant, modes: tuple[str, ...]) -> LayerArrays:
@@ -105,6 +122,33 @@ def _p2p_array(problem: Problem, src, dst, nbytes: np.ndarray) -> np.ndarray:
     return np.where(nbytes > 0, out, 0.0)
 
 
+def fixed_memory(problem: Problem, la: LayerArrays, v: Variant, d: int, zeros) -> np.ndarray:
+    """Memory of a stage a..b that does not depend on its pipeline position, per (z, r):
+    weights, gradients and optimizer states (ZeRO-sharded) and the recomputation working set."""
+    tr = problem.training
+    wb, gb, osb = tr.weight_bytes_per_param, tr.grad_bytes_per_param, tr.optimizer_state_bytes
+    n_dense, n_exp = d * v.ep * v.cp, d * v.cp
+    L, R = la.comp_LR.shape
+
+    def sharded(on: bool) -> np.ndarray:
+        return la.pd_LL / n_dense + la.pe_LL / n_exp if on else la.pd_LL + la.pe_LL
+
+    out = np.empty((L, L, len(zeros), R))
+    for zi, z in enumerate(zeros):
+        states = wb * sharded(z >= 3) + gb * sharded(z >= 2) + osb * sharded(z >= 1)
+        working = la.work_LLR + (wb * la.maxpar_LL[..., None] if z == 3 else 0.0)
+        out[:, :, zi, :] = states[..., None] + working
+    return out
+
+
+def fits(problem: Problem, fixed_LLZR: np.ndarray, la: LayerArrays, stash: int) -> np.ndarray:
+    """Whether the stage's peak memory (evaluator formula) fits in HBM, per [b, a, z, r]."""
+    hw = problem.cluster.hardware
+    alloc = fixed_LLZR + stash * la.act_LLR[:, :, None, :]
+    mem = alloc + alloc * hw.memory_fragmentation + hw.memory_overhead_bytes
+    return mem <= hw.hbm_bytes
+
+
 @dataclass
 class StageArrays:
     t_JLLO: np.ndarray
@@ -129,27 +173,21 @@ def stage_arrays(problem: Problem, space: SearchSpace, la: LayerArrays, v: Varia
     def sharded(on: bool) -> np.ndarray:
         return pd_LL / n_dense + pe_LL / n_exp if on else pd_LL + pe_LL
 
-    # memory that does not depend on the stage position: states and working set, per (z, r)
-    fixed_LLZR = np.empty((L, L, Z, R))
-    for zi, z in enumerate(zeros):
-        states = wb * sharded(z >= 3) + gb * sharded(z >= 2) + osb * sharded(z >= 1)
-        working = la.work_LLR + (wb * la.maxpar_LL[..., None] if z == 3 else 0.0)
-        fixed_LLZR[:, :, zi, :] = states[..., None] + working
+    fixed_LLZR = fixed_memory(problem, la, v, d, zeros)
     opt_LLZ = np.stack([tr.optimizer_step_bytes * sharded(z >= 1)
                         / (hw.hbm_bytes_per_s * hw.memory_efficiency) for z in zeros], axis=-1)
 
     full_idx = [i for i, r in enumerate(modes) if r == "full"]
-    by_groups: dict = {}  # stages whose groups cost the same share their arrays
+    by_groups = la.group_cache  # stages whose device sets are shifted copies share their arrays
 
-    def group_terms(groups):
+    def group_terms(stage_ids):
+        key = (d, shifted(cl, stage_ids))
+        if key in by_groups:
+            by_groups.move_to_end(key)
+            return by_groups[key]
+        groups = inner_groups(stage_ids, v.tp, v.cp, v.ep, d)
         dg = distinct(cl, groups["dp_dense"])
         eg = distinct(cl, groups["dp_expert"])
-        key = tuple(tuple(sorted(canonical(cl, x) for x in distinct(cl, groups[k])))
-                    for k in ("tp", "cp", "ep")) + (
-            tuple(sorted(canonical(cl, x) for x in dg)),
-            tuple(sorted(canonical(cl, x) for x in eg)))
-        if key in by_groups:
-            return by_groups[key]
         coll_LR = np.zeros((L, R))  # the sub-graph variant's collectives per layer
         cache: dict[int, np.ndarray] = {}
         for li, c in enumerate(la.costs):
@@ -182,12 +220,14 @@ def stage_arrays(problem: Problem, space: SearchSpace, la: LayerArrays, v: Varia
                 sync_LLZ[..., zi] += both("all_gather", wb)
         out = (la.comp_LLR + _range_sum(coll_LR), zc_LLZ, sync_LLZ + opt_LLZ)
         by_groups[key] = out
+        if len(by_groups) > GROUP_CACHE_ENTRIES:
+            by_groups.popitem(last=False)
         return out
 
     t_J, u_J, ok_J = [], [], []
     prev_out = np.concatenate([[0.0], la.out_L[:-1]])
     for j in range(p):
-        base_LLR, zc_LLZ, u_LLZ = group_terms(inner_groups(ids[j], v.tp, v.cp, v.ep, d))
+        base_LLR, zc_LLZ, u_LLZ = group_terms(ids[j])
         if g.tied_embeddings and p > 1 and j in (0, p - 1):
             other = ids[p - 1 - j]
             emb = gb * problem.model.vocab_size * problem.model.hidden_size / v.tp
@@ -199,9 +239,7 @@ def stage_arrays(problem: Problem, space: SearchSpace, la: LayerArrays, v: Varia
         if j > 0:  # backward send to the previous stage: the output of layer a-1 (depends on a)
             p2p_LL += _p2p_array(problem, ids[j], ids[j - 1], prev_out)[None, :]
         t_LLZR = base_LLR[:, :, None, :] + zc_LLZ[:, :, :, None] + p2p_LL[:, :, None, None]
-        alloc = fixed_LLZR + min(p - j, m) * la.act_LLR[:, :, None, :]
-        mem = alloc + alloc * hw.memory_fragmentation + hw.memory_overhead_bytes
-        ok_LLZR = (mem <= hw.hbm_bytes) & valid_LL[:, :, None, None]
+        ok_LLZR = fits(problem, fixed_LLZR, la, min(p - j, m)) & valid_LL[:, :, None, None]
         t_J.append(t_LLZR.reshape(L, L, Z * R))
         ok_J.append(ok_LLZR.reshape(L, L, Z * R))
         u_J.append(u_LLZ)

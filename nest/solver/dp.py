@@ -26,7 +26,9 @@ INF = float("inf")
 
 
 def _collapse(primary_LLO, secondary_LLO, ok_LLO, cap):
-    v = jnp.where(ok_LLO & (secondary_LLO <= cap), primary_LLO, jnp.inf)
+    L = primary_LLO.shape[0]
+    nonempty_LL1 = jnp.tril(jnp.ones((L, L), dtype=bool))[..., None]  # a <= b
+    v = jnp.where(ok_LLO & (secondary_LLO <= cap) & nonempty_LL1, primary_LLO, jnp.inf)
     return jnp.min(v, axis=-1), jnp.argmin(v, axis=-1)
 
 
@@ -81,6 +83,8 @@ def bottleneck_reference(primary, secondary, ok, cap: float):
 
     def val(j, b, a):
         best, arg = INF, 0
+        if a > b:
+            return best, arg
         for o in range(O):
             if ok[j][b][a][o] and secondary[j][b][a][o] <= cap and primary[j][b][a][o] < best:
                 best, arg = primary[j][b][a][o], o

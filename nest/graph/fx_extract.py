@@ -1,0 +1,411 @@
+"""Model spec -> torch.fx graph of each layer's per-device module on the meta device -> measured
+layer graph (the `nest.layer_graph/v1` contract, source "torch_fx").
+
+Each layer module of `torch_models` (one device's share under a variant) is traced with
+torch.fx (its operator modules are the leaves) and executed on meta tensors by an fx Interpreter
+under a TorchDispatchMode, forward and backward; nothing is allocated, nothing downloaded.
+Per fx node, measured:
+* FLOPs: torch.utils.flop_counter's formulas per aten call (mm / addmm / bmm / baddbmm ...),
+  forward, and backward by mapping each autograd node to the fx node that created it
+  (torch._C._current_autograd_node). Causal attention is scaled by 0.5 (flash kernels skip
+  masked blocks, FlashAttention-2 section 3.1), the same convention as closed_form.
+* HBM bytes: per aten call the elements it reads and writes (broadcast dims once, gathers only
+  the rows they touch, views and allocations free); an fx node is ONE fused kernel pair, so a
+  tensor both produced and consumed only inside the node (either phase) is not counted.
+* Saved-for-backward bytes per micro-batch: torch.autograd.graph.saved_tensors_hooks collect
+  the distinct storages autograd keeps (parameters and buffers excluded; integer indices and
+  fp32 norm statistics included). Selective recomputation runs the attention core under
+  torch.utils.checkpoint; full recomputation checkpoints the whole block (only its input kept).
+  A gathered tensor flagged keep_shard is kept as its shard and re-gathered in backward (that
+  all-gather is recorded).
+* Collectives: recorded by the modules' collective nodes during forward and backward.
+Identical transformer blocks are traced once per variant and shared.
+
+Checked on a GPU (H200, torch 2.11): running the same block modules on CUDA, the growth of
+torch.cuda.memory_allocated over a forward pass equals the meta-measured saved bytes exactly for
+GPT-3 (t = 1, 8, 8 + sp), Llama-3-70B, Mixtral (ep 1; ep 4 + cp 2) and BERT-large (t = 4), in
+all three recomputation modes; the only differences were allocator granularity (BERT t = 1: a
+3 MiB buffer in a 4 MiB segment) and cuBLAS workspaces on the first matmul of the process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+import torch.fx as fx
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.checkpoint import checkpoint
+from torch.utils.flop_counter import flop_registry
+
+from nest.graph import torch_models as tm
+from nest.graph.closed_form import variants_of
+from nest.graph.layer_graph import Collective, Layer, LayerCost, LayerGraph, Op, Variant
+from nest.specs import ModelSpec, ParallelVariants
+
+EXTERNAL = "<external>"  # producer / consumer outside the traced layer
+aten = torch.ops.aten
+_ALIASES = {aten._unsafe_view.default, aten.alias.default, aten.lift_fresh.default}
+_NO_WRITE = {aten.empty.memory_format, aten.empty_like.default, aten.new_empty.default,
+             aten.empty_strided.default}
+_GATHER_ARGS = {aten.embedding.default: (0, 1), aten.index_select.default: (0, 2)}  # table, index
+_PHASES = ("fwd", "bwd")
+
+
+@dataclass(frozen=True)
+class NodeCost:
+    """Measured cost of one fx node (one device, one micro-batch)."""
+
+    name: str
+    opcode: str  # placeholder | call_module | call_function | call_method | output ...
+    target: str
+    kind: str  # matmul | attention | memory | comm | view
+    fwd_flops: float
+    bwd_flops: float
+    fwd_bytes: float
+    bwd_bytes: float
+    out_bytes: float
+
+
+@dataclass
+class TracedLayer:
+    kind: str
+    variant: Variant
+    graph_module: fx.GraphModule
+    nodes: list[NodeCost]
+    cost: LayerCost
+
+
+# --------------------------------------------------------------------------------------------
+# Tracing and measurement
+# --------------------------------------------------------------------------------------------
+
+
+class _Tracer(fx.Tracer):
+    def is_leaf_module(self, m, qualname):
+        return hasattr(m, "op_kind") or super().is_leaf_module(m, qualname)
+
+
+def _tensors(x) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
+
+
+def _touched(t: torch.Tensor) -> int:
+    """Bytes of the distinct elements a view addresses (a broadcast dimension counts once)."""
+    return math.prod(n for n, st in zip(t.shape, t.stride()) if st != 0) * t.element_size()
+
+
+@dataclass
+class _Event:
+    node: str
+    phase: str
+    flops: float
+    reads: list[tuple[int, int]]
+    writes: list[tuple[int, int]]
+    shapes: tuple = ()
+
+
+class _Meter(TorchDispatchMode):
+    """Attributes every aten call to the fx node running it (forward) or whose autograd node is
+    running (backward): FLOPs from torch's flop formulas, storages read and written."""
+
+    def __init__(self):
+        super().__init__()
+        self.node, self.phase = EXTERNAL, "fwd"
+        self.owner: dict[int, str] = {}
+        self.events: list[_Event] = []
+        self._alive: list = []  # storage keys stay unique while their tensors live
+
+    def claim(self, out, name: str) -> None:
+        stack = [t.grad_fn for t in _tensors(out) if t.grad_fn is not None]
+        while stack:
+            fn = stack.pop()
+            if id(fn) in self.owner:
+                continue
+            self.owner[id(fn)] = name
+            self._alive.append(fn)
+            stack.extend(f for f, _ in fn.next_functions if f is not None)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func.is_view or func in _ALIASES:
+            return out
+        if self.phase == "fwd":
+            node = self.node
+        else:
+            node = self.owner.get(id(torch._C._current_autograd_node()), EXTERNAL)
+        formula = flop_registry.get(func._overloadpacket)
+        flops = formula(*args, **kwargs, out_val=out) if formula else 0
+        ins, outs = _tensors((args, kwargs)), _tensors(out)
+        self._alive.append((ins, outs))
+        if func in _NO_WRITE:  # an allocation reads and writes nothing
+            reads = []
+        elif func in _GATHER_ARGS:  # a gather reads its index and only the rows it returns
+            ti, ii = _GATHER_ARGS[func]
+            reads = [(tm.storage_key(args[ti]), sum(_touched(o) for o in outs)),
+                     (tm.storage_key(args[ii]), _touched(args[ii]))]
+        else:
+            skip = args[0] if func is aten.copy_.default else None
+            reads = [(tm.storage_key(t), _touched(t)) for t in ins if t is not skip]
+        writes = [] if func in _NO_WRITE else [(tm.storage_key(t), _touched(t)) for t in outs]
+        shapes = tuple(tuple(t.shape) for t in ins) if flops else ()
+        self.events.append(_Event(node, self.phase, float(flops), reads, writes, shapes))
+        return out
+
+
+class _Saved:
+    """saved_tensors_hooks: distinct storages kept for backward (and re-gathers on unpack)."""
+
+    def __init__(self, exclude: set[int]):
+        self.exclude, self.bytes, self._regathered, self._alive = exclude, {}, set(), []
+
+    def pack(self, t):
+        self._alive.append(t)
+        k = tm.storage_key(t)
+        if k not in self.exclude:
+            log = tm._LOG
+            if log is not None and k in log.regather:
+                shard = log.regather[k][0]
+                self.bytes[tm.storage_key(shard)] = shard.untyped_storage().nbytes()
+            else:
+                self.bytes[k] = t.untyped_storage().nbytes()
+        return t
+
+    def unpack(self, t):
+        log = tm._LOG
+        if log is not None:
+            k = tm.storage_key(t)
+            if k in log.regather and k not in self._regathered:
+                self._regathered.add(k)
+                log.add("all_gather", "bwd", log.regather[k][1], t.untyped_storage().nbytes())
+        return t
+
+    @property
+    def total(self) -> float:
+        return float(sum(self.bytes.values()))
+
+
+class _Runner(fx.Interpreter):
+    def __init__(self, gm, meter: _Meter | None = None, selective: bool = False):
+        super().__init__(gm, garbage_collect_values=False)
+        self.meter, self.selective, self.values = meter, selective, {}
+
+    def run_node(self, n):
+        if self.meter is not None:
+            self.meter.node = n.name
+        out = super().run_node(n)
+        if self.meter is not None:
+            self.meter.claim(out, n.name)
+            self.meter.node = EXTERNAL
+        self.values[n.name] = out
+        return out
+
+    def call_module(self, target, args, kwargs):
+        mod = self.fetch_attr(target)
+        if self.selective and getattr(mod, "op_kind", None) == "attention":
+            return checkpoint(mod, *args, use_reentrant=True, preserve_rng_state=False, **kwargs)
+        return mod(*args, **kwargs)
+
+
+def _excluded(module: torch.nn.Module) -> set[int]:
+    return {tm.storage_key(t) for t in [*module.parameters(), *module.buffers()]}
+
+
+def _node_bytes(events: list[_Event], out_keys: set[int],
+                on_chip: set[str]) -> dict[tuple[str, str], float]:
+    """HBM bytes per (node, phase). A node is one fused kernel per phase: a storage it produces
+    and only itself reads in the same phase stays on chip. Nodes in `on_chip` (the attention
+    core, flash-style) also keep what they save for their own backward on chip (recomputed)."""
+    producer: dict[int, tuple[str, str]] = {}
+    consumers: dict[int, set[tuple[str, str]]] = defaultdict(set)
+    for ev in events:
+        for k, _ in ev.writes:
+            producer.setdefault(k, (ev.node, ev.phase))
+        for k, _ in ev.reads:
+            consumers[k].add((ev.node, ev.phase))
+    for k in out_keys:
+        consumers[k].add((EXTERNAL, "fwd"))
+
+    def internal(k, node, phase):
+        if k not in producer or not consumers.get(k):
+            return False
+        if node in on_chip:
+            return producer[k][0] == node and {n for n, _ in consumers[k]} == {node}
+        return producer[k] == (node, phase) and consumers[k] == {(node, phase)}
+
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    for ev in events:
+        out[ev.node, ev.phase] += sum(b for k, b in ev.reads + ev.writes
+                                      if not internal(k, ev.node, ev.phase))
+    return out
+
+
+def _layer_trace(m: ModelSpec, kind: str, v: Variant, mbs: int) -> TracedLayer:
+    module, inputs = tm.build_layer(m, kind, v, mbs)
+    gm = fx.GraphModule(module, _Tracer().trace(module))
+    exclude = _excluded(module)
+
+    # pass 1: no recomputation, forward + backward
+    meter, saved = _Meter(), _Saved(exclude)
+    with tm.comm_log() as log, torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
+        runner = _Runner(gm, meter)
+        with meter:
+            out = runner.run(*inputs)
+        grad = torch.ones_like(out)
+        meter.phase = "bwd"
+        with meter:
+            torch.autograd.backward(out, grad)
+    records = list(log.records)
+    act = {"none": saved.total}
+
+    # passes 2 and 3: forward only, attention core / whole block checkpointed
+    if kind == "block":
+        for mode in ("selective", "full"):
+            module_inputs = tm.build_layer(m, kind, v, mbs)[1]
+            s = _Saved(exclude)
+            with tm.comm_log(), torch.autograd.graph.saved_tensors_hooks(s.pack, s.unpack):
+                if mode == "selective":
+                    _Runner(gm, selective=True).run(*module_inputs)
+                else:
+                    checkpoint(lambda *a: _Runner(gm).run(*a), *module_inputs,
+                               use_reentrant=True, preserve_rng_state=False)
+            act[mode] = s.total
+    else:  # embedding and head are never recomputed (as in the closed form)
+        act["selective"] = act["full"] = act["none"]
+
+    nodes, ops = _summarise(gm, meter, runner.values, {tm.storage_key(out)})
+    cost = _layer_cost(m, kind, v, module, ops, records, act, out)
+    return TracedLayer(kind, v, gm, nodes, cost)
+
+
+def _summarise(gm, meter: _Meter, values: dict, out_keys: set[int]):
+    flops: dict[tuple[str, str], float] = defaultdict(float)
+    shapes: dict[str, tuple] = {}
+    for ev in meter.events:
+        flops[ev.node, ev.phase] += ev.flops
+        if ev.flops and ev.phase == "fwd":
+            shapes.setdefault(ev.node, ev.shapes)
+    on_chip = {n.name for n in gm.graph.nodes if n.op == "call_module"
+               and getattr(gm.get_submodule(n.target), "op_kind", None) == "attention"}
+    nbytes = _node_bytes(meter.events, out_keys, on_chip)
+    nodes, ops = [], []
+    for n in gm.graph.nodes:
+        mod = gm.get_submodule(n.target) if n.op == "call_module" else None
+        kind = getattr(mod, "op_kind", None) or ("memory" if nbytes[n.name, "fwd"] else "view")
+        scale = getattr(mod, "flop_scale", 1.0)
+        f_fl, b_fl = flops[n.name, "fwd"] * scale, flops[n.name, "bwd"] * scale
+        f_by, b_by = nbytes[n.name, "fwd"], nbytes[n.name, "bwd"]
+        out_b = float(sum(t.numel() * t.element_size() for t in _tensors(values.get(n.name))))
+        nodes.append(NodeCost(n.name, n.op, str(n.target), kind, f_fl, b_fl, f_by, b_by, out_b))
+        if kind in ("comm", "view") or n.op in ("placeholder", "output"):
+            continue
+        count = getattr(mod, "op_count", 1)
+        name = getattr(mod, "op_name", n.name)
+        if kind == "matmul":
+            a, b = shapes[n.name][-2:]  # mm(x, w), addmm(bias, x, w), bmm(x, w)
+            shape = (a[-2], b[-1], a[-1])  # (m, n, k)
+        elif kind == "attention":
+            shape = mod.shape
+        else:
+            shape = ()
+        ops.append(Op(name, kind, f_fl / count, b_fl / count, f_by / count, b_by / count,
+                      tuple(int(x) for x in shape), count))
+    extra = nbytes[EXTERNAL, "bwd"]  # gradient accumulation outside any node, if any
+    if extra:
+        ops.append(Op("grad_accumulate", "memory", 0.0, 0.0, 0.0, extra))
+    return nodes, ops
+
+
+def _collectives(records) -> tuple[Collective, ...]:
+    counts = Counter(records)
+    order = {"fwd": 0, "bwd": 1}
+    keys = sorted(counts, key=lambda r: (order[r[1]], r[2], r[0], r[3]))
+    return tuple(Collective(kind, phase, group, nbytes, counts[kind, phase, group, nbytes])
+                 for kind, phase, group, nbytes in keys)
+
+
+def _params(module: torch.nn.Module) -> tuple[float, float]:
+    dense = expert = 0
+    for name, p in module.named_parameters():
+        if "experts_" in name:
+            expert += p.numel()
+        else:
+            dense += p.numel()
+    return float(dense), float(expert)
+
+
+def _layer_cost(m, kind, v, module, ops, records, act, out) -> LayerCost:
+    dense, expert = _params(module)
+    names = tuple(o.name for o in ops)
+    if kind == "block":
+        recompute = {"none": (), "selective": tuple(o.name for o in ops if o.kind == "attention"),
+                     "full": names}
+    else:
+        recompute = {"none": (), "selective": (), "full": ()}
+    # boundary activation: Megatron's scatter/gather optimisation sends 1/t per tp rank
+    out_bytes = 0.0 if kind == "head" else out.numel() * out.element_size() / (
+        v.tp if not v.sp else 1)
+    return LayerCost(tuple(ops), _collectives(records), dense, expert, act, recompute,
+                     float(out_bytes))
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------
+
+
+def _dims(m: ModelSpec) -> ModelSpec:
+    """The spec with everything that does not change the modules blanked (cache key)."""
+    return dataclasses.replace(m, name="", source_file="", published_num_params=None,
+                               parallel_variants=ParallelVariants())
+
+
+@lru_cache(maxsize=512)
+def _cached(m: ModelSpec, kind: str, v: Variant, mbs: int) -> TracedLayer:
+    return _layer_trace(m, kind, v, mbs)
+
+
+def trace_layer(m: ModelSpec, kind: str, v: Variant | None = None, mbs: int = 1) -> TracedLayer:
+    """Trace and measure one layer kind (embedding | block | head) of `m` under variant `v`
+    (default: no parallelism)."""
+    return _cached(_dims(m), kind, v or Variant(), mbs)
+
+
+@lru_cache(maxsize=256)
+def _num_params(m: ModelSpec, kind: str) -> float:
+    module, _ = tm.build_layer(m, kind, Variant())
+    n = sum(p.numel() for p in module.parameters())
+    if kind == "head" and m.tied_embeddings:
+        n -= module.lm_head.weight.numel()  # the tied copy is counted once, in the embedding
+    return float(n)
+
+
+def num_params(m: ModelSpec, kind: str) -> float:
+    """Unsharded parameters of one layer of `kind`, counted once for the whole model."""
+    return _num_params(_dims(m), kind)
+
+
+def total_params(m: ModelSpec) -> float:
+    return num_params(m, "embedding") + m.num_layers * num_params(m, "block") + num_params(m, "head")
+
+
+def build_layer_graph_fx(model: ModelSpec, mbs: int = 1,
+                         variants: list[Variant] | None = None) -> LayerGraph:
+    """The layer graph of `model` measured from traced torch modules (same contract as
+    closed_form.build_layer_graph; identical blocks share one LayerCost)."""
+    variants = variants or variants_of(model)
+    cost = {kind: {v.key: trace_layer(model, kind, v, mbs).cost for v in variants}
+            for kind in tm.LAYER_KINDS}
+    layers = [Layer(0, "embedding", "embedding", num_params(model, "embedding"), cost["embedding"])]
+    for i in range(model.num_layers):
+        layers.append(Layer(i + 1, f"block_{i}", "block", num_params(model, "block"), cost["block"]))
+    layers.append(Layer(model.num_layers + 1, "head", "head", num_params(model, "head"),
+                        cost["head"]))
+    return LayerGraph(model.name, mbs, model.seq_len, model.hidden_size, model.tied_embeddings,
+                      list(variants), layers, source="torch_fx")

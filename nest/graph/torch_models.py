@@ -1,0 +1,737 @@
+"""Model spec x sub-graph variant -> compact torch modules of ONE device's share of a layer.
+
+Families: BERT encoder (post-norm, learned positions, GELU), GPT decoder (pre-norm, learned
+positions, GELU), Llama decoder (RMSNorm, RoPE, SwiGLU, grouped-query attention) and Mixtral MoE
+decoder (router + top-k SwiGLU experts). Embedding, each block, and final norm + LM head + loss are
+separate layer modules. Every variant is built as the transformed module a device runs, not a
+scaled copy: Megatron column/row-split weights (Shoeybi et al. 2019, section 3) with the f / g
+collectives inserted, sequence parallelism (Korthikanti et al. 2022, section 4.2.2: norms and
+dropout on s/t tokens, all-gather / reduce-scatter), expert parallelism (E/e local experts, token
+all-to-alls each way) and context parallelism (s/c local tokens, K/V all-gathered around the ring).
+
+Modelling choices, all stated:
+* bf16 parameters and activations; layouts are sequence-first [s, b, h] as in Megatron-LM.
+* Kernels that production stacks fuse are one autograd.Function each, so that what they save for
+  backward is what the fused kernel saves: RMSNorm (input + fp32 rstd, like LayerNorm), SwiGLU
+  (its input only), RoPE (writes Q, K, V into one packed buffer; saves nothing), vocab-parallel
+  cross-entropy (fp32 softmax + targets, Megatron-LM).
+* The attention core is the unfused Korthikanti core (scores -> softmax -> dropout -> x V) so that
+  "no recomputation" saves what their formula counts; selective recomputation re-runs this core.
+* MoE routing is BALANCED: each expert receives exactly T*k/E tokens (no drops, no padding), the
+  assumption behind every static cost model; token order comes from an argsort of the top-k ids.
+* Collectives are single-process stand-ins with the right output shapes; each call records
+  (kind, phase, group, bytes) in the active `CommLog`. A gather flagged `keep_shard` is saved for
+  backward as its local shard and gathered again in backward (Megatron's sequence-parallel
+  linears and ring attention), which the extractor's saved-tensor hooks implement.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.autograd import Function
+
+from nest.graph.layer_graph import Variant
+from nest.specs import ModelSpec
+
+DTYPE = torch.bfloat16
+DROPOUT_P = 0.1  # BERT and GPT-3 train with dropout 0.1 (Devlin et al. 2019; Brown et al. 2020)
+
+# --------------------------------------------------------------------------------------------
+# Communication log and simulated collectives
+# --------------------------------------------------------------------------------------------
+
+
+class CommLog:
+    """Collectives issued while active: records (kind, phase, group, bytes); gathered tensors
+    that backward re-gathers from their shard (storage key -> shard tensor)."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, str, str, float]] = []
+        self.regather: dict[int, tuple[torch.Tensor, str]] = {}  # key -> (shard, group)
+        self.alive: list[torch.Tensor] = []
+
+    def add(self, kind: str, phase: str, group: str, nbytes: float) -> None:
+        self.records.append((kind, phase, group, float(nbytes)))
+
+
+_LOG: CommLog | None = None
+
+
+@contextlib.contextmanager
+def comm_log():
+    global _LOG
+    prev, _LOG = _LOG, CommLog()
+    try:
+        yield _LOG
+    finally:
+        _LOG = prev
+
+
+def storage_key(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _record(kind: str, phase: str, group: str, t: torch.Tensor) -> None:
+    if _LOG is not None:
+        _LOG.add(kind, phase, group, _nbytes(t))
+
+
+class _AllReduceFwd(Function):  # Megatron "g": all-reduce forward, identity backward
+    @staticmethod
+    def forward(ctx, x, group):
+        _record("all_reduce", "fwd", group, x)
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy, None
+
+
+class _AllReduceBwd(Function):  # Megatron "f": identity forward, all-reduce backward
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, dy):
+        _record("all_reduce", "bwd", ctx.group, dy)
+        return dy.clone(), None
+
+
+def _scaled(shape, dim: int, factor: float) -> list[int]:
+    shape = list(shape)
+    shape[dim] = int(shape[dim] * factor)
+    return shape
+
+
+class _Gather(Function):  # all-gather forward along `dim`, reduce-scatter backward
+    @staticmethod
+    def forward(ctx, x, dim, n, group, keep_shard):
+        out = x.new_empty(_scaled(x.shape, dim, n))
+        _record("all_gather", "fwd", group, out)
+        if keep_shard and _LOG is not None:
+            _LOG.regather[storage_key(out)] = (x, group)
+            _LOG.alive.append(out)  # keeps the key unique while the log lives
+        ctx.dim, ctx.n, ctx.group = dim, n, group
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):
+        _record("reduce_scatter", "bwd", ctx.group, dy)
+        return dy.new_empty(_scaled(dy.shape, ctx.dim, 1 / ctx.n)), None, None, None, None
+
+
+class _ReduceScatter(Function):  # reduce-scatter forward along `dim`, all-gather backward
+    @staticmethod
+    def forward(ctx, x, dim, n, group):
+        _record("reduce_scatter", "fwd", group, x)
+        ctx.dim, ctx.n, ctx.group = dim, n, group
+        return x.new_empty(_scaled(x.shape, dim, 1 / n))
+
+    @staticmethod
+    def backward(ctx, dy):
+        out = dy.new_empty(_scaled(dy.shape, ctx.dim, ctx.n))
+        _record("all_gather", "bwd", ctx.group, out)
+        return out, None, None, None
+
+
+class _AllToAll(Function):  # expert dispatch / combine: same bytes each way
+    @staticmethod
+    def forward(ctx, x, out_shape, group):
+        _record("all_to_all", "fwd", group, x)
+        ctx.in_shape, ctx.group = tuple(x.shape), group
+        return x.new_empty(out_shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        _record("all_to_all", "bwd", ctx.group, dy)
+        return dy.new_empty(ctx.in_shape), None, None
+
+
+class Comm(nn.Module):
+    """One inserted collective (a leaf node of the traced graph)."""
+
+    op_kind = "comm"
+
+    def __init__(self, kind: str, group: str, n: int, dim: int = 0, keep_shard: bool = False,
+                 out_shape: tuple[int, ...] = ()):
+        super().__init__()
+        self.kind, self.group, self.n, self.dim = kind, group, n, dim
+        self.keep_shard, self.out_shape = keep_shard, out_shape
+        self.op_name = f"{kind}_{group}"
+
+    def forward(self, x):
+        if self.kind == "f":
+            return _AllReduceBwd.apply(x, self.group)
+        if self.kind == "g":
+            return _AllReduceFwd.apply(x, self.group)
+        if self.kind == "gather":
+            return _Gather.apply(x, self.dim, self.n, self.group, self.keep_shard)
+        if self.kind == "scatter":
+            return _ReduceScatter.apply(x, self.dim, self.n, self.group)
+        return _AllToAll.apply(x, self.out_shape, self.group)
+
+
+# --------------------------------------------------------------------------------------------
+# Fused kernels (what they save for backward is what the fused production kernel saves)
+# --------------------------------------------------------------------------------------------
+
+
+class _RMSNorm(Function):
+    @staticmethod
+    def forward(ctx, x, w, eps):
+        xf = x.float()
+        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, w, rstd)
+        return (xf * rstd).to(x.dtype) * w
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, rstd = ctx.saved_tensors
+        xhat = x.float() * rstd
+        dyw = dy.float() * w.float()
+        dx = rstd * (dyw - xhat * (dyw * xhat).mean(-1, keepdim=True))
+        dw = (dy.float() * xhat).reshape(-1, x.shape[-1]).sum(0)
+        return dx.to(x.dtype), dw.to(w.dtype), None
+
+
+class _SwiGLU(Function):
+    @staticmethod
+    def forward(ctx, gu):
+        ctx.save_for_backward(gu)
+        g, u = gu.chunk(2, dim=-1)
+        return F.silu(g) * u
+
+    @staticmethod
+    def backward(ctx, dy):
+        (gu,) = ctx.saved_tensors
+        g, u = gu.float().chunk(2, dim=-1)
+        sg = torch.sigmoid(g)
+        dg = dy.float() * u * sg * (1 + g * (1 - sg))
+        du = dy.float() * g * sg
+        return torch.cat([dg, du], dim=-1).to(gu.dtype)
+
+
+def _rotate(x, cos, sin, sign: float):
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * (sin * sign)
+
+
+class _PackQKV(Function):
+    """[s, b, kv*(g+2)*d] QKV projection -> one buffer [b*kv, (g+2)*s, d] (per KV group: its g
+    query heads, K, V), RoPE applied to Q and K when cos/sin are given (Su et al. 2021)."""
+
+    @staticmethod
+    def forward(ctx, qkv, cos, sin, kv, g, d):
+        s, b, _ = qkv.shape
+        x = qkv.view(s, b, kv, g + 2, d).permute(1, 2, 3, 0, 4)  # b, kv, g+2, s, d
+        out = qkv.new_empty((b, kv, g + 2, s, d))
+        if cos is not None:
+            out[:, :, : g + 1] = _rotate(x[:, :, : g + 1], cos, sin, 1.0)
+            out[:, :, g + 1] = x[:, :, g + 1]
+            ctx.save_for_backward(cos, sin)
+        else:
+            out.copy_(x)
+        ctx.dims = (s, b, kv, g, d)
+        return out.view(b * kv, (g + 2) * s, d)
+
+    @staticmethod
+    def backward(ctx, dout):
+        s, b, kv, g, d = ctx.dims
+        dx = dout.view(b, kv, g + 2, s, d)
+        if ctx.saved_tensors:
+            cos, sin = ctx.saved_tensors
+            dx = torch.cat([_rotate(dx[:, :, : g + 1], cos, sin, -1.0), dx[:, :, g + 1:]], dim=2)
+        dqkv = dx.permute(3, 0, 1, 2, 4).reshape(s, b, kv * (g + 2) * d)
+        return dqkv, None, None, None, None, None
+
+
+class _VocabParallelCE(Function):
+    """Megatron-LM vocab-parallel cross-entropy: fp32 softmax kept for backward; max, target
+    logit and sum of exponentials all-reduced over tp (4 bytes per token each)."""
+
+    @staticmethod
+    def forward(ctx, logits, target, tp):
+        lf = logits.float()
+        mx = lf.max(dim=-1, keepdim=True).values
+        if tp > 1:
+            _record("all_reduce", "fwd", "tp", mx)
+        e = (lf - mx).exp()
+        tgt = lf.gather(-1, target.clamp(0, lf.shape[-1] - 1).unsqueeze(-1))
+        se = e.sum(-1, keepdim=True)
+        if tp > 1:
+            _record("all_reduce", "fwd", "tp", tgt)
+            _record("all_reduce", "fwd", "tp", se)
+        softmax = e / se
+        ctx.save_for_backward(softmax, target)
+        return (se.log() + mx - tgt).squeeze(-1)
+
+    @staticmethod
+    def backward(ctx, dloss):
+        softmax, target = ctx.saved_tensors
+        grad = softmax.clone()
+        grad.scatter_add_(-1, target.clamp(0, grad.shape[-1] - 1).unsqueeze(-1),
+                          -torch.ones_like(target, dtype=grad.dtype).unsqueeze(-1))
+        return (grad * dloss.unsqueeze(-1)).to(DTYPE), None, None
+
+
+# --------------------------------------------------------------------------------------------
+# Operator modules (the leaves of the traced graph; each is one operator of the layer graph)
+# --------------------------------------------------------------------------------------------
+
+
+def dropout(x, p: float):
+    """Training-mode dropout as the fused GPU kernel runs it: a 1-byte mask is kept for backward
+    (F.dropout off-GPU keeps a mask in the input dtype instead)."""
+    return torch.native_dropout(x, p, True)[0] if p else x
+
+
+def _param(*shape) -> nn.Parameter:
+    return nn.Parameter(torch.empty(*shape, dtype=DTYPE).normal_(0, 0.02))
+
+
+class Linear(nn.Module):
+    op_kind = "matmul"
+
+    def __init__(self, name, d_in, d_out, bias):
+        super().__init__()
+        self.op_name = name
+        self.weight = _param(d_out, d_in)
+        self.bias = _param(d_out) if bias else None
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+
+class ExpertLinear(nn.Module):
+    """The local experts' weights [E_loc, d_in, d_out] applied as one batched matmul."""
+
+    op_kind = "matmul"
+
+    def __init__(self, name, num_local, d_in, d_out):
+        super().__init__()
+        self.op_name, self.op_count = name, num_local
+        self.weight = _param(num_local, d_in, d_out)
+
+    def forward(self, x):
+        return torch.bmm(x, self.weight)
+
+
+class Norm(nn.Module):
+    op_kind = "memory"
+
+    def __init__(self, name, h, kind, dropout=0.0):
+        super().__init__()
+        self.op_name, self.kind, self.p = name, kind, dropout
+        self.weight = nn.Parameter(torch.ones(h, dtype=DTYPE))
+        self.bias = nn.Parameter(torch.zeros(h, dtype=DTYPE)) if kind == "layernorm" else None
+
+    def forward(self, x):
+        if self.kind == "layernorm":
+            y = F.layer_norm(x, x.shape[-1:], self.weight, self.bias, 1e-5)
+        else:
+            y = _RMSNorm.apply(x, self.weight, 1e-5)
+        return dropout(y, self.p)
+
+
+class Activation(nn.Module):
+    op_kind = "memory"
+
+    def __init__(self, name, kind):
+        super().__init__()
+        self.op_name, self.kind = name, kind
+
+    def forward(self, x):
+        if self.kind == "gelu":
+            return F.gelu(x, approximate="tanh")
+        return _SwiGLU.apply(x)
+
+
+class BiasDropoutAdd(nn.Module):
+    """residual + dropout(y + bias): Megatron's fused bias-dropout-add (bias replicated over tp)."""
+
+    op_kind = "memory"
+
+    def __init__(self, name, h, bias, dropout):
+        super().__init__()
+        self.op_name, self.p = name, dropout
+        self.bias = nn.Parameter(torch.zeros(h, dtype=DTYPE)) if bias else None
+
+    def forward(self, residual, y):
+        if self.bias is not None:
+            y = y + self.bias
+        return residual + dropout(y, self.p)
+
+
+class PackQKV(nn.Module):
+    op_kind = "memory"
+
+    def __init__(self, name, s, kv, g, d, rope):
+        super().__init__()
+        self.op_name, self.kv, self.g, self.d = name, kv, g, d
+        if rope:
+            inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+            ang = torch.outer(torch.arange(s, dtype=torch.float32), inv)
+            ang = torch.cat([ang, ang], dim=-1)
+            self.register_buffer("cos", ang.cos().to(DTYPE), persistent=False)
+            self.register_buffer("sin", ang.sin().to(DTYPE), persistent=False)
+        else:
+            self.cos = self.sin = None
+
+    def forward(self, qkv):
+        return _PackQKV.apply(qkv, self.cos, self.sin, self.kv, self.g, self.d)
+
+
+class AttentionCore(nn.Module):
+    """softmax(Q K^T / sqrt(d), causal) V with dropout on the probabilities, unfused (Korthikanti).
+
+    Input: the packed buffer [b*kv, (g+2)*s, d] (grouped layout), or, for multi-head attention
+    without RoPE, the QKV projection [s, b, a*3*d] (Megatron's interleaved layout, views only).
+    With context parallelism K and V are all-gathered over cp (re-gathered in backward).
+    Output [s, b, a*d]. `flop_scale` 0.5 for causal models: flash kernels skip masked blocks.
+    """
+
+    op_kind = "attention"
+
+    def __init__(self, b, a, kv, d, s_q, s_kv, cp, causal, dropout, packed):
+        super().__init__()
+        self.op_name = "attention"
+        self.b, self.a, self.kv, self.g, self.d = b, a, kv, a // kv, d
+        self.s_q, self.s_kv, self.cp, self.p, self.packed = s_q, s_kv, cp, dropout, packed
+        self.flop_scale = 0.5 if causal else 1.0
+        self.shape = (b, a, s_q, s_kv, d)
+        self.kv_gather = Comm("gather", "cp", cp, dim=2 if packed else 0, keep_shard=True)
+
+    def forward(self, x):
+        b, a, kv, g, d, s = self.b, self.a, self.kv, self.g, self.d, self.s_q
+        if self.packed:
+            q = x[:, : g * s]
+            kvb = x[:, g * s:].view(b * kv, 2, s, d)
+            if self.cp > 1:
+                kvb = self.kv_gather(kvb)
+            k, v = kvb[:, 0], kvb[:, 1]
+        else:  # [s, b, a*3*d] -> views [b*a, s, d]
+            x = x.view(s, b * a, 3, d)
+            q = x[:, :, 0].transpose(0, 1)
+            kvb = x[:, :, 1:]
+            if self.cp > 1:
+                kvb = self.kv_gather(kvb)
+            k, v = kvb[:, :, 0].transpose(0, 1), kvb[:, :, 1].transpose(0, 1)
+        # the causal mask is applied on chip (flash / fused masked softmax): no tensor for it
+        probs = torch.softmax(torch.bmm(q, k.transpose(1, 2)) * (1.0 / math.sqrt(d)), dim=-1)
+        probs = dropout(probs, self.p)
+        ctx = torch.bmm(probs, v)
+        if self.packed:
+            return ctx.view(b, kv, g, s, d).permute(3, 0, 1, 2, 4).reshape(s, b, a * d)
+        return ctx.transpose(0, 1).reshape(s, b, a * d)
+
+
+class VocabEmbedding(nn.Module):
+    """Vocab-parallel lookup: rows [r*V/t, (r+1)*V/t) here, other tokens give zeros (summed by
+    the following all-reduce / reduce-scatter over tp)."""
+
+    op_kind = "memory"
+
+    def __init__(self, vocab_local, h, tp):
+        super().__init__()
+        self.op_name, self.tp, self.vocab_local = "embedding_lookup", tp, vocab_local
+        self.weight = _param(vocab_local, h)
+
+    def forward(self, ids):
+        if self.tp == 1:
+            return F.embedding(ids, self.weight)
+        outside = (ids < 0) | (ids >= self.vocab_local)  # rank 0's range
+        out = F.embedding(ids.masked_fill(outside, 0), self.weight)
+        return out.masked_fill(outside.unsqueeze(-1), 0.0)
+
+
+class EmbeddingAdd(nn.Module):
+    """+ learned positions (+ BERT token type 0), then dropout unless a norm follows."""
+
+    op_kind = "memory"
+
+    def __init__(self, s, h, s_loc, token_types, dropout):
+        super().__init__()
+        self.op_name, self.s_loc, self.p = "embedding_add", s_loc, dropout
+        self.position = _param(s, h)
+        self.token_type = _param(2, h) if token_types else None
+
+    def forward(self, x):
+        x = x + self.position[: self.s_loc].unsqueeze(1)
+        if self.token_type is not None:
+            x = x + self.token_type[0]
+        return dropout(x, self.p)
+
+
+class MoeRoute(nn.Module):
+    """fp32 softmax over experts, top-k, renormalised weights; slot order sorted by expert."""
+
+    op_kind = "memory"
+
+    def __init__(self, k):
+        super().__init__()
+        self.op_name, self.k = "moe_route", k
+
+    def forward(self, logits):
+        probs = torch.softmax(logits.float(), dim=-1)
+        w, idx = torch.topk(probs, self.k, dim=-1)
+        w = (w / w.sum(-1, keepdim=True)).to(DTYPE)
+        order = idx.flatten().argsort()  # balanced routing: E equal slices of T*k/E slots
+        return w, order // self.k, order.argsort()
+
+
+class MoePermute(nn.Module):
+    op_kind = "memory"
+
+    def __init__(self, E, cap):
+        super().__init__()
+        self.op_name, self.E, self.cap = "moe_permute", E, cap
+
+    def forward(self, x, src):
+        return x.index_select(0, src).view(self.E, self.cap, x.shape[-1])
+
+
+class MoeCombine(nn.Module):
+    """Back to token order, weighted sum over the k experts of each token."""
+
+    op_kind = "memory"
+
+    def __init__(self, k):
+        super().__init__()
+        self.op_name, self.k = "moe_combine", k
+
+    def forward(self, y, inv, w):
+        h = y.shape[-1]
+        y = y.reshape(-1, h).index_select(0, inv).view(-1, self.k, h)
+        return (y * w.unsqueeze(-1)).sum(1)
+
+
+class CrossEntropy(nn.Module):
+    op_kind = "memory"
+
+    def __init__(self, tp):
+        super().__init__()
+        self.op_name, self.tp = "cross_entropy", tp
+
+    def forward(self, logits, target):
+        v = logits.shape[-1]
+        return _VocabParallelCE.apply(logits.view(-1, v), target.reshape(-1), self.tp)
+
+
+# --------------------------------------------------------------------------------------------
+# Layers
+# --------------------------------------------------------------------------------------------
+
+
+def _check(m: ModelSpec, v: Variant, mbs: int) -> None:
+    if m.num_heads % v.tp or m.num_kv_heads % v.tp or m.ffn_hidden_size % v.tp:
+        raise ValueError(f"{m.source_file or m.name}: tp={v.tp} must divide num_heads, "
+                         f"num_kv_heads={m.num_kv_heads} and ffn_hidden_size (KV heads are not "
+                         f"replicated in the traced model)")
+    if m.seq_len % (v.cp * (v.tp if v.sp else 1)):
+        raise ValueError(f"{m.name}: seq_len={m.seq_len} not divisible by cp*tp(sp)")
+    if m.num_experts % v.ep:
+        raise ValueError(f"{m.name}: ep={v.ep} does not divide num_experts={m.num_experts}")
+    if m.is_moe and (mbs * m.seq_len // v.cp * m.top_k) % m.num_experts:
+        raise ValueError(f"{m.name}: tokens*top_k not divisible by num_experts (balanced routing)")
+
+
+class _TP:
+    """The f/g operator pair of one Megatron region (none when t = 1)."""
+
+    def __init__(self, v: Variant, keep_shard: bool = True):
+        self.v, self.keep = v, keep_shard
+
+    def enter(self):
+        if self.v.tp == 1:
+            return None
+        if self.v.sp:
+            return Comm("gather", "tp", self.v.tp, dim=0, keep_shard=self.keep)
+        return Comm("f", "tp", self.v.tp)
+
+    def exit(self):
+        if self.v.tp == 1:
+            return None
+        return Comm("scatter", "tp", self.v.tp) if self.v.sp else Comm("g", "tp", self.v.tp)
+
+
+class Mlp(nn.Module):
+    def __init__(self, m: ModelSpec, t: int):
+        super().__init__()
+        h, f, bias = m.hidden_size, m.ffn_hidden_size // t, m.family in ("bert", "gpt")
+        if m.ffn_type == "gelu":
+            self.up = Linear("mlp_up", h, f, bias)
+            self.act = Activation("gelu", "gelu")
+        else:
+            self.up = Linear("mlp_gate_up", h, 2 * f, False)
+            self.act = Activation("swiglu", "swiglu")
+        self.down = Linear("mlp_down", f, h, False)  # its bias lives in residual2 (replicated)
+
+    def forward(self, x):
+        return self.down(self.act(self.up(x)))
+
+
+class MoE(nn.Module):
+    def __init__(self, m: ModelSpec, v: Variant, tokens: int):
+        super().__init__()
+        h, f, E, e, k = m.hidden_size, m.ffn_hidden_size // v.tp, m.num_experts, v.ep, m.top_k
+        cap = tokens * k // E  # balanced routing: slots per expert on this device
+        self.h = h
+        self.router = Linear("router", h, E, False)
+        self.route = MoeRoute(k)
+        self.permute = MoePermute(E, cap)
+        self.dispatch = Comm("all_to_all", "ep", e, out_shape=(E // e, e * cap, h)) if e > 1 else None
+        self.experts_gate_up = ExpertLinear("expert_gate_up", E // e, h, 2 * f)
+        self.experts_act = Activation("expert_swiglu", "swiglu")
+        self.experts_down = ExpertLinear("expert_down", E // e, f, h)
+        self.undispatch = Comm("all_to_all", "ep", e, out_shape=(E, cap, h)) if e > 1 else None
+        self.combine = MoeCombine(k)
+
+    def forward(self, x):
+        flat = x.view(-1, self.h)
+        w, src, inv = self.route(self.router(flat))
+        y = self.permute(flat, src)
+        if self.dispatch is not None:
+            y = self.dispatch(y)
+        y = self.experts_down(self.experts_act(self.experts_gate_up(y)))
+        if self.undispatch is not None:
+            y = self.undispatch(y)
+        return self.combine(y, inv, w).view(x.shape)
+
+
+class Block(nn.Module):
+    """One transformer block; input and output [s_loc (/t with sp), b, h]."""
+
+    def __init__(self, m: ModelSpec, v: Variant, mbs: int):
+        super().__init__()
+        t = v.tp
+        h, a, kv, d = m.hidden_size, m.num_heads // t, m.num_kv_heads // t, m.head_dim
+        s_loc = m.seq_len // v.cp
+        bias, p = m.family in ("bert", "gpt"), (DROPOUT_P if m.has_dropout else 0.0)
+        self.post_norm = m.family == "bert"
+        self.norm1 = Norm("norm1", h, m.norm)
+        self.tp_in1, self.tp_out1 = _TP(v).enter(), _TP(v).exit()
+        self.qkv = Linear("qkv", h, (a + 2 * kv) * d, bias)
+        packed = m.family in ("llama", "mixtral") or kv != a
+        self.pack = PackQKV("rope" if m.family in ("llama", "mixtral") else "qkv_layout",
+                            s_loc, kv, a // kv, d, rope=m.family in ("llama", "mixtral")) \
+            if packed else None
+        self.attention = AttentionCore(mbs, a, kv, d, s_loc, m.seq_len, v.cp, m.causal, p, packed)
+        self.out_proj = Linear("out_proj", a * d, h, False)
+        self.residual1 = BiasDropoutAdd("residual1", h, bias, p)
+        self.norm2 = Norm("norm2", h, m.norm)
+        self.tp_in2, self.tp_out2 = _TP(v).enter(), _TP(v).exit()
+        self.mlp = MoE(m, v, mbs * s_loc) if m.is_moe else Mlp(m, t)
+        self.residual2 = BiasDropoutAdd("residual2", h, bias, p)
+
+    def _attn(self, x):
+        if self.tp_in1 is not None:
+            x = self.tp_in1(x)
+        x = self.qkv(x)
+        if self.pack is not None:
+            x = self.pack(x)
+        x = self.out_proj(self.attention(x))
+        return self.tp_out1(x) if self.tp_out1 is not None else x
+
+    def _mlp(self, x):
+        if self.tp_in2 is not None:
+            x = self.tp_in2(x)
+        x = self.mlp(x)
+        return self.tp_out2(x) if self.tp_out2 is not None else x
+
+    def forward(self, x):
+        if self.post_norm:  # BERT: x = LN(x + f(x))
+            x = self.norm1(self.residual1(x, self._attn(x)))
+            return self.norm2(self.residual2(x, self._mlp(x)))
+        x = self.residual1(x, self._attn(self.norm1(x)))
+        return self.residual2(x, self._mlp(self.norm2(x)))
+
+
+class EmbeddingLayer(nn.Module):
+    """token ids [s_loc, b] -> hidden [s_loc (/t with sp), b, h]."""
+
+    def __init__(self, m: ModelSpec, v: Variant):
+        super().__init__()
+        h, t, s_loc = m.hidden_size, v.tp, m.seq_len // v.cp
+        s_out = s_loc // t if v.sp else s_loc
+        p = DROPOUT_P if m.has_dropout else 0.0
+        self.lookup = VocabEmbedding(math.ceil(m.vocab_size / t), h, t)
+        self.tp_out = None if t == 1 else (Comm("scatter", "tp", t) if v.sp else Comm("g", "tp", t))
+        bert = m.family == "bert"
+        self.add = EmbeddingAdd(m.seq_len, h, s_out, bert, 0.0 if bert else p) \
+            if m.learned_positions else None
+        self.norm = Norm("embedding_norm", h, m.norm, dropout=p) if bert else None
+
+    def forward(self, ids):
+        x = self.lookup(ids)
+        if self.tp_out is not None:
+            x = self.tp_out(x)
+        if self.add is not None:
+            x = self.add(x)
+        return self.norm(x) if self.norm is not None else x
+
+
+class HeadLayer(nn.Module):
+    """(hidden [s_loc (/t with sp), b, h], targets [s_loc, b]) -> loss per token [s_loc * b]."""
+
+    def __init__(self, m: ModelSpec, v: Variant):
+        super().__init__()
+        h, t = m.hidden_size, v.tp
+        self.bert = m.family == "bert"
+        if self.bert:  # MLM transform: dense + GELU + LayerNorm (replicated over tp)
+            self.tp_in = _TP(v, keep_shard=False).enter() if v.sp else None
+            self.mlm_dense = Linear("mlm_dense", h, h, True)
+            self.mlm_gelu = Activation("mlm_gelu", "gelu")
+            self.final_norm = Norm("final_norm", h, m.norm)
+            self.tp_in2 = _TP(v).enter() if (t > 1 and not v.sp) else None
+        else:  # the gathered LM-head input is kept (as the closed form counts it)
+            self.final_norm = Norm("final_norm", h, m.norm)
+            self.tp_in = _TP(v, keep_shard=False).enter()
+            self.tp_in2 = None
+        self.lm_head = Linear("lm_head", h, math.ceil(m.vocab_size / t), self.bert)
+        self.loss = CrossEntropy(t)
+
+    def forward(self, x, target):
+        if self.bert:
+            if self.tp_in is not None:
+                x = self.tp_in(x)
+            x = self.final_norm(self.mlm_gelu(self.mlm_dense(x)))
+            if self.tp_in2 is not None:
+                x = self.tp_in2(x)
+        else:
+            x = self.final_norm(x)
+            if self.tp_in is not None:
+                x = self.tp_in(x)
+        return self.loss(self.lm_head(x), target)
+
+
+LAYER_KINDS = ("embedding", "block", "head")
+
+
+def build_layer(m: ModelSpec, kind: str, v: Variant | None = None, mbs: int = 1,
+                device: str | torch.device = "meta") -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """One device's module of layer `kind` under `v` (default: no parallelism) and fresh example
+    inputs (float inputs need grad)."""
+    v = v or Variant()
+    _check(m, v, mbs)
+    s_loc = m.seq_len // v.cp
+    s_in = s_loc // v.tp if v.sp else s_loc
+    with torch.device(device):
+        if kind == "embedding":
+            return EmbeddingLayer(m, v), (torch.zeros(s_loc, mbs, dtype=torch.long),)
+        x = torch.empty(s_in, mbs, m.hidden_size, dtype=DTYPE, requires_grad=True)
+        if kind == "block":
+            return Block(m, v, mbs), (x,)
+        if kind == "head":
+            return HeadLayer(m, v), (x, torch.zeros(s_loc, mbs, dtype=torch.long))
+    raise ValueError(f"unknown layer kind '{kind}' (expected one of {LAYER_KINDS})")
