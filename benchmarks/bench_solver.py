@@ -1,0 +1,61 @@
+"""Benchmark: NEST solver time and peak memory, one solve per point, full search space.
+
+    python benchmarks/bench_solver.py            # the issue's points + scaling
+Prints one line per point: model, devices, layers, solve seconds, peak RSS, plan, T.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from dataclasses import replace
+
+from nest.evaluate import make_problem
+from nest.planners import run_planner
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
+
+
+def one(model: str, cluster: str, n: int, layers: int | None = None) -> None:
+    pr = make_problem(model, cluster, n)
+    if layers:  # a deeper model of the same block: scaling in the number of layers
+        from nest.graph.closed_form import build_layer_graph
+        from nest.costs.roofline import CostTable
+
+        pr.model = replace(pr.model, num_layers=layers, name=f"{model}_{layers}l")
+        pr.graph = build_layer_graph(pr.model, pr.mbs)
+        pr.costs = CostTable(pr.graph, pr.cluster.hardware)
+    if n > pr.cluster.max_devices:
+        raise SystemExit(f"{cluster} holds at most {pr.cluster.max_devices}")
+    t0 = time.perf_counter()
+    out = run_planner("nest", pr)
+    dt = time.perf_counter() - t0
+    p = out.plan
+    desc = (f"p={p.pp} d={p.dp} t={p.tp} sp={int(p.sp)} e={p.ep} c={p.cp} {p.placement} "
+            f"T={out.evaluation.time_per_batch_s:.4g}s MFU={out.evaluation.mfu:.1%}"
+            if p else out.reason[:80])
+    print(f"{pr.model.name:16s} N={n:6d} layers={pr.graph.num_layers:4d} solve={dt:7.2f}s "
+          f"rss={rss_mb():7.0f}MB  {desc}  [{p.notes if p else ''}]", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="only the two target points")
+    a = ap.parse_args()
+    one("llama2_7b", "tpuv4_fattree", 1024)  # target: < 2 s
+    one("gpt3_175b", "tpuv4_fattree", 1024)  # target: < 10 s (tp in {1, 4, 8}, sp)
+    if a.quick:
+        return
+    for m in ("bert_large", "llama3_70b", "mixtral_8x7b"):
+        one(m, "tpuv4_fattree", 1024)
+    big = "dgx_h100_superpod"
+    for n in (256, 1024, 2048):
+        one("llama2_7b", big, n)
+    one("llama2_7b", "tpuv4_fattree", 1024, layers=198)  # a 200-layer model
+
+
+if __name__ == "__main__":
+    main()
