@@ -70,11 +70,12 @@ def cmd_evaluate(a) -> int:
 
 
 def cmd_graph(a) -> int:
-    from nest.graph.closed_form import build_layer_graph
+    from nest.graph import build_graph
+    from nest.settings import load_training
     from nest.specs import load_model
 
-    g = build_layer_graph(load_model(a.model), a.mbs)
-    print(f"{g.model}: {g.num_layers} layers, {g.num_params / 1e9:.3f} B parameters, "
+    g = build_graph(load_model(a.model), a.mbs, a.source or load_training().graph_source)
+    print(f"{g.model} ({g.source}): {g.num_layers} layers, {g.num_params / 1e9:.3f} B parameters, "
           f"{len(g.variants)} variants ({', '.join(v.key for v in g.variants)}), "
           f"{g.model_flops_per_sample() / 1e12:.1f} TFLOP per sample (fwd+bwd)")
     if a.output:
@@ -135,10 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
     sg = sub.add_parser("graph", help="build a model's layer graph")
     sg.add_argument("--model", required=True)
     sg.add_argument("--mbs", type=int, default=1)
+    sg.add_argument("--source", choices=["torch_fx", "closed_form"],
+                    help="default: graph_source in config/training.yaml")
     sg.add_argument("-o", "--output")
     sg.set_defaults(fn=cmd_graph)
     for name in ("models", "clusters", "hardware", "planners"):
         sub.add_parser(name, help=f"list the {name} catalog").set_defaults(fn=cmd_list)
+    sub.add_parser("validate", add_help=False,
+                   help="cost model vs the measured blocks of a GPU profile (nest validate -h)")
     sf = sub.add_parser("profile", help="time operators and blocks on this machine's GPU")
     sf.add_argument("--hardware", help="name for the profile folder (default: from the device)")
     sf.add_argument("--out", default="profiles")
@@ -148,6 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["validate"]:  # its own options (nest.validate)
+        from nest import validate
+
+        return validate.main(argv[1:]) or 0
     a = build_parser().parse_args(argv)
     try:
         return a.fn(a)

@@ -22,6 +22,7 @@ fragmentation), plus the framework's fixed overhead (hardware file).
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from dataclasses import dataclass, field
@@ -31,7 +32,8 @@ import numpy as np
 
 from nest.costs.roofline import CostTable
 from nest.errors import PlanError
-from nest.graph.closed_form import block_cost, build_layer_graph, embedding_cost, head_cost
+from nest.graph import build_graph
+from nest.graph.closed_form import build_layer_graph
 from nest.graph.layer_graph import LayerGraph, Variant
 from nest.network.collectives import collective_time, distinct, p2p_time, span_level
 from nest.plan import Plan, check_structure
@@ -79,11 +81,14 @@ class Problem:
             raise PlanError(f"{where}: key 'cp': {v.cp} must divide seq_len={m.seq_len}")
         if v.sp and v.tp == 1:
             raise PlanError(f"{where}: key 'sp': sequence parallelism needs tp > 1")
-        blk = block_cost(m, self.mbs, v)
-        for la in self.graph.layers:
-            la.costs[v.key] = {"embedding": lambda: embedding_cost(m, self.mbs, v),
-                               "head": lambda: head_cost(m, self.mbs, v),
-                               "block": lambda: blk}[la.kind]()
+        if self.graph.source == "torch_fx":
+            from nest.graph.fx_extract import build_layer_graph_fx
+
+            extra = build_layer_graph_fx(m, self.mbs, [v])
+        else:
+            extra = build_layer_graph(m, self.mbs, [v])
+        for la, new in zip(self.graph.layers, extra.layers):
+            la.costs[v.key] = new.costs[v.key]
         self.graph.variants.append(v)
 
 
@@ -92,9 +97,9 @@ def make_problem(model: str, cluster: str, num_devices: int | None = None, mbs: 
                  graph: LayerGraph | None = None) -> Problem:
     m = load_model(model)
     c = load_cluster(cluster, num_devices)
-    g = graph or build_layer_graph(m, mbs)
-    return Problem(m, c, g, CostTable(g, c.hardware), training or load_training(), str(model),
-                   str(cluster))
+    tr = training or load_training()
+    g = graph or copy.deepcopy(build_graph(m, mbs, tr.graph_source))
+    return Problem(m, c, g, CostTable(g, c.hardware), tr, str(model), str(cluster))
 
 
 @dataclass

@@ -10,10 +10,12 @@ from nest.specs import config_dir, read_yaml, validate
 # momentum and variance (Rajbhandari et al. 2020, ZeRO, section 3.1: K = 12); SGD with momentum
 # keeps fp32 master weights and momentum (8).
 OPTIMIZER_STATE_BYTES = {"adam": 12, "sgd": 8}
-# HBM bytes touched per parameter by one optimizer step: Adam reads fp32 param, grad, m, v and
-# writes param, m, v plus the bf16 copy (4*4 + 3*4 + 2 = 30); SGD+momentum reads param, grad,
-# momentum and writes param, momentum, bf16 copy (3*4 + 2*4 + 2 = 22).
-OPTIMIZER_STEP_BYTES = {"adam": 30, "sgd": 22}
+# HBM bytes touched per parameter by one optimizer step (Megatron-LM with fp32 main gradients):
+# fused Adam reads fp32 param, grad, m, v and writes param, m, v (7 x 4 = 28), the fp32 -> bf16
+# weight copy reads 4 and writes 2 (6), zeroing the main gradient writes 4: 38 bytes. SGD with
+# momentum: reads param, grad, momentum, writes param, momentum (20) + 6 + 4 = 30. Measured on an
+# H100 block (profiles/h100_sxm/validation.md): PyTorch's Adam moves ~40 B/param.
+OPTIMIZER_STEP_BYTES = {"adam": 38, "sgd": 30}
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,7 @@ class TrainingSettings:
     weight_bytes_per_param: int = 2
     grad_bytes_per_param: int = 4
     schedule: str = "1f1b"
+    graph_source: str = "torch_fx"  # how layer graphs are built: torch_fx | closed_form
 
     @property
     def optimizer_state_bytes(self) -> int:

@@ -168,6 +168,12 @@ def model_from_dict(d: dict, where: str) -> ModelSpec:
 
 
 def load_model(name_or_path: str | os.PathLike) -> ModelSpec:
+    """A catalog name, a model YAML, or a Hugging Face config.json (Llama, Mistral, Mixtral,
+    GPT-2, BERT families; nest.graph.hf_config)."""
+    if str(name_or_path).endswith(".json"):
+        from nest.graph.hf_config import model_spec_from_hf_config
+
+        return model_spec_from_hf_config(name_or_path)
     path = _resolve("models", name_or_path)
     return model_from_dict(read_yaml(path), str(path))
 

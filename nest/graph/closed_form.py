@@ -153,8 +153,10 @@ def block_cost(m: ModelSpec, b: int, v: Variant) -> LayerCost:
         ops.append(_matmul("expert_down", tok_e, h, f / t, count=E // e))
         expert_params = (E // e) * ffn_params(m) / t
         mlp_dense = h * E  # router, replicated
-        mlp_act_split = 6 * T * k * f  # gate, up, product (bytes / BYTES -> elements x 2 below)
-        mlp_act_repl = 2 * T * k * h + 4 * T * E  # dispatched inputs; fp32 router probabilities
+        mlp_act_split = 6 * T * k * f  # gate, up, product of the experts' SwiGLU (2 B each)
+        # router input, dispatched inputs, expert outputs kept for the routing-weight gradient
+        # (2 B each), fp32 router probabilities (measured by the torch.fx extraction)
+        mlp_act_repl = 2 * T * h + 2 * T * k * h + 2 * T * k * h + 4 * T * E
     elif m.ffn_type == "swiglu":
         ops.append(_matmul("mlp_gate_up", T, 2 * f / t, h))
         ops.append(_memory("swiglu", 3 * T * f / t, 5 * T * f / t))
@@ -189,6 +191,10 @@ def block_cost(m: ModelSpec, b: int, v: Variant) -> LayerCost:
     names = tuple(o.name for o in ops)
 
     coll = _tp_collectives("fwd", v, BYTES * T * h, 2) + _tp_collectives("bwd", v, BYTES * T * h, 2)
+    if v.sp and v.tp > 1:
+        # Megatron keeps only the sequence shard of the QKV and FC1 inputs and re-gathers it in
+        # backward for their weight gradients (Korthikanti et al. 2022, section 4.2.2)
+        coll.append(Collective("all_gather", "bwd", "tp", BYTES * T * h, 2))
     if m.is_moe and v.ep > 1:
         a2a = BYTES * T * m.top_k * h  # dispatch and combine, each way
         coll += [Collective("all_to_all", "fwd", "ep", a2a, 2),
@@ -226,6 +232,8 @@ def embedding_cost(m: ModelSpec, b: int, v: Variant) -> LayerCost:
     if t > 1:  # vocab-parallel embedding: partial sums reduced (reduce-scatter with sp)
         coll.append(Collective("reduce_scatter" if v.sp else "all_reduce", "fwd", "tp",
                                BYTES * T * h, 1))
+        if v.sp:  # its conjugate in backward: the sequence-sharded gradient is gathered
+            coll.append(Collective("all_gather", "bwd", "tp", BYTES * T * h, 1))
     return LayerCost(tuple(ops), tuple(coll), dense, 0.0,
                      {"none": act, "selective": act, "full": act},
                      {"none": (), "selective": (), "full": ()}, BYTES * T * h / t)
@@ -244,10 +252,14 @@ def head_cost(m: ModelSpec, b: int, v: Variant) -> LayerCost:
     # vocab-parallel cross-entropy: read bf16 logits, write fp32 softmax (and back in backward)
     ops.append(_memory("cross_entropy", 3 * T * V / t, 3 * T * V / t))
     dense = head_params(m) + (V * h if m.tied_embeddings else 0)  # a tied head stores a copy
-    dense -= V * h * (t - 1) / t
+    dense -= V * h * (t - 1) / t  # vocab-parallel LM head
+    if m.family == "bert":
+        dense -= V * (t - 1) / t  # and its decoder bias
     # saved: final-norm input, LM-head input, fp32 softmax of the logits (Megatron's
     # vocab_parallel_cross_entropy keeps it for backward)
     act = 2 * T_norm * h + 2 * T * h + 4 * T * V / t
+    if m.family == "bert":
+        act += 4 * T * h  # the MLM transform's dense input and GELU input (2 B each)
     coll = []
     if t > 1:
         if v.sp:
@@ -255,7 +267,7 @@ def head_cost(m: ModelSpec, b: int, v: Variant) -> LayerCost:
             coll.append(Collective("reduce_scatter", "bwd", "tp", BYTES * T * h, 1))
         else:
             coll.append(Collective("all_reduce", "bwd", "tp", BYTES * T * h, 1))
-        coll.append(Collective("all_reduce", "fwd", "tp", 3 * 4 * T, 1))  # max, sum, target
+        coll.append(Collective("all_reduce", "fwd", "tp", 4 * T, 3))  # max, sum, target logit
     return LayerCost(tuple(ops), tuple(coll), dense, 0.0,
                      {"none": act, "selective": act, "full": act},
                      {"none": (), "selective": (), "full": ()}, 0.0)

@@ -1,7 +1,8 @@
 rule build_graph:
-    """Model spec -> layer graph with every sub-graph variant."""
+    """Model spec -> layer graph with every sub-graph variant (torch.fx on the meta device)."""
     input:
         model=lambda wc: catalog("models", wc.model),
+        training="config/training.yaml",
     output:
         "results/graphs/{model}/mbs{mbs}.json",
     log:
