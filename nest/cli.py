@@ -56,8 +56,11 @@ def cmd_evaluate(a) -> int:
     from nest.evaluate import evaluate, make_problem
     from nest.plan import Plan
 
+    from nest.settings import load_training
+
     plan = Plan.read(a.plan)
-    problem = make_problem(plan.model, plan.cluster, plan.num_devices, plan.mbs)
+    training = load_training().with_(global_batch=plan.global_batch)  # the plan's own batch
+    problem = make_problem(plan.model, plan.cluster, plan.num_devices, plan.mbs, training)
     try:
         ev = evaluate(plan, problem)
     except SpecError as e:
