@@ -69,6 +69,14 @@ def cmd_evaluate(a) -> int:
     if a.output:
         ev.write(a.output)
         print(f"evaluation written to {a.output}")
+    if a.timeline:
+        from nest.evaluate import simulate_plan
+        from nest.simulate import plot_timeline
+
+        sim = simulate_plan(ev)
+        plot_timeline(sim, a.timeline, title=f"{plan.planner}: {plan.model}, 1F1B")
+        print(f"simulated 1F1B: {sim.makespan_s:.4f} s per batch (closed form "
+              f"{ev.time_per_batch_s:.4f} s); timeline written to {a.timeline}")
     return 0 if ev.feasible else EXIT_INFEASIBLE
 
 
@@ -135,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     se = sub.add_parser("evaluate", help="score a plan JSON with the shared evaluator")
     se.add_argument("plan")
     se.add_argument("-o", "--output")
+    se.add_argument("--timeline", help="simulate the schedule and plot the per-device timeline "
+                                       "(PNG; a PDF is written beside it)")
     se.set_defaults(fn=cmd_evaluate)
     sg = sub.add_parser("graph", help="build a model's layer graph")
     sg.add_argument("--model", required=True)

@@ -114,6 +114,13 @@ class StageResult:
     sync_s: float
     sync_breakdown_s: dict[str, float]
     optimizer_s: float
+    fwd_s: float = 0.0  # forward part of time_per_microbatch_s (compute + forward collectives)
+    send_fwd_s: float = 0.0  # pipeline transfers (also part of time_per_microbatch_s)
+    send_bwd_s: float = 0.0
+
+    @property
+    def bwd_s(self) -> float:
+        return self.time_per_microbatch_s - self.fwd_s - self.send_fwd_s - self.send_bwd_s
 
 
 @dataclass
@@ -240,12 +247,15 @@ def _stage(plan: Plan, problem: Problem, j: int, m: int) -> StageResult:
     groups = inner_groups(st.device_ids, plan.tp, plan.cp, plan.ep, plan.dp)
     mode = st.recompute
     bd: dict[str, float] = {}
+    fwd = 0.0
 
-    def add(key: str, x: float) -> None:
+    def add(key: str, x: float, forward: bool = False) -> None:
+        nonlocal fwd
         if x:
             bd[key] = bd.get(key, 0.0) + x
+            fwd += x if forward else 0.0
 
-    add("compute_fwd", sum(t.fwd_s for t in times))
+    add("compute_fwd", sum(t.fwd_s for t in times), forward=True)
     add("compute_bwd", sum(t.bwd_s for t in times))
     add("recompute", sum(t.recompute_s[mode] for t in times))
     for c in costs:
@@ -254,7 +264,7 @@ def _stage(plan: Plan, problem: Problem, j: int, m: int) -> StageResult:
             if not x:
                 continue
             lvl = _level_name(cl, groups[col.group][0])
-            add(f"{col.group}_{col.kind}.{lvl}", x)
+            add(f"{col.group}_{col.kind}.{lvl}", x, forward=col.phase == "fwd")
             if col.phase == "fwd" and mode == "full":
                 add(f"recompute_{col.group}_{col.kind}.{lvl}", x)
 
@@ -277,7 +287,8 @@ def _stage(plan: Plan, problem: Problem, j: int, m: int) -> StageResult:
             + worst(cl, "reduce_scatter", eg, gb * p_exp))
     if z == 3:
         ag = worst(cl, "all_gather", dg, wb * p_dense) + worst(cl, "all_gather", eg, wb * p_exp)
-        add("zero3_all_gather", 2 * ag)  # before forward and before backward
+        add("zero3_all_gather", ag, forward=True)  # before forward
+        add("zero3_all_gather", ag)  # and again before backward
 
     # pipeline point-to-point: activations forward, their gradients backward
     if j + 1 < plan.pp:
@@ -329,4 +340,17 @@ def _stage(plan: Plan, problem: Problem, j: int, m: int) -> StageResult:
     mem["fragmentation"] = allocated * hw.memory_fragmentation
     mem["framework_overhead"] = hw.memory_overhead_bytes
     return StageResult(j, st.first_layer, st.last_layer, t_mb, sum(mem.values()), mem, bd,
-                       sum(sb.values()), sb, opt_s)
+                       sum(sb.values()), sb, opt_s, fwd, bd.get("p2p_fwd", 0.0),
+                       bd.get("p2p_bwd", 0.0))
+
+
+def simulate_plan(ev: Evaluation):
+    """Discrete-event simulation of an evaluated plan's 1F1B schedule (nest.simulate), with the
+    evaluator's per-stage forward / backward / transfer times: a per-device timeline."""
+    from nest.simulate import simulate
+
+    st = ev.stages
+    return simulate("1f1b", [s.fwd_s for s in st], [s.bwd_s for s in st],
+                    ev.plan.num_microbatches, send_fwd_s=[s.send_fwd_s for s in st],
+                    send_bwd_s=[s.send_bwd_s for s in st],
+                    sync_s=[s.sync_s + s.optimizer_s for s in st])

@@ -172,3 +172,18 @@ def test_gpt3_175b_on_64_a100s_matches_published_behaviour():
     assert 0.35 < res["full"].mfu < 0.47
     assert 0.48 < res["sel"].mfu < 0.58
     assert 1.2 < res["full"].time_per_batch_s / res["sel"].time_per_batch_s < 1.5
+
+
+@pytest.mark.parametrize("model,n", [("llama2_7b", 64), ("gpt3_175b", 128)])
+def test_simulated_schedule_agrees_with_closed_form(model, n):
+    """The discrete-event simulation of a Manual plan (near-uniform stages) is within 1% of the
+    closed-form 1F1B time and never above it (the closed form charges every stage the
+    bottleneck's time in fill and drain)."""
+    from nest.evaluate import simulate_plan
+    from nest.planners import run_planner
+
+    ev = run_planner("manual", make_problem(model, "tpuv4_fattree", n)).evaluation
+    sim = simulate_plan(ev)
+    assert sim.makespan_s <= ev.time_per_batch_s * (1 + 1e-9)
+    assert sim.makespan_s == pytest.approx(ev.time_per_batch_s, rel=1e-2)
+    assert {op.stage for op in sim.timeline} == set(range(ev.plan.pp))
