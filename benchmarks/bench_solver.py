@@ -19,8 +19,25 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
 
 
+def big_superpod(n: int):
+    """dgx_h100_superpod with its spine level widened to n devices (for scaling runs)."""
+    from nest.specs import cluster_from_dict, config_dir, read_yaml
+
+    path = config_dir() / "clusters" / "dgx_h100_superpod.yaml"
+    d = read_yaml(path)
+    d["levels"][-1]["devices_per_group"] = max(n, d["levels"][-1]["devices_per_group"])
+    return cluster_from_dict(d, str(path), n)
+
+
 def one(model: str, cluster: str, n: int, layers: int | None = None) -> None:
-    pr = make_problem(model, cluster, n)
+    if cluster == "big_superpod":
+        pr = make_problem(model, "dgx_h100_superpod", 64)
+        pr.cluster = big_superpod(n)
+        from nest.costs.roofline import CostTable
+
+        pr.costs = CostTable(pr.graph, pr.cluster.hardware)
+    else:
+        pr = make_problem(model, cluster, n)
     if layers:  # a deeper model of the same block: scaling in the number of layers
         from nest.graph.closed_form import build_layer_graph
         from nest.costs.roofline import CostTable
@@ -51,9 +68,9 @@ def main() -> None:
         return
     for m in ("bert_large", "llama3_70b", "mixtral_8x7b"):
         one(m, "tpuv4_fattree", 1024)
-    big = "dgx_h100_superpod"
-    for n in (256, 1024, 2048):
-        one("llama2_7b", big, n)
+    for n in (256, 1024, 4096, 16384):
+        one("llama2_7b", "big_superpod", n)
+    one("gpt3_175b", "big_superpod", 4096)
     one("llama2_7b", "tpuv4_fattree", 1024, layers=198)  # a 200-layer model
 
 
