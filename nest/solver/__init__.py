@@ -36,7 +36,7 @@ from nest.evaluate import Problem
 from nest.graph.layer_graph import Variant
 from nest.solver.arrays import StageArrays, fixed_memory, layer_arrays, stage_arrays
 from nest.solver.dp import bottleneck, lower_bounds
-from nest.space import SearchSpace, declare, make_plan
+from nest.space import SearchSpace, declare, make_plan, pp_dp_options
 
 
 def solve_fixed(arr: StageArrays, C: float, best_T: float):
@@ -65,22 +65,19 @@ def search(problem: Problem, space: SearchSpace, log=None):
 
     Candidates (variant, p, d) are popped from a heap by lower bound: first the compute-only bound
     (one DP for all p), refined on first pop by the memory-aware bound of (variant, p)."""
-    N = problem.num_devices
     best_T, best = math.inf, None
     heap: list = []
     las, refined = {}, {}
     for vi, v in enumerate(space.variants):
         la = layer_arrays(problem, v, space.recompute_modes)
         las[vi] = la
-        L = la.comp_LR.shape[0]
-        pmax = min(L, space.max_pp or L, N // v.width)
-        if pmax < 1:
+        options = list(pp_dp_options(problem, space, v))
+        if not options:
             continue
-        lb = lower_bounds(_range_min_comp(la), pmax)
-        for p in range(1, pmax + 1):
-            for d in range(1, N // (p * v.width) + 1):
-                m = problem.num_microbatches(d, v.ep)
-                heap.append(((m + p - 1) * lb[p], False, vi, p, d))
+        lb = lower_bounds(_range_min_comp(la), max(p for p, _ in options))
+        for p, d in options:
+            m = problem.num_microbatches(d, v.ep)
+            heap.append(((m + p - 1) * lb[p], False, vi, p, d))
     num_candidates = len(heap)
     heapq.heapify(heap)
     visited = 0
@@ -120,7 +117,8 @@ def memory_aware_bounds(problem: Problem, space: SearchSpace, la, v: Variant, p:
     valid = np.tril(np.ones((L, L), dtype=bool))[..., None]
     # alloc * (1 + frag) + overhead <= HBM  <=>  alloc <= cap (slack keeps the bound valid)
     cap = (hw.hbm_bytes - hw.memory_overhead_bytes) / (1 + hw.memory_fragmentation) * (1 + 1e-9)
-    d = N // (p * v.width)
+    d = max(1, min(N // (p * v.width),
+                   problem.training.global_batch // (problem.mbs * v.ep)))  # the largest d
     m = problem.num_microbatches(d, v.ep)
     room = cap - fixed_memory(problem, la, v, d, space.zero_stages).min(axis=2)
     with np.errstate(divide="ignore", over="ignore"):

@@ -1,0 +1,164 @@
+"""Mist-style baseline: MILP == brute force over its own variables; layer counts cover every cut;
+on a flat network its prediction is the evaluator's time and equals NEST's restricted optimum;
+plans are valid, feasible, deterministic and never better than NEST."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from baselines import mist
+from nest.evaluate import Problem, evaluate, make_problem
+from nest.graph.layer_graph import Variant
+from nest.network.collectives import flattened
+from nest.planners import run_planner
+from nest.settings import TrainingSettings
+from nest.solver.arrays import layer_arrays
+from nest.space import cut_options, declare
+
+SMALL = {"zero_stages": [0, 3], "recompute_modes": ["none", "full"]}
+
+
+def tiny(model="tiny_gpt", n=4, batch=8, flat=False):
+    pr = make_problem(model, "tiny_cluster", n, training=TrainingSettings(global_batch=batch))
+    if flat:
+        pr = Problem(pr.model, flattened(pr.cluster), pr.graph, pr.costs, pr.training,
+                     pr.model_ref, pr.cluster_ref)
+    return pr
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.integers(1, 3), st.integers(1, 4), st.integers(1, 3), st.integers(0, 2**31 - 1),
+       st.integers(1, 40))
+def test_milp_equals_brute_force_on_random_tables(p, nb, O, seed, C):
+    """HiGHS's optimum == plain enumeration, on random times, syncs and memory (ties included)."""
+    rng = np.random.default_rng(seed)
+    tab = mist.StageTable([], [], [], [], [], nb, C, 1.0)
+    for j in range(p):
+        ns = np.array(mist.count_range(j, p, nb))
+        k = len(ns) * O
+        tab.n.append(np.repeat(ns, O))
+        tab.o.append(np.tile(np.arange(O), len(ns)))
+        tab.t.append(rng.random(k).round(2) + 0.01 * tab.n[-1])
+        tab.u.append(rng.random(k).round(1))
+        tab.mem.append(rng.random(k) * 1.3)
+    got, ref = mist.solve_milp(tab), mist.brute_force(tab)
+    assert (got is None) == (ref is None)
+    if ref is not None:
+        assert got[0] == pytest.approx(ref[0], rel=1e-12)
+        assert mist.objective(tab, got[1]) == got[0]
+
+
+@pytest.mark.parametrize("p,L", [(1, 3), (2, 4), (3, 6), (4, 6), (6, 6)])
+def test_layer_counts_cover_every_cut(p, L):
+    """Per-stage block counts (count_range, summing to the blocks) <-> contiguous cuts of the
+    layer graph (nest.space.cut_options): the same set, so the MILP misses no cut."""
+    nb = L - 2
+    counts = {c for c in itertools.product(*[mist.count_range(j, p, nb) for j in range(p)])
+              if sum(c) == nb}
+    cuts = {tuple(sum(1 for i in range(a, b + 1) if 1 <= i <= nb) for a, b in cut)
+            for cut in cut_options(L, p)}
+    assert counts == cuts
+
+
+@pytest.mark.parametrize("model,n,batch", [("tiny_gpt", 4, 8), ("tiny_moe", 8, 16),
+                                           ("tiny_llama", 8, 64)])
+def test_milp_equals_brute_force_on_tiny_problems(model, n, batch):
+    """On the flat network, every (variant, p, d) candidate: MILP == brute force of its table."""
+    pr = tiny(model, n, batch, flat=True)
+    space = declare(pr, {**SMALL, "max_pp": 3}).with_(placements=(mist.PLACEMENT,))
+    checked = 0
+    for v in space.variants[:2]:
+        la = layer_arrays(pr, v, space.recompute_modes)
+        for p in range(1, 4):
+            for d in range(1, n // (p * v.width) + 1):
+                tab = mist.stage_table(pr, space, la, v, p, d)
+                got, ref = mist.solve_milp(tab), mist.brute_force(tab)
+                assert (got is None) == (ref is None)
+                if ref is not None:
+                    assert got[0] == pytest.approx(ref[0], rel=1e-12)
+                    checked += 1
+    assert checked > 5
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize=True)
+@given(st.sampled_from(["tiny_gpt", "tiny_llama", "tiny_moe"]), st.sampled_from([4, 8]),
+       st.sampled_from([4, 8, 64]), st.sampled_from([0.25e9, 4e9]))
+def test_equals_nest_on_a_flat_network(model, n, batch, hbm):
+    """A flat real network and the same space (every d, replica-major placement): Mist's plan is
+    NEST's optimum, and its MILP prediction is the evaluator's time."""
+    from dataclasses import replace
+
+    pr = tiny(model, n, batch, flat=True)
+    pr.cluster = replace(pr.cluster, hardware=replace(pr.cluster.hardware, hbm_bytes=hbm))
+    pr.costs.hw = pr.cluster.hardware
+    out = run_planner("mist", pr, {"full_device_use": False})
+    nest = run_planner("nest", pr, {"space": {"placements": ["replica_major"]}})
+    assert (out.plan is None) == (nest.plan is None)
+    if out.plan is None:
+        return
+    assert out.evaluation.feasible
+    assert out.evaluation.time_per_batch_s == pytest.approx(nest.evaluation.time_per_batch_s,
+                                                            rel=1e-9)
+    assert out.plan.predicted_time_per_batch_s == pytest.approx(out.evaluation.time_per_batch_s,
+                                                                rel=1e-9)
+
+
+@pytest.mark.parametrize("model,n", [("tiny_gpt", 8), ("tiny_moe", 8), ("tiny_llama", 4)])
+def test_plan_valid_feasible_and_no_better_than_nest_on_real_network(model, n):
+    pr = tiny(model, n)
+    out = run_planner("mist", pr)
+    assert out.plan is not None and out.evaluation.feasible, out.reason
+    assert out.plan.placement == "replica_major"
+    assert out.plan.pp * out.plan.dp * out.plan.width == n  # Mist's stages use every device
+    blind = evaluate(out.plan, tiny(model, n, flat=True))  # the prediction is network-blind
+    assert out.plan.predicted_time_per_batch_s == pytest.approx(blind.time_per_batch_s, rel=1e-9)
+    nest = run_planner("nest", pr)
+    assert out.evaluation.time_per_batch_s >= nest.evaluation.time_per_batch_s * (1 - 1e-12)
+
+
+def test_deterministic():
+    pr = tiny("tiny_moe", 8, 16)
+    a, b = mist.plan(pr, {}), mist.plan(tiny("tiny_moe", 8, 16), {})
+    assert a.with_(solve_time_s=None) == b.with_(solve_time_s=None)
+
+
+def test_no_plan_names_the_reason():
+    pr = make_problem("gpt3_175b", "tiny_cluster", 8, training=TrainingSettings(global_batch=8))
+    out = run_planner("mist", pr)
+    assert out.plan is None and "no feasible plan: Mist-style MILP" in out.reason
+    assert "HBM" in out.reason
+
+
+def test_time_cap_is_reported():
+    out = run_planner("mist", tiny(), {"time_limit_s": 0.0})
+    assert out.plan is None and "time limit" in out.reason
+
+
+def test_pareto_pruning_keeps_the_optimum():
+    pr = tiny("tiny_gpt", 8, 16, flat=True)
+    space = declare(pr).with_(placements=(mist.PLACEMENT,))
+    v = Variant(2, True)
+    tab = mist.stage_table(pr, space, layer_arrays(pr, v, space.recompute_modes), v, 2, 2)
+    sub = mist.prune(tab)
+    assert sum(map(len, sub.n)) < sum(map(len, tab.n))
+    for j in range(sub.p):  # every kept candidate fits and is not dominated within its count
+        assert (sub.mem[j] <= tab.hbm).all()
+        for k in range(len(sub.n[j])):
+            same = sub.n[j] == sub.n[j][k]
+            dom = same & (sub.t[j] <= sub.t[j][k]) & (sub.u[j] <= sub.u[j][k])
+            assert dom.sum() == 1
+    assert mist.solve_milp(tab)[0] == mist.brute_force(tab)[0]
+
+
+@pytest.mark.parametrize("model,n", [("llama2_7b", 64), ("mixtral_8x7b", 128),
+                                     ("bert_large", 256)])
+def test_no_better_than_nest_on_figure5_points(model, n):
+    pr = make_problem(model, "tpuv4_fattree", n)
+    out, nest = run_planner("mist", pr), run_planner("nest", pr)
+    assert out.evaluation.feasible and math.isfinite(out.evaluation.time_per_batch_s)
+    assert out.evaluation.time_per_batch_s >= nest.evaluation.time_per_batch_s * (1 - 1e-12)
