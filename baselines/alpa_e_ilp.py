@@ -1,0 +1,470 @@
+"""Alpa-E intra-operator pass: the per-stage sharding ILP on Alpa's 2-D mesh view (Zheng et al.
+2022, "Alpa", OSDI, section 4), priced with our cost model instead of Alpa's profiler.
+
+At our layer granularity a node of Alpa's ILP is a layer, and its sharding options are the model's
+sub-graph variants that fit the stage's submesh: for a pipeline whose micro-batch is D slices of
+mbs sequences, a stage on S = D * x devices may run a layer with any variant v of tp * cp = x
+whose ep divides D (the layer is then data-parallel over d = D / ep replicas). The ILP (Alpa
+section 4.2, Eq. 1) over one-hot choices s_l is
+
+    min  sum_l s_l . c_l  +  sum_l s_l^T R_l s_(l+1),
+
+linearised with edge variables e_l = s_l s_(l+1)^T through their marginals (`solve_ilp`, HiGHS).
+c_l is the option's communication per micro-batch, as in Alpa (compute costs zero, since every
+option divides the heavy operators evenly; compute enters with a small weight only to break exact
+ties): its own collectives (tp / ep / cp, alpha-beta, re-run in backward under remat), and its share
+of the stage's bucketed ZeRO and gradient-synchronisation collectives at the bucket's cost per byte,
+synchronisation amortised over the B micro-batches. R_l is the resharding of layer l's output
+between layouts, forward and backward: sequence-sharded <-> replicated costs an all-gather over the
+tp group; layouts that only differ in ep are the same (each batch slice stays on its device); any
+other change an all-gather over the x devices of a replica.
+
+The latency of the chosen sharding (what Alpa's profiler measures, our estimate here): compute +
+its collectives + resharding + the stage's bucketed ZeRO collectives + (gradient sync + optimizer
+step) / B, with exactly the evaluator's formulas on the 2-D mesh. Memory is not an ILP constraint:
+it is checked after the sharding is chosen ("post hoc"), with the evaluator's formula.
+
+Array legend: L layers, V sharding options, O knob configs (ZeRO stage x recomputation), K first
+layer and I last layer of a stage range.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import coo_matrix
+
+from nest.evaluate import Problem, inner_groups, worst
+from nest.graph.layer_graph import Variant
+from nest.network.collectives import coefficients, collective_time, distinct
+from nest.specs import ClusterSpec, NetworkLevel
+
+
+# --------------------------------------------------------------------------------------------
+# Alpa's view of the cluster
+# --------------------------------------------------------------------------------------------
+
+
+def mesh_view(cluster: ClusterSpec) -> ClusterSpec:
+    """Alpa's 2-D device mesh (nodes x devices per node) with its two bandwidths: the node level,
+    and one inter-node level at the per-device bandwidth between two nodes of the real network
+    (the first level above the node). No deeper hierarchy, no oversubscription."""
+    lv0 = cluster.levels[0]
+    node = replace(lv0, oversubscription=1.0)
+    if len(cluster.levels) == 1:
+        return replace(cluster, name=f"{cluster.name}_mesh2d", levels=(node,))
+    lv1 = cluster.levels[1]
+    inter = NetworkLevel("inter_node", cluster.max_devices, min(lv0.bytes_per_s, lv1.bytes_per_s),
+                         lv1.latency_s, 1.0)
+    return replace(cluster, name=f"{cluster.name}_mesh2d", levels=(node, inter))
+
+
+def submesh_sizes(num_devices: int, per_node: int) -> list[int]:
+    """Alpa's submesh shapes (section 5.2): (1, 2^k) inside a node and (n, M) whole nodes."""
+    if num_devices <= per_node:  # one node: (1, 2^k) and the whole node
+        return sorted({1 << k for k in range(num_devices.bit_length())} | {num_devices})
+    small = [1 << k for k in range(per_node.bit_length()) if 1 << k < per_node]
+    return small + [n * per_node for n in range(1, num_devices // per_node + 1)]
+
+
+# --------------------------------------------------------------------------------------------
+# The ILP and its references
+# --------------------------------------------------------------------------------------------
+
+
+def solve_ilp(node_NV: np.ndarray, edge_EVV: np.ndarray) -> tuple[float, list[int]]:
+    """Alpa's ILP for a chain of N nodes with V options each (HiGHS via scipy.optimize.milp).
+    node_NV[n, a]: cost of option a at node n (inf: not allowed); edge_EVV[n, a, b]: cost of
+    node n taking a and node n+1 taking b. Returns (objective, choice per node)."""
+    N, V = node_NV.shape
+    allowed = np.isfinite(node_NV)
+    ns = N * V
+    ne = (N - 1) * V * V
+    c = np.concatenate([np.where(allowed, node_NV, 0.0).ravel(), edge_EVV.ravel()])
+    rows, cols, vals, lo, hi = [], [], [], [], []
+    r = 0
+
+    def add(cs, vs, lb, ub):
+        nonlocal r
+        rows.extend([r] * len(cs))
+        cols.extend(cs)
+        vals.extend(vs)
+        lo.append(lb)
+        hi.append(ub)
+        r += 1
+
+    for n in range(N):  # one option per node
+        add([n * V + a for a in range(V)], [1.0] * V, 1.0, 1.0)
+    for n in range(N - 1):  # e_n[a, b] = s_n[a] s_{n+1}[b] through its marginals
+        base = ns + n * V * V
+        for a in range(V):
+            add([base + a * V + b for b in range(V)] + [n * V + a], [1.0] * V + [-1.0], 0.0, 0.0)
+        for b in range(V):
+            add([base + a * V + b for a in range(V)] + [(n + 1) * V + b], [1.0] * V + [-1.0],
+                0.0, 0.0)
+    ub = np.ones(ns + ne)
+    ub[:ns] = allowed.ravel()
+    A = coo_matrix((vals, (rows, cols)), shape=(r, ns + ne))
+    res = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=np.ones(ns + ne),
+               bounds=Bounds(np.zeros(ns + ne), ub))
+    if res.status != 0 or res.x is None:
+        raise RuntimeError(f"HiGHS failed on the sharding ILP: {res.message}")
+    choice = [int(np.argmax(res.x[n * V:(n + 1) * V])) for n in range(N)]
+    return chain_cost(node_NV, edge_EVV, choice), choice
+
+
+def chain_cost(node_NV, edge_EVV, choice) -> float:
+    return float(sum(node_NV[n, a] for n, a in enumerate(choice))
+                 + sum(edge_EVV[n, a, b] for n, (a, b) in enumerate(zip(choice, choice[1:]))))
+
+
+def brute_force_ilp(node_NV, edge_EVV) -> tuple[float, list[int]]:
+    """Every assignment of options to nodes (for tests); first minimum in product order."""
+    N, V = node_NV.shape
+    best, arg = np.inf, None
+    for choice in itertools.product(range(V), repeat=N):
+        c = chain_cost(node_NV, edge_EVV, choice)
+        if c < best:
+            best, arg = c, list(choice)
+    return best, arg
+
+
+# --------------------------------------------------------------------------------------------
+# Per-layer costs of every option on one submesh
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ShardingTable:
+    """Per-layer costs on a submesh of S = D * x devices, B micro-batches (legend above)."""
+
+    D: int
+    x: int
+    B: int
+    variants: tuple[Variant, ...]
+    knobs: tuple[tuple[int, str], ...]  # (zero stage, recompute mode) per O
+    comm_LVO: np.ndarray  # the ILP's node costs: communication per micro-batch
+    coll_LVO: np.ndarray  # the option's own collectives (tp / ep / cp), seconds
+    comp_LVO: np.ndarray  # compute: fwd + bwd + recomputed fwd + optimizer step / B
+    dense_LV: np.ndarray  # parameters per device, replicated over the D * cp dense group
+    expert_LV: np.ndarray  # expert parameters per device
+    states_LVO: np.ndarray  # weights + gradients + optimizer states held, bytes
+    act_LVO: np.ndarray  # activations stashed per micro-batch, bytes
+    work_LVO: np.ndarray  # working set of a recomputed layer, bytes
+    params_LV: np.ndarray  # a layer's parameters per device (ZeRO-3 gathers one layer at a time)
+    resh_LVV: np.ndarray  # resharding cost of layer l's output between options (l < L-1)
+    tied_V: np.ndarray  # the LM head's copy of a tied embedding (dense params per device)
+    tied_states_VO: np.ndarray  # its states, saved when one stage holds embedding and head
+    tied_step_VO: np.ndarray  # and its optimizer step / B
+    lines: list  # per option: {(kind, "dense"|"expert"): [(alpha, beta) lines per group]}
+    bytes_per_param: tuple[float, float] = (2.0, 4.0)  # (weights, gradients)
+
+
+def _lines(mesh: ClusterSpec, kind: str, groups) -> list:
+    if len(groups[0]) <= 1:
+        return []
+    return [coefficients(mesh, kind, g) for g in distinct(mesh, groups)]
+
+
+def price(lines: list, nbytes):
+    """The evaluator's `worst`, vectorised over buffer sizes: slowest group, fastest algorithm."""
+    nbytes = np.asarray(nbytes, dtype=float)
+    out = np.zeros_like(nbytes)
+    for grp in lines:
+        out = np.maximum(out, np.min([a + b * nbytes for a, b in grp], axis=0))
+    return np.where(nbytes > 0, out, 0.0)
+
+
+def slope(lines: list) -> float:
+    """Seconds per byte of a large buffer (Alpa prices communication as bytes / bandwidth)."""
+    return max((min(b for _, b in grp) for grp in lines), default=0.0)
+
+
+def bucket_time(tab: ShardingTable, vi: int, o: int, pd, pe):
+    """ZeRO and gradient-synchronisation collectives of a stage's parameters held with option vi,
+    bucketed per stage as the evaluator (and XLA's all-reduce combiner) does: the per-micro-batch
+    ZeRO collectives plus the once-per-batch synchronisation amortised over B."""
+    z = tab.knobs[o][0]
+    wb, gb = tab.bytes_per_param
+    ln = tab.lines[vi]
+
+    def both(kind, bpp):
+        return price(ln[(kind, "dense")], bpp * pd) + price(ln[(kind, "expert")], bpp * pe)
+
+    t = both("reduce_scatter", gb) if z >= 2 else 0.0
+    if z == 3:
+        t = t + 2 * both("all_gather", wb)
+    sync = {0: lambda: both("all_reduce", gb),
+            1: lambda: both("reduce_scatter", gb) + both("all_gather", wb),
+            2: lambda: both("all_gather", wb), 3: lambda: 0.0}[z]()
+    return t + sync / tab.B
+
+
+def sharding_table(problem: Problem, mesh: ClusterSpec, D: int, x: int,
+                   variants: list[Variant], knobs, B: int) -> ShardingTable:
+    g, tr, hw = problem.graph, problem.training, problem.cluster.hardware
+    L, V, O = g.num_layers, len(variants), len(knobs)
+    wb, gb, osb = tr.weight_bytes_per_param, tr.grad_bytes_per_param, tr.optimizer_state_bytes
+    step_s_per_param = tr.optimizer_step_bytes / (hw.hbm_bytes_per_s * hw.memory_efficiency)
+    ids = tuple(range(D * x))  # a submesh's costs on the 2-D mesh do not depend on where it sits
+    shape = (L, V, O)
+    comm, coll, comp, states, act, work = (np.zeros(shape) for _ in range(6))
+    dense, expert, params = np.zeros((L, V)), np.zeros((L, V)), np.zeros((L, V))
+    tied, tied_states, tied_step = np.zeros(V), np.zeros((V, O)), np.zeros((V, O))
+    all_lines = []
+    for vi, v in enumerate(variants):
+        problem.ensure_variant(v)
+        d = D // v.ep
+        grp = inner_groups(ids, v.tp, v.cp, v.ep, d)
+        ln = {(kind, part): _lines(mesh, kind, grp["dp_" + part])
+              for kind in ("all_reduce", "reduce_scatter", "all_gather")
+              for part in ("dense", "expert")}
+        all_lines.append(ln)
+        n_dense, n_exp = d * v.ep * v.cp, d * v.cp
+
+        slopes = {key: slope(lines) for key, lines in ln.items()}
+
+        def per_byte(kind, bpp, c, sl=slopes):  # the ILP's share of a bucketed collective
+            return bpp * (sl[(kind, "dense")] * c.dense_params
+                          + sl[(kind, "expert")] * c.expert_params)
+
+        if g.tied_embeddings:
+            tied[vi] = problem.model.vocab_size * problem.model.hidden_size / v.tp
+        memo: dict[int, tuple] = {}
+        for li, la in enumerate(g.layers):
+            c = la.costs[v.key]
+            t = problem.costs.times(li, v.key)
+            if id(c) not in memo:
+                memo[id(c)] = (
+                    sum(worst(mesh, col.kind, grp[col.group], col.bytes) * col.count
+                        for col in c.collectives),
+                    sum(worst(mesh, col.kind, grp[col.group], col.bytes) * col.count
+                        for col in c.collectives if col.phase == "fwd"))
+            own, own_fwd = memo[id(c)]
+            dense[li, vi], expert[li, vi], params[li, vi] = c.dense_params, c.expert_params, c.params
+
+            def sharded(on: bool, c=c, nd=n_dense, ne=n_exp) -> float:
+                return c.dense_params / nd + c.expert_params / ne if on else c.params
+
+            for oi, (z, r) in enumerate(knobs):
+                coll[li, vi, oi] = own + (own_fwd if r == "full" else 0.0)  # remat re-runs fwd
+                zero_mb = (per_byte("reduce_scatter", gb, c) if z >= 2 else 0.0) + (
+                    2 * per_byte("all_gather", wb, c) if z == 3 else 0.0)
+                sync = {0: per_byte("all_reduce", gb, c),
+                        1: per_byte("reduce_scatter", gb, c) + per_byte("all_gather", wb, c),
+                        2: per_byte("all_gather", wb, c), 3: 0.0}[z]
+                comm[li, vi, oi] = coll[li, vi, oi] + zero_mb + sync / B
+                comp[li, vi, oi] = (t.fwd_s + t.bwd_s + t.recompute_s[r]
+                                    + step_s_per_param * sharded(z >= 1) / B)
+                states[li, vi, oi] = (wb * sharded(z >= 3) + gb * sharded(z >= 2)
+                                      + osb * sharded(z >= 1))
+                act[li, vi, oi] = c.act_bytes[r]
+                work[li, vi, oi] = c.act_bytes["none"] - c.act_bytes[r]
+                if li == 0:
+                    tied_states[vi, oi] = tied[vi] * sum(
+                        b / n_dense if z >= lvl else b for b, lvl in ((wb, 3), (gb, 2), (osb, 1)))
+                    tied_step[vi, oi] = (step_s_per_param * tied[vi] / (n_dense if z >= 1 else 1)
+                                         / B)
+    resh = np.zeros((max(L - 1, 0), V, V))
+    for li in range(L - 1):
+        for a, u in enumerate(variants):
+            full = g.layers[li].costs[u.key].output_bytes * u.tp  # the whole boundary activation
+            for b, w in enumerate(variants):
+                resh[li, a, b] = resharding_time(mesh, u, w, full)
+    return ShardingTable(D, x, B, tuple(variants), tuple(knobs), comm, coll, comp, dense, expert,
+                         states, act, work, params, resh, tied, tied_states, tied_step, all_lines,
+                         (wb, gb))
+
+
+def resharding_time(mesh: ClusterSpec, u: Variant, w: Variant, full_bytes: float) -> float:
+    """Layout change of a boundary activation from option u to option w (forward + backward)."""
+    if (u.tp, u.cp, u.sp) == (w.tp, w.cp, w.sp):
+        return 0.0  # ep only regroups replicas: each batch slice stays on its device
+    if (u.tp, u.cp) == (w.tp, w.cp):  # sequence-sharded <-> replicated over the tp group
+        return 2 * collective_time(mesh, "all_gather", tuple(range(u.tp)), full_bytes)
+    return 2 * collective_time(mesh, "all_gather", tuple(range(u.tp * u.cp)), full_bytes)
+
+
+def stage_cost(tab: ShardingTable, o: int, k: int, i: int, choice,
+               tiebreak: float) -> tuple[float, ...]:
+    """(ILP objective, latency, fixed memory, activation memory per micro-batch) of stage k..i
+    with per-layer options `choice` and knob config o: the plain-Python reference."""
+    L = tab.comm_LVO.shape[0]
+    node = tab.comm_LVO[:, :, o] + tiebreak * tab.comp_LVO[:, :, o]
+    layers = list(range(k, i + 1))
+    resh = sum(tab.resh_LVV[k + n, a, b] for n, (a, b) in enumerate(zip(choice, choice[1:])))
+    obj = sum(node[li, a] for li, a in zip(layers, choice)) + resh
+    t = sum(tab.comp_LVO[li, a, o] + tab.coll_LVO[li, a, o] for li, a in zip(layers, choice))
+    fixed = (sum(tab.states_LVO[li, a, o] for li, a in zip(layers, choice))
+             + max(tab.work_LVO[li, a, o] for li, a in zip(layers, choice)))
+    if tab.knobs[o][0] == 3:  # evaluator: + one layer's gathered parameters
+        fixed += tab.bytes_per_param[0] * max(tab.params_LV[li, a] for li, a in zip(layers, choice))
+    act = sum(tab.act_LVO[li, a, o] for li, a in zip(layers, choice))
+    for vi in sorted(set(choice)):
+        pd = sum(tab.dense_LV[li, a] for li, a in zip(layers, choice) if a == vi)
+        pe = sum(tab.expert_LV[li, a] for li, a in zip(layers, choice) if a == vi)
+        if k == 0 and i == L - 1 and choice[0] == vi:
+            pd -= tab.tied_V[vi]
+        t += float(bucket_time(tab, vi, o, pd, pe))
+    if k == 0 and i == L - 1:
+        fixed -= tab.tied_states_VO[choice[0], o]
+        t -= tab.tied_step_VO[choice[0], o]
+    return float(obj), float(t + resh), float(fixed), float(act)
+
+
+# --------------------------------------------------------------------------------------------
+# Every stage range: the ILP's optimum and the chosen sharding's latency and memory
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RangeTables:
+    """For stage ranges k..i (arrays [o, k, i]; inf where i < k)."""
+
+    obj_OKI: np.ndarray  # the ILP's optimum
+    time_OKI: np.ndarray  # estimated latency per micro-batch of the ILP's sharding
+    fixed_OKI: np.ndarray  # memory not scaling with stashed micro-batches, bytes
+    act_OKI: np.ndarray  # activations per stashed micro-batch, bytes
+    uniform_OKI: np.ndarray  # bitmask of the single options that reach the ILP optimum
+    last_OKI: np.ndarray  # the option of the range's last layer
+    ptr: list = field(default_factory=list)  # per o: back-pointers to recover the sharding
+
+
+def _range_sum(x_L: np.ndarray) -> np.ndarray:
+    """S[k, i] = sum x[k..i] (valid for k <= i)."""
+    c = np.concatenate([[0.0], np.cumsum(x_L)])
+    return c[None, 1:] - c[:-1, None]
+
+
+def _range_max(x_L: np.ndarray) -> np.ndarray:
+    n = len(x_L)
+    out = np.zeros((n, n))
+    for k in range(n):
+        out[k, k:] = np.maximum.accumulate(x_L[k:])
+    return out
+
+
+def _empty(O: int, L: int) -> RangeTables:
+    return RangeTables(*(np.full((O, L, L), np.inf) for _ in range(4)),
+                       np.zeros((O, L, L), dtype=np.int64), np.zeros((O, L, L), dtype=np.int64))
+
+
+def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -> RangeTables:
+    """The ILP of every stage range k..i and every knob config, solved exactly by dynamic
+    programming along the chain (the stage graph at layer granularity is a chain and the LP of a
+    tree-structured ILP is integral, so this is the ILP's optimum; `solve_ilp` solves the same ILP
+    with HiGHS and the planner re-solves the chosen stages with it). All ranges at once: one
+    Viterbi step per last layer i over every first layer k, carrying the chosen sharding's
+    latency, memory and per-option parameter sums along its path. Ties go to the lowest option.
+    per_stage: one option for the whole stage (the ILP restricted to one variant per stage)."""
+    L, V, O = tab.comm_LVO.shape
+    if per_stage or V == 1:
+        return _per_stage_tables(tab, tiebreak)
+    valid = np.triu(np.ones((L, L), dtype=bool))
+    out = _empty(O, L)
+    cols = np.arange(V)
+    eye = np.eye(V)
+    for o in range(O):
+        node_LV = tab.comm_LVO[:, :, o] + tiebreak * tab.comp_LVO[:, :, o]
+        time_LV = tab.coll_LVO[:, :, o] + tab.comp_LVO[:, :, o]
+        st_LV, act_LV, work_LV = (tab.states_LVO[:, :, o], tab.act_LVO[:, :, o],
+                                  tab.work_LVO[:, :, o])
+        # path state per (first layer k, option b of the current layer i); rows k <= i live
+        f, t, st, ac, wk, pm, first = (np.full((L, V), np.inf) for _ in range(7))
+        gathered = tab.bytes_per_param[0] if tab.knobs[o][0] == 3 else 0.0
+        pd, pe = np.zeros((L, V, V)), np.zeros((L, V, V))  # [k, b, option]: parameter sums
+        ptrs = []
+        pd_KIV, pe_KIV = np.zeros((L, L, V)), np.zeros((L, L, V))
+        for i in range(L):
+            if i > 0:
+                R = tab.resh_LVV[i - 1]  # [a, b]
+                cand = f[:i, :, None] + R[None]  # [k, a, b]
+                a = cand.argmin(axis=1)  # [k, b]
+
+                def take(arr, i=i, a=a):
+                    return np.take_along_axis(arr[:i], a, axis=1)
+
+                f[:i] = np.take_along_axis(cand, a[:, None, :], axis=1)[:, 0] + node_LV[i]
+                t[:i] = take(t) + R[a, cols] + time_LV[i]
+                st[:i], ac[:i] = take(st) + st_LV[i], take(ac) + act_LV[i]
+                wk[:i], first[:i] = np.maximum(take(wk), work_LV[i]), take(first)
+                pm[:i] = np.maximum(take(pm), tab.params_LV[i])
+                pd[:i] = np.take_along_axis(pd[:i], a[..., None], axis=1) + eye * tab.dense_LV[i]
+                pe[:i] = np.take_along_axis(pe[:i], a[..., None], axis=1) + eye * tab.expert_LV[i]
+                ptrs.append(a)
+            f[i], t[i], st[i], ac[i], wk[i] = (node_LV[i], time_LV[i], st_LV[i], act_LV[i],
+                                               work_LV[i])
+            first[i], pd[i], pe[i] = cols, eye * tab.dense_LV[i], eye * tab.expert_LV[i]
+            pm[i] = tab.params_LV[i]
+            b = f[:i + 1].argmin(axis=1)  # [k]
+            k = np.arange(i + 1)
+            pd_kV, pe_kV = pd[k, b].copy(), pe[k, b].copy()
+            fixed = st[k, b] + wk[k, b] + gathered * pm[k, b]
+            tk = t[k, b]
+            if i == L - 1:  # one stage holding embedding and head keeps one tied copy
+                e = int(first[0, b[0]])
+                pd_kV[0, e] -= tab.tied_V[e]
+                fixed[0] -= tab.tied_states_VO[e, o]
+                tk[0] -= tab.tied_step_VO[e, o]
+            out.obj_OKI[o, :i + 1, i] = f[k, b]
+            out.time_OKI[o, :i + 1, i] = tk
+            pd_KIV[:i + 1, i], pe_KIV[:i + 1, i] = pd_kV, pe_kV
+            out.fixed_OKI[o, :i + 1, i] = fixed
+            out.act_OKI[o, :i + 1, i] = ac[k, b]
+            out.last_OKI[o, :i + 1, i] = b
+        out.ptr.append(ptrs)
+        for vi in range(V):  # the stage's bucketed ZeRO / sync collectives, per option held
+            out.time_OKI[o] += np.where(valid, bucket_time(tab, vi, o, pd_KIV[..., vi],
+                                                           pe_KIV[..., vi]), 0.0)
+        for vi in range(V):  # a single option as good as the ILP: maps onto one variant
+            same = valid & (_range_sum(node_LV[:, vi]) <= out.obj_OKI[o] * (1 + 1e-9) + 1e-15)
+            out.uniform_OKI[o] |= np.where(same, 1 << vi, 0)
+    return out
+
+
+def _per_stage_tables(tab: ShardingTable, tiebreak: float) -> RangeTables:
+    """One option for the whole stage (no resharding inside): per range, the option with the
+    least objective (lowest index on ties)."""
+    L, V, O = tab.comm_LVO.shape
+    valid = np.triu(np.ones((L, L), dtype=bool))
+    out = _empty(O, L)
+    for o in range(O):
+        node_LV = tab.comm_LVO[:, :, o] + tiebreak * tab.comp_LVO[:, :, o]
+        obj = np.stack([np.where(valid, _range_sum(node_LV[:, v]), np.inf) for v in range(V)])
+        best = obj.argmin(axis=0)
+        out.obj_OKI[o] = obj.min(axis=0)
+        per_v = {"time": [], "fixed": [], "act": []}
+        for v in range(V):
+            pd = _range_sum(tab.dense_LV[:, v])
+            pd[0, L - 1] -= tab.tied_V[v]
+            fixed = _range_sum(tab.states_LVO[:, v, o]) + _range_max(tab.work_LVO[:, v, o])
+            if tab.knobs[o][0] == 3:
+                fixed += tab.bytes_per_param[0] * _range_max(tab.params_LV[:, v])
+            fixed[0, L - 1] -= tab.tied_states_VO[v, o]
+            tv = (_range_sum(tab.coll_LVO[:, v, o] + tab.comp_LVO[:, v, o])
+                  + bucket_time(tab, v, o, pd, _range_sum(tab.expert_LV[:, v])))
+            tv[0, L - 1] -= tab.tied_step_VO[v, o]
+            per_v["time"].append(tv)
+            per_v["fixed"].append(fixed)
+            per_v["act"].append(_range_sum(tab.act_LVO[:, v, o]))
+        for key, arr in (("time", out.time_OKI), ("fixed", out.fixed_OKI), ("act", out.act_OKI)):
+            arr[o] = np.where(valid, np.take_along_axis(np.stack(per_v[key]), best[None],
+                                                        axis=0)[0], np.inf)
+        out.last_OKI[o] = best
+        for v in range(V):
+            same = valid & (obj[v] <= out.obj_OKI[o] * (1 + 1e-9) + 1e-15)
+            out.uniform_OKI[o] |= np.where(same, 1 << v, 0)
+    return out
+
+
+def sharding_of(rt: RangeTables, o: int, k: int, i: int) -> list[int]:
+    """The per-layer options the chain DP chose for stage k..i under knob config o."""
+    choice = [int(rt.last_OKI[o, k, i])]
+    if not rt.ptr:  # one option per stage
+        return choice * (i - k + 1)
+    for li in range(i, k, -1):
+        choice.append(int(rt.ptr[o][li - 1][k, choice[-1]]))
+    return choice[::-1]

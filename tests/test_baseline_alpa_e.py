@@ -1,0 +1,246 @@
+"""Alpa-E baseline: its ILP, its DP over submeshes, its estimates and its plans."""
+
+import itertools
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from baselines.alpa_e import (DEFAULTS, _options, brute_force_inter_op, inter_op_dp,
+                              split_tables)
+from baselines.alpa_e_ilp import (brute_force_ilp, mesh_view, range_tables, sharding_of,
+                                  sharding_table, solve_ilp, stage_cost, submesh_sizes)
+from nest.evaluate import evaluate, make_problem
+from nest.graph.layer_graph import Variant
+from nest.plan import check_structure
+from nest.planners import run_planner
+from nest.settings import TrainingSettings
+from nest.specs import load_cluster
+
+TINY = TrainingSettings(global_batch=8)
+KNOBS = ((0, "none"), (1, "none"), (3, "none"), (0, "full"), (1, "full"), (3, "full"))
+
+
+@pytest.fixture(scope="module")
+def gpt8():
+    return make_problem("tiny_gpt", "tiny_cluster", 8, training=TINY)
+
+
+@pytest.fixture(scope="module")
+def moe8():
+    return make_problem("tiny_moe", "tiny_cluster", 8, training=TINY)
+
+
+# ---- Alpa's view of the cluster ----------------------------------------------------------------
+
+
+def test_submesh_shapes_are_alpas():
+    # (1, 2^k) inside a node, (n, M) whole nodes
+    assert submesh_sizes(64, 8) == [1, 2, 4] + [8 * n for n in range(1, 9)]
+    assert submesh_sizes(8, 2) == [1, 2, 4, 6, 8]
+    assert submesh_sizes(4, 8) == [1, 2, 4]
+    assert submesh_sizes(6, 8) == [1, 2, 4, 6]
+
+
+def test_mesh_view_has_two_bandwidths_and_no_oversubscription():
+    cl = load_cluster("h100_spineleaf", 128)  # oversubscribed above the leaf
+    mesh = mesh_view(cl)
+    assert len(mesh.levels) == 2
+    node, inter = mesh.levels
+    real = cl.levels
+    assert node.devices_per_group == real[0].devices_per_group
+    assert node.bytes_per_s == real[0].bytes_per_s
+    assert inter.bytes_per_s == min(real[0].bytes_per_s, real[1].bytes_per_s)
+    assert inter.devices_per_group == cl.max_devices
+    assert all(lv.oversubscription == 1.0 for lv in mesh.levels)
+
+
+# ---- the intra-operator ILP --------------------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_highs_ilp_equals_brute_force(data):
+    n = data.draw(st.integers(1, 5))
+    v = data.draw(st.integers(1, 3))
+    cost = st.floats(0, 10, allow_nan=False)
+    node = np.array(data.draw(st.lists(cost, min_size=n * v, max_size=n * v))).reshape(n, v)
+    m = (n - 1) * v * v
+    edge = np.array(data.draw(st.lists(cost, min_size=m, max_size=m))).reshape(n - 1, v, v)
+    val, choice = solve_ilp(node, edge)
+    ref, _ = brute_force_ilp(node, edge)
+    assert math.isclose(val, ref, rel_tol=1e-7, abs_tol=1e-9)
+
+
+def _random_table(tab, seed):
+    """The real table's shapes and memory terms with random communication and resharding costs,
+    so that the ILP's choice is not trivial."""
+    rng = np.random.default_rng(seed)
+    shape = tab.resh_LVV.shape
+    resh = rng.uniform(0, 1, shape) * (rng.uniform(0, 1, shape) > 0.5)
+    resh[:, np.arange(shape[1]), np.arange(shape[1])] = 0.0  # keeping a layout costs nothing
+    return replace(tab, comm_LVO=rng.uniform(0, 1, tab.comm_LVO.shape), resh_LVV=resh)
+
+
+@pytest.mark.parametrize("which", ["gpt_sp", "moe_ep", "random"])
+def test_stage_ilp_choice_equals_brute_force(gpt8, moe8, which):
+    """Every range k..i and knob config: the chain DP's optimum is brute force's over all
+    per-layer assignments, and its latency / memory are the reference's for the sharding chosen."""
+    mesh = mesh_view(gpt8.cluster)
+    if which == "moe_ep":
+        pr, vs = moe8, [Variant(1, False, 1, 2), Variant(1, False, 2, 2)]
+        tab = sharding_table(pr, mesh, 2, 2, vs, KNOBS, 4)
+    else:
+        pr, vs = gpt8, [Variant(2, False), Variant(2, True)]
+        tab = sharding_table(pr, mesh, 2, 2, vs, KNOBS, 4)
+        if which == "random":
+            tab = _random_table(tab, 0)
+    rt = range_tables(tab, 1e-3)
+    per = range_tables(tab, 1e-3, per_stage=True)
+    L = pr.graph.num_layers
+    for o in range(len(KNOBS)):
+        node = tab.comm_LVO[:, :, o] + 1e-3 * tab.comp_LVO[:, :, o]
+        for k, i in itertools.combinations_with_replacement(range(L), 2):
+            ref, _ = brute_force_ilp(node[k:i + 1], tab.resh_LVV[k:i])
+            assert math.isclose(rt.obj_OKI[o, k, i], ref, rel_tol=1e-9, abs_tol=1e-15)
+            ch = sharding_of(rt, o, k, i)
+            want = stage_cost(tab, o, k, i, ch, 1e-3)
+            got = (rt.obj_OKI[o, k, i], rt.time_OKI[o, k, i], rt.fixed_OKI[o, k, i],
+                   rt.act_OKI[o, k, i])
+            assert np.allclose(got, want, rtol=1e-9, atol=1e-15)
+            # one variant per stage: the best uniform assignment
+            uni = min(stage_cost(tab, o, k, i, [a] * (i - k + 1), 1e-3)[0]
+                      for a in range(len(vs)))
+            assert math.isclose(per.obj_OKI[o, k, i], uni, rel_tol=1e-9, abs_tol=1e-15)
+            assert per.obj_OKI[o, k, i] >= rt.obj_OKI[o, k, i] * (1 - 1e-12)
+
+
+# ---- the inter-operator DP ---------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_inter_op_dp_equals_brute_force(data):
+    L = data.draw(st.integers(1, 5))
+    units = data.draw(st.sampled_from([[1], [1, 2], [2, 3]]))
+    U = data.draw(st.integers(1, 8))
+    B = data.draw(st.integers(1, 6))
+    X = len(units)
+    vals = data.draw(st.lists(st.one_of(st.floats(0.1, 10), st.just(math.inf)),
+                              min_size=X * L * L * L, max_size=X * L * L * L))
+    T = np.array(vals).reshape(X, L, L, L)
+    T[:, np.tril_indices(L, -1)[0], np.tril_indices(L, -1)[1], :] = math.inf  # i < k
+    ref = brute_force_inter_op(T, units, U, B)
+    res = inter_op_dp(T, units, U, B)
+    if not math.isfinite(ref):
+        assert res is None
+        return
+    assert math.isclose(res[0], ref, rel_tol=1e-9)
+    stages = res[2]  # the slicing returned has that objective and covers layers and devices
+    t = [T[x, k, i, s - 1] for k, i, x, s in stages]
+    assert math.isclose(sum(t) + (B - 1) * max(t), ref, rel_tol=1e-9)
+    assert sum(units[x] for _, _, x, _ in stages) == U
+    assert [s for *_, s in stages] == list(range(len(stages), 0, -1))
+
+
+@pytest.mark.parametrize("which", ["gpt", "moe"])
+def test_dp_over_submeshes_equals_brute_force_on_a_tiny_mesh(gpt8, moe8, which):
+    """Real stage latencies on the 8-device tiny mesh (4 nodes of 2): per-stage submeshes of
+    D * x devices (x = tp * cp), per-layer shardings, every split D."""
+    pr = gpt8 if which == "gpt" else moe8
+    cfg = dict(DEFAULTS)
+    mesh = mesh_view(pr.cluster)
+    checked = 0
+    for D in (1, 2, 4, 8):
+        opts = _options(pr, mesh, D, pr.graph.variants)
+        tables = split_tables(pr, cfg, mesh, D, opts, False) if opts else None
+        if tables is None:
+            continue
+        T, units, U, B, _ = tables
+        ref = brute_force_inter_op(T, units, U, B)
+        res = inter_op_dp(T, units, U, B)
+        assert (res is None) == (not math.isfinite(ref))
+        if res is not None:
+            assert math.isclose(res[0], ref, rel_tol=1e-9)
+            checked += 1
+    assert checked >= 2
+
+
+# ---- estimates against the shared evaluator ----------------------------------------------------
+
+
+def _check_estimates(pr, plan):
+    """Alpa's post-hoc memory check is the evaluator's peak memory; its stage latency is the
+    evaluator's on the 2-D mesh without the pipeline transfers, with the gradient sync and the
+    optimizer step amortised over the B micro-batches."""
+    mesh = mesh_view(pr.cluster)
+    v = Variant(plan.tp, plan.sp, plan.ep, plan.cp)
+    B = plan.num_microbatches
+    knobs = sorted({(s.zero_stage, s.recompute) for s in plan.stages})
+    tab = sharding_table(pr, mesh, plan.dp * plan.ep, plan.tp * plan.cp, [v], knobs, B)
+    rt = range_tables(tab, 1e-3)
+    ev = evaluate(plan, pr)
+    ev_mesh = evaluate(plan, replace(pr, cluster=mesh))
+    hw = pr.cluster.hardware
+    for j, s in enumerate(plan.stages):
+        o = knobs.index((s.zero_stage, s.recompute))
+        a, b = s.first_layer, s.last_layer
+        alloc = rt.fixed_OKI[o, a, b] + min(plan.pp - j, B) * rt.act_OKI[o, a, b]
+        mem = alloc + alloc * hw.memory_fragmentation + hw.memory_overhead_bytes
+        assert math.isclose(mem, ev.stages[j].peak_memory_bytes, rel_tol=1e-9)
+        sm = ev_mesh.stages[j]
+        p2p = sm.breakdown_s.get("p2p_fwd", 0.0) + sm.breakdown_s.get("p2p_bwd", 0.0)
+        sync = sm.sync_s - sm.sync_breakdown_s.get("tied_embedding_all_reduce", 0.0)
+        want = sm.time_per_microbatch_s - p2p + (sync + sm.optimizer_s) / B
+        assert math.isclose(rt.time_OKI[o, a, b], want, rel_tol=1e-9)
+
+
+# ---- plans ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model,n", [("tiny_gpt", 4), ("tiny_gpt", 8), ("tiny_llama", 8),
+                                     ("tiny_moe", 4), ("tiny_moe", 8)])
+def test_plans_are_valid_feasible_and_use_every_device(model, n):
+    pr = make_problem(model, "tiny_cluster", n, training=TINY)
+    out = run_planner("alpa_e", pr)
+    assert out.plan is not None, out.reason
+    p = out.plan
+    check_structure(p, pr.graph.num_layers, pr.cluster.max_devices)
+    assert out.evaluation.feasible
+    assert p.pp * p.dp * p.width == n  # Alpa's submeshes cover every device
+    assert p.placement == "replica_major"
+    assert p.dp * p.width in submesh_sizes(n, pr.cluster.levels[0].devices_per_group)
+    _check_estimates(pr, p)
+    again = run_planner("alpa_e", make_problem(model, "tiny_cluster", n, training=TINY))
+    assert again.plan.stages == p.stages and again.plan.variant_key == p.variant_key
+
+
+def test_fixed_number_of_microbatches(gpt8):
+    out = run_planner("alpa_e", gpt8, {"num_microbatches": 4})
+    assert out.evaluation.feasible
+    assert out.plan.num_microbatches == 4 and out.plan.dp * out.plan.ep == 2
+
+
+def test_capped_search_still_returns_a_plan_and_says_so(gpt8):
+    out = run_planner("alpa_e", gpt8, {"time_limit_s": 0.0})
+    assert out.evaluation.feasible
+    assert out.plan.notes.startswith("CAPPED")
+
+
+def test_no_plan_when_nothing_fits():
+    pr = make_problem("llama2_7b", "tiny_cluster", 4, training=TINY)
+    out = run_planner("alpa_e", pr)
+    assert out.plan is None and "no feasible plan" in out.reason
+
+
+@pytest.mark.parametrize("model,n", [("llama2_7b", 64), ("bert_large", 128),
+                                     ("mixtral_8x7b", 64)])
+def test_no_better_than_nest_on_real_points(model, n):
+    ours = run_planner("alpa_e", make_problem(model, "tpuv4_fattree", n))
+    nest = run_planner("nest", make_problem(model, "tpuv4_fattree", n))
+    assert ours.evaluation.feasible
+    assert ours.evaluation.time_per_batch_s >= nest.evaluation.time_per_batch_s * (1 - 1e-9)
+    _check_estimates(make_problem(model, "tpuv4_fattree", n), ours.plan)
