@@ -74,8 +74,8 @@ def cmd_evaluate(a) -> int:
         from nest.simulate import plot_timeline
 
         sim = simulate_plan(ev)
-        plot_timeline(sim, a.timeline, title=f"{plan.planner}: {plan.model}, 1F1B")
-        print(f"simulated 1F1B: {sim.makespan_s:.4f} s per batch (closed form "
+        plot_timeline(sim, a.timeline, title=f"{plan.planner}: {plan.model}, {plan.schedule}")
+        print(f"simulated {plan.schedule}: {sim.makespan_s:.4f} s per batch (closed form "
               f"{ev.time_per_batch_s:.4f} s); timeline written to {a.timeline}")
     return 0 if ev.feasible else EXIT_INFEASIBLE
 

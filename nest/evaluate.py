@@ -1,6 +1,7 @@
 """Plan x problem -> evaluation: the one shared evaluator that scores every planner's plan.
 
-Time per batch under 1F1B / PipeDream-Flush (Narayanan et al. 2021a, section 2.2):
+Time per batch under 1F1B / PipeDream-Flush (Narayanan et al. 2021a, section 2.2; a plan may
+also ask for GPipe, priced exactly by nest.schedule.time_gpipe_s, with m micro-batches stashed):
     t_j      = F_j + B_j + send_fwd_j + send_bwd_j           stage j, one micro-batch
     T_batch  = (m + p - 1) * max_j t_j                       fill + steady state + drain
              + max_j (sync_j + opt_j)                        after the flush, each stage syncs its
@@ -37,6 +38,7 @@ from nest.graph.closed_form import build_layer_graph
 from nest.graph.layer_graph import LayerGraph, Variant
 from nest.network.collectives import collective_time, distinct, p2p_time, span_level
 from nest.plan import Plan, check_structure
+from nest.schedule import time_gpipe_s
 from nest.settings import TrainingSettings, load_training
 from nest.specs import ClusterSpec, ModelSpec, load_cluster, load_model, validate
 
@@ -214,7 +216,12 @@ def evaluate(plan: Plan, problem: Problem) -> Evaluation:
     results = [_stage(plan, problem, j, m) for j in range(plan.pp)]
     t_max = max(s.time_per_microbatch_s for s in results)
     tail = max(results, key=lambda s: s.sync_s + s.optimizer_s)
-    total = (m + plan.pp - 1) * t_max + (tail.sync_s + tail.optimizer_s)
+    if plan.schedule == "gpipe":  # all forwards then all backwards (Huang et al. 2019)
+        pipe = time_gpipe_s([s.fwd_s for s in results], [s.bwd_s for s in results], m,
+                            [s.send_fwd_s for s in results], [s.send_bwd_s for s in results])
+    else:  # 1F1B (Narayanan et al. 2021a): fill + steady state + drain at the bottleneck's pace
+        pipe = (m + plan.pp - 1) * t_max
+    total = pipe + (tail.sync_s + tail.optimizer_s)
     hbm = cl.hardware.hbm_bytes
     over = [s for s in results if s.peak_memory_bytes > hbm]
     if over:
@@ -225,9 +232,10 @@ def evaluate(plan: Plan, problem: Problem) -> Evaluation:
     else:
         reason = ""
     bott = max(results, key=lambda s: s.time_per_microbatch_s)
-    breakdown = {f"stage{bott.index}.{k}": x * (m + plan.pp - 1) for k, x in
-                 bott.breakdown_s.items()}
-    breakdown["pipeline_bubble"] = (plan.pp - 1) * t_max
+    # the bottleneck stage's m micro-batches, the rest of the pipeline time is bubble: the
+    # breakdown adds up to the total
+    breakdown = {f"stage{bott.index}.{k}": x * m for k, x in bott.breakdown_s.items()}
+    breakdown["pipeline_bubble"] = pipe - m * t_max
     breakdown.update({f"dp_sync.{k}": x for k, x in tail.sync_breakdown_s.items()})
     breakdown["optimizer_step"] = tail.optimizer_s
     used = plan.pp * plan.dp * plan.width
@@ -333,7 +341,8 @@ def _stage(plan: Plan, problem: Problem, j: int, m: int) -> StageResult:
         "weights": wb * sharded(p_dense, p_exp, z >= 3),
         "gradients": gb * sharded(p_dense, p_exp, z >= 2),
         "optimizer_states": tr.optimizer_state_bytes * sharded(p_dense, p_exp, z >= 1),
-        "activations": min(plan.pp - j, m) * sum(acts),
+        # stashed micro-batches: min(p - j, m) under 1F1B (Narayanan et al. 2021a), m for GPipe
+        "activations": (m if plan.schedule == "gpipe" else min(plan.pp - j, m)) * sum(acts),
         "working": working,
     }
     allocated = sum(mem.values())
@@ -350,7 +359,7 @@ def simulate_plan(ev: Evaluation):
     from nest.simulate import simulate
 
     st = ev.stages
-    return simulate("1f1b", [s.fwd_s for s in st], [s.bwd_s for s in st],
+    return simulate(ev.plan.schedule, [s.fwd_s for s in st], [s.bwd_s for s in st],
                     ev.plan.num_microbatches, send_fwd_s=[s.send_fwd_s for s in st],
                     send_bwd_s=[s.send_bwd_s for s in st],
                     sync_s=[s.sync_s + s.optimizer_s for s in st])

@@ -47,6 +47,7 @@ class Plan:
     sp: bool
     stages: tuple[Stage, ...]
     placement: str = "custom"
+    schedule: str = "1f1b"  # 1f1b (PipeDream-Flush, every planner's) | gpipe
     predicted_time_per_batch_s: float | None = None
     solve_time_s: float | None = None
     notes: str = ""
