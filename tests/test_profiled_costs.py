@@ -15,6 +15,9 @@ from nest.graph.layer_graph import Op, Variant
 from nest.specs import config_dir, load_hardware, load_model
 
 PROF = config_dir().parent / "profiles" / "h100_sxm"
+# What the committed H100 profile achieves on the GPU-bound dense blocks, attention priced from
+# attention_default.csv: worst |error| of forward and backward (GPT-3 backward +12.4%).
+ACHIEVED_TIME_GPU_BOUND = 0.13
 
 
 @pytest.fixture(scope="module")
@@ -99,23 +102,71 @@ def test_matmul_borrows_the_nearest_aligned_shape(hw, prof):
     assert head.fwd_s < 0.2 * slow
 
 
+def test_attention_priced_from_the_default_backend_table(hw, prof, tmp_path):
+    # the H100 profile has attention_default.csv (no SDPA backend forced): it prices attention
+    assert prof.attention_table == "attention_default.csv"
+    default, flash = _rows("attention_default"), _rows("attention")
+    assert len(default) == len(flash) == 80 and not any(r["error"] for r in default)
+    # PyTorch picked cuDNN attention for every shape on this H100 (torch 2.11, cuDNN 9.19)
+    assert {r["backend"].split("+")[0] for r in default} == {"default:cudnn"}
+    key = lambda r: tuple(r[c] for c in ("s_q", "heads", "kv_heads", "head_dim", "causal"))
+    fl = {key(r): r for r in flash}
+    big = [r for r in default if int(r["s_q"]) * int(r["heads"]) >= 32 * 4096]
+    assert len(big) >= 6
+    for r in big:  # cuDNN about 2x faster than flash on the model-sized shapes
+        f = fl[key(r)]
+        assert float(r["fwd_time_s"]) < 0.6 * float(f["fwd_time_s"]), key(r)
+        assert float(r["bwd_time_s"]) < 0.7 * float(f["bwd_time_s"]), key(r)
+    # without attention_default.csv the flash table prices attention
+    for fam in ("matmul", "attention"):
+        (tmp_path / f"{fam}.csv").write_text((PROF / f"{fam}.csv").read_text())
+    old = load_profile(tmp_path)
+    assert old.attention_table == "attention.csv"
+    att = _op(block_cost(load_model("llama2_7b"), 1, Variant()), "attention")
+    row = next(r for r in flash if key(r) == ("4096", "32", "32", "128", "1"))
+    assert price_op(hw, att, old).fwd_s == pytest.approx(float(row["fwd_time_s"]), rel=1e-12)
+    assert price_op(hw, att, prof).fwd_s < 0.6 * price_op(hw, att, old).fwd_s
+
+
+def test_profiler_default_attention_table_on_cpu(tmp_path):
+    from nest.profiling.operators import TABLE_ORDER, columns, profile_operators
+    from nest.profiling.shapes import TINY_MODELS, merge_shapes, shapes_for_model
+    from nest.profiling.timing import Timer
+
+    assert TABLE_ORDER.index("attention_default") == TABLE_ORDER.index("attention") + 1
+    shapes = merge_shapes(shapes_for_model(d, (1,), (1,), m_grid=(), cp_degrees=(1,))
+                          for d in TINY_MODELS)
+    timer = Timer("cpu", warmup_s=0.0, rep_s=0.0, min_reps=1, max_reps=1)
+    res = profile_operators(shapes, tmp_path, device="cpu", timer=timer,
+                            families={"attention_default"}, progress=lambda _: None)
+    assert set(res) == {"attention_default"} and res["attention_default"]["errors"] == 0
+    with open(tmp_path / "attention_default.csv", newline="") as fh:
+        reader = csv.DictReader(fh)
+        assert reader.fieldnames == columns("attention") == columns("attention_default")
+        rows = list(reader)
+    assert rows and all(float(r["fwd_time_s"]) > 0 and float(r["bwd_time_s"]) > 0 for r in rows)
+    # the implementation PyTorch dispatched to is read back (CPU: its flash kernel)
+    assert all(r["backend"].startswith("default:") and "?" not in r["backend"] for r in rows)
+    assert any(r["backend"].endswith("+enable_gqa") for r in rows)  # the GQA tiny models
+
+
 def test_attention_exact_context_parallel_and_backward_floor(hw, prof):
     llama = load_model("llama2_7b")
     att = _op(block_cost(llama, 1, Variant()), "attention")
-    row = next(r for r in _rows("attention")
+    row = next(r for r in _rows("attention_default")
                if (r["s_q"], r["heads"], r["kv_heads"], r["head_dim"]) == ("4096", "32", "32", "128"))
     t = price_op(hw, att, prof)
     assert t.source == "profile"
     assert t.fwd_s == pytest.approx(float(row["fwd_time_s"]), rel=1e-12)
     assert t.bwd_s == pytest.approx(float(row["bwd_time_s"]), rel=1e-12)
     # context parallel 2: 2048 local queries against the whole 4096-token sequence
-    half = next(r for r in _rows("attention")
+    half = next(r for r in _rows("attention_default")
                 if (r["s_q"], r["heads"], r["kv_heads"], r["head_dim"]) == ("2048", "32", "32", "128"))
     t2 = price_op(hw, _op(block_cost(llama, 1, Variant(cp=2)), "attention"), prof)
     assert t2.fwd_s == pytest.approx(2 * float(half["fwd_time_s"]))
     # GQA (Llama-3: 64 heads, 8 kv heads) picks the kv-matched row
     l3 = price_op(hw, _op(block_cost(load_model("llama3_70b"), 1, Variant()), "attention"), prof)
-    row3 = next(r for r in _rows("attention")
+    row3 = next(r for r in _rows("attention_default")
                 if (r["s_q"], r["heads"], r["kv_heads"]) == ("4096", "64", "8"))
     assert l3.fwd_s == pytest.approx(float(row3["fwd_time_s"]), rel=1e-12)
     # BERT's backward sits on the ~45 us autograd floor: roofline
@@ -188,9 +239,12 @@ def test_validation_against_measured_blocks(tmp_path):
     assert set(rows) == {"bert_large", "llama2_7b", "llama3_70b", "gpt3_175b", "mixtral_8x7b"}
     bound = {m for m, r in rows.items() if r["gpu_bound"]}
     assert bound == {"llama2_7b", "llama3_70b", "gpt3_175b"}
-    for m in bound:  # achieved: within 21% (the 10% target is missed; validation.md says why)
+    for m in bound:  # achieved: within 13% (worst: GPT-3 backward +12.4%; validation.md)
         for k in ("fwd_s", "bwd_s"):
-            assert abs(rows[m]["err"][k]) <= V.ACHIEVED_TIME_GPU_BOUND, (m, k)
+            assert abs(rows[m]["err"][k]) <= ACHIEVED_TIME_GPU_BOUND, (m, k)
+    # mean over the GPU-bound dense blocks: within the 10% target (forward 6.8%, backward 9.4%)
+    for k in ("fwd_s", "bwd_s"):
+        assert report["mean_abs_err_gpu_bound"][k] <= V.TIME_TARGET, k
     for m, r in rows.items():  # memory target met with flash activation accounting
         assert abs(r["err"]["peak_flash_bytes"]) <= V.ACHIEVED_MEMORY_FLASH <= V.MEMORY_TARGET, m
         # every block's layer graph comes from the profile

@@ -26,7 +26,10 @@ Rules, per operator kind (a layer graph's `Op`):
   experts batched (torch.bmm, equal tokens per expert); an exact (experts, m, n, k) row prices
   all `count` instances at once (gate+up = the expert_gate + expert_up rows). Otherwise the
   per-expert GEMM is priced as a dense matmul times `count`.
-* attention (b, heads, s_q, s_kv, head_dim): the row of attention.csv with the same heads,
+* attention (b, heads, s_q, s_kv, head_dim): priced from attention_default.csv when the folder
+  has it (scaled_dot_product_attention with PyTorch's own backend choice, as training code
+  calls it: cuDNN attention on H100, about 2x faster than flash), else from attention.csv (the
+  flash backend forced); `ProfileSet.attention_table` says which. The row with the same heads,
   head_dim, causality and local query length s_q (kv heads recovered from the op's bytes,
   nearest measured), scaled by the FLOP ratio (b, and s_kv / s_q under context parallelism,
   where the profiler measured the local s/c x s/c block). Causality is read from the op's FLOPs
@@ -61,6 +64,9 @@ AUTOGRAD_FLOOR_S = 60e-6
 MAX_TRANSFER_RATIO = 2.0
 ALIGN = 8  # bf16 GEMMs with n, k multiples of 8 (16 bytes) run the tensor-core fast paths
 PAD = 128  # Megatron-LM --make-vocab-size-divisible-by (default 128)
+# Attention timed with no SDPA backend forced (nest.profiling.operators); preferred to the
+# flash-forced attention.csv when present.
+ATTENTION_DEFAULT = "attention_default"
 
 # Memory-bound op name -> (profile CSV family, profile ops or None for all, forward and backward
 # factors converting the layer graph's bytes into the profile's byte convention, None = not
@@ -148,6 +154,11 @@ class ProfileSet:
         rows = {fam: self._read(fam) for fam in
                 ("matmul", "moe", "attention", "norm", "elementwise", "embedding",
                  "cross_entropy")}
+        # attention: the default-backend table (what a training step runs) when measured
+        default_attention = self._read(ATTENTION_DEFAULT)
+        if default_attention:
+            rows["attention"] = default_attention
+        self.attention_table = (ATTENTION_DEFAULT if default_attention else "attention") + ".csv"
         # matmul: (n, k) -> (m grid, forward, backward)
         by_nk: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
         for r in rows["matmul"]:

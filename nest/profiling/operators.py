@@ -8,6 +8,14 @@ written once); ``*_flops_per_s`` and ``*_bytes_per_s`` are those divided by the 
 Backward times are for the backward alone (the forward graph is kept and
 ``torch.autograd.grad(..., retain_graph=True)`` is timed; for matmuls the two backward GEMMs are
 timed directly: ``dX = dY @ W`` and ``dW = dY^T @ X``).
+
+Attention is timed twice over the same shapes: ``attention.csv`` with the flash backend forced
+(where it accepts the shape) and ``attention_default.csv`` with no backend forced, i.e. whatever
+``scaled_dot_product_attention`` picks by itself, as a training script calling it plainly gets
+(on H100 with torch 2.11: cuDNN attention). The ``backend`` column of the default table names the
+implementation PyTorch dispatched to (``default:cudnn``, ``default:flash``, ...), read from the
+aten ops one forward call ran (``sdpa_impl``); the backward is that op's own autograd node, and a
+backward call found running another implementation would be appended as ``/bwd:<impl>``.
 """
 
 from __future__ import annotations
@@ -45,6 +53,13 @@ MEASURE_COLUMNS = (
     "error",
 )
 FAMILY_ORDER = ("matmul", "attention", "moe", "norm", "elementwise", "cross_entropy", "embedding")
+# Extra tables over one family's shapes, timed another way: table -> shape family.
+# attention_default: SDPA with PyTorch's own backend choice (module docstring).
+TABLE_FAMILY = {"attention_default": "attention"}
+# Tables in the order profile_operators writes them (each family's extra tables right after it).
+TABLE_ORDER = tuple(
+    t for f in FAMILY_ORDER for t in (f, *(x for x, y in TABLE_FAMILY.items() if y == f))
+)
 
 # Analytic FLOPs per element for the memory-bound ops (forward, backward): rough operation counts
 # of the reference formulas; these ops are bandwidth-bound, so the byte counts matter more.
@@ -59,7 +74,8 @@ _ELEM_FLOPS = {
 
 
 def columns(family: str) -> list[str]:
-    return ["op", *FAMILY_FIELDS[family], *MEASURE_COLUMNS]
+    """CSV header of one family's table (or of an extra table, ``TABLE_FAMILY``)."""
+    return ["op", *FAMILY_FIELDS[TABLE_FAMILY.get(family, family)], *MEASURE_COLUMNS]
 
 
 def _randn(*shape, device, dtype, grad=False):
@@ -120,10 +136,15 @@ def bench_moe(s, timer, device, dtype):
     }
 
 
-def _sdpa_variants(device):
-    """(label, context factory, kv mode) to try in order; flash first on CUDA."""
+def _sdpa_variants(device, backend="flash"):
+    """(label, context factory, kv mode) to try in order.
+
+    backend "flash": the flash kernel forced first on CUDA, then PyTorch's choice; "default":
+    PyTorch's choice only (no backend forced), GQA through ``enable_gqa`` first as the measured
+    blocks call it (nest.profiling.blocks), expanded K/V where that is refused.
+    """
     variants = []
-    if device == "cuda":
+    if device == "cuda" and backend == "flash":
         try:
             from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -131,11 +152,55 @@ def _sdpa_variants(device):
             variants += [("flash", flash, "gqa"), ("flash", flash, "expand")]
         except ImportError:
             pass
-    variants += [("auto", nullcontext, "gqa"), ("auto", nullcontext, "expand")]
+    label = "default" if backend == "default" else "auto"
+    variants += [(label, nullcontext, "gqa"), (label, nullcontext, "expand")]
     return variants
 
 
-def bench_attention(s, timer, device, dtype):
+# aten op-name keywords -> SDPA implementation (forward and backward ops both carry them:
+# aten._scaled_dot_product_cudnn_attention(_backward), aten._flash_attention_backward,
+# aten._scaled_dot_product_flash_attention_for_cpu, aten._efficient_attention_backward, ...)
+_SDPA_IMPLS = ("cudnn", "flash", "efficient", "math", "overrideable")
+
+
+class _OpNames:
+    """Records the aten op names run under it (a ``TorchDispatchMode``, below autograd, so the
+    backward's ops are seen too: the autograd engine carries the mode into its threads)."""
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        names = self.names = set()
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                names.add(str(func))
+                return func(*args, **(kwargs or {}))
+
+        self.mode = _Mode()
+
+
+def sdpa_impl(fn) -> str:
+    """The SDPA implementation(s) ``fn()`` dispatched to, from the aten op names it ran
+    (``aten._scaled_dot_product_cudnn_attention.default``, ...); "" when none is recognised (the
+    math path's backward has no SDPA op of its own) or the names cannot be read."""
+    try:
+        rec = _OpNames()
+        with rec.mode:
+            fn()
+        names = rec.names
+    except Exception:  # noqa: BLE001 - a label only; never fail a measurement over it
+        return ""
+    found = set()
+    for n in names:
+        if n.startswith(("aten._", "aten::_")) and "attention" in n:
+            found.update(k for k in _SDPA_IMPLS if k in n)
+    if "flash" in found and len(found) > 1:  # e.g. the CPU flash kernel under a math wrapper
+        found.discard("math")
+    return "+".join(sorted(found))
+
+
+def bench_attention(s, timer, device, dtype, backend="flash"):
     b, sq, skv, a, kv, d = s["b"], s["s_q"], s["s_kv"], s["heads"], s["kv_heads"], s["head_dim"]
     causal = bool(s["causal"])
     q = _randn(b, a, sq, d, device=device, dtype=dtype, grad=True)
@@ -143,7 +208,7 @@ def bench_attention(s, timer, device, dtype):
     v = _randn(b, kv, skv, d, device=device, dtype=dtype, grad=True)
     rep = a // kv
     last_err = None
-    for label, ctx, kv_mode in _sdpa_variants(device):
+    for label, ctx, kv_mode in _sdpa_variants(device, backend):
         if kv_mode == "gqa" and rep == 1:
             kw = {}
         elif kv_mode == "gqa":
@@ -167,10 +232,18 @@ def bench_attention(s, timer, device, dtype):
                 out = fwd()
                 t_f, reps = timer(fwd)
             go = torch.randn_like(out)
-            t_b, _ = timer(_bwd(out, (q, k, v), go))
-            backend = label + ("" if kv_mode == "gqa" or rep == 1 else "+expand_kv")
+            bwd = _bwd(out, (q, k, v), go)
+            t_b, _ = timer(bwd)
+            if backend == "default":  # which implementation PyTorch picked, both directions
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    impl_f, impl_b = sdpa_impl(fwd), sdpa_impl(bwd)
+                label = "default:" + (impl_f or "?")
+                if impl_b and impl_b != impl_f:
+                    label += "/bwd:" + impl_b
+            backend_name = label + ("" if kv_mode == "gqa" or rep == 1 else "+expand_kv")
             if rep > 1 and kv_mode == "gqa":
-                backend += "+enable_gqa"
+                backend_name += "+enable_gqa"
             break
         except RuntimeError as exc:  # backend refused the shape: try the next
             if "out of memory" in str(exc).lower():
@@ -191,8 +264,13 @@ def bench_attention(s, timer, device, dtype):
         "fwd_bytes": e * (2 * q_el + 2 * kv_el),  # read q, k, v; write o
         "bwd_bytes": e * (4 * q_el + 4 * kv_el),  # read q,k,v,o,do; write dq,dk,dv
         "num_repeats": reps,
-        "backend": backend,
+        "backend": backend_name,
     }
+
+
+def bench_attention_default(s, timer, device, dtype):
+    """SDPA with no backend forced: the implementation PyTorch itself picks (attention_default)."""
+    return bench_attention(s, timer, device, dtype, backend="default")
 
 
 def _elementwise_common(op, rows, cols, n_in, t_f, t_b, reps, e, backend):
@@ -308,6 +386,7 @@ BENCH = {
     "matmul": bench_matmul,
     "moe": bench_moe,
     "attention": bench_attention,
+    "attention_default": bench_attention_default,
     "norm": bench_norm,
     "elementwise": bench_elementwise,
     "embedding": bench_embedding,
@@ -334,18 +413,23 @@ def profile_operators(
 ) -> dict:
     """Time every shape and write ``<out_dir>/<family>.csv`` (rows flushed as they come).
 
+    families: the tables to write (family names and ``TABLE_FAMILY`` extras, e.g.
+    ``{"attention_default"}``); None: all of ``TABLE_ORDER``.
     deadline: ``time.monotonic()`` value after which the remaining shapes are skipped.
-    Returns {family: {"path", "rows", "skipped", "errors"}}.
+    Returns {table: {"path", "rows", "skipped", "errors"}}.
     """
     device = device or pick_device()
     timer = timer or Timer(device)
     os.makedirs(out_dir, exist_ok=True)
     dtype_name = str(dtype).replace("torch.", "")
     summary = {}
-    for family in FAMILY_ORDER:
+    for family in TABLE_ORDER:  # a family's table, or an extra table over its shapes
         if families is not None and family not in families:
             continue
-        fam_shapes = sorted((s for s in shapes if s["family"] == family), key=_shape_priority)
+        shape_family = TABLE_FAMILY.get(family, family)
+        fam_shapes = sorted(
+            (s for s in shapes if s["family"] == shape_family), key=_shape_priority
+        )
         if not fam_shapes:
             continue
         path = os.path.join(out_dir, f"{family}.csv")
@@ -358,7 +442,7 @@ def profile_operators(
                 if deadline is not None and time.monotonic() > deadline:
                     info["skipped"] += 1
                     continue
-                row = {c: s[c] for c in FAMILY_FIELDS[family]}
+                row = {c: s[c] for c in FAMILY_FIELDS[shape_family]}
                 row.update(op=s["op"], dtype=dtype_name, tags=";".join(s["tags"]), error="")
                 try:
                     res = BENCH[family](s, timer, device, dtype)
