@@ -41,8 +41,11 @@ def declare(problem: Problem, overrides: dict | None = None) -> SearchSpace:
     d = read_yaml(path)
     d.update(overrides or {})
     validate(d, "search_space", f"{path} (+ planner overrides)")
+    keep = {k: d[k] for k in ("tp", "sp", "ep", "cp") if d.get(k) is not None}
+    variants = tuple(v for v in problem.graph.variants
+                     if all(getattr(v, k) in allowed for k, allowed in keep.items()))
     return SearchSpace(
-        variants=tuple(problem.graph.variants),
+        variants=variants,
         zero_stages=tuple(d.get("zero_stages", (0, 1, 2, 3))),
         recompute_modes=tuple(d.get("recompute_modes", ("none", "selective", "full"))),
         placements=tuple(d.get("placements", ("replica_major", "stage_major"))),

@@ -89,3 +89,11 @@ def test_manual_needs_enough_devices():
 def test_registry_lists_planners():
     assert {"manual", "exhaustive"} <= set(planner_names())
     assert "exhaustive" not in planner_names(figures_only=True)
+
+
+def test_space_variant_filters():
+    pr = make_problem("mixtral_8x7b", "tpuv4_fattree", 64)
+    full = declare(pr)
+    only = declare(pr, {"cp": [1], "ep": [1, 4]})
+    assert len(full.variants) == 16
+    assert [v.key for v in only.variants] == ["tp1_sp0_ep1_cp1", "tp1_sp0_ep4_cp1"]

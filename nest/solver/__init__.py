@@ -67,14 +67,16 @@ def search(problem: Problem, space: SearchSpace, log=None):
     (one DP for all p), refined on first pop by the memory-aware bound of (variant, p)."""
     best_T, best = math.inf, None
     heap: list = []
-    las, refined = {}, {}
+    las, refined, floors = {}, {}, {}
     for vi, v in enumerate(space.variants):
         la = layer_arrays(problem, v, space.recompute_modes)
         las[vi] = la
         options = list(pp_dp_options(problem, space, v))
         if not options:
             continue
-        lb = lower_bounds(_range_min_comp(la), max(p for p, _ in options))
+        floor = floor_LR(problem, la, v, space.recompute_modes)
+        floors[vi] = np.concatenate([np.zeros((1, floor.shape[1])), np.cumsum(floor, axis=0)])
+        lb = lower_bounds(_range_min(floor), max(p for p, _ in options))
         for p, d in options:
             m = problem.num_microbatches(d, v.ep)
             heap.append(((m + p - 1) * lb[p], False, vi, p, d))
@@ -86,9 +88,12 @@ def search(problem: Problem, space: SearchSpace, log=None):
         v = space.variants[vi]
         if not is_refined:
             if (vi, p) not in refined:
-                refined[(vi, p)] = memory_aware_bounds(problem, space, las[vi], v, p)
+                refined[(vi, p)] = memory_aware_bounds(problem, space, las[vi], v, p,
+                                                       floors[vi])
             m = problem.num_microbatches(d, v.ep)
-            heapq.heappush(heap, ((m + p - 1) * refined[(vi, p)], True, vi, p, d))
+            bound = max((m + p - 1) * refined[(vi, p)],
+                        weight_bound(problem, space, las[vi], v, p, d, m))
+            heapq.heappush(heap, (bound, True, vi, p, d))
             continue
         for placement in space.placements:
             arr = stage_arrays(problem, space, las[vi], v, p, d, placement)
@@ -102,15 +107,76 @@ def search(problem: Problem, space: SearchSpace, log=None):
     return best_T, best, stats
 
 
-def _range_min_comp(la) -> np.ndarray:
-    c = np.concatenate([np.zeros(1), np.cumsum(la.comp_LR.min(axis=1))])
+def floor_LR(problem: Problem, la, v: Variant, modes) -> np.ndarray:
+    """Per layer and recomputation mode, a floor on its time per micro-batch in any stage:
+    compute plus the variant's collectives on the best-placed groups (one replica at device 0:
+    every group is as low in the hierarchy as its size allows, and collective time only grows
+    with the level a group spans)."""
+    from nest.evaluate import inner_groups, worst
+
+    groups = inner_groups(tuple(range(v.width)), v.tp, v.cp, v.ep, 1)
+    full = [i for i, r in enumerate(modes) if r == "full"]
+    out = la.comp_LR.copy()
+    rows: dict[int, np.ndarray] = {}
+    for li, c in enumerate(la.costs):
+        if id(c) not in rows:
+            row = np.zeros(len(modes))
+            for col in c.collectives:
+                x = worst(problem.cluster, col.kind, groups[col.group], col.bytes) * col.count
+                row += x
+                if col.phase == "fwd":
+                    row[full] += x
+            rows[id(c)] = row
+        out[li] += rows[id(c)]
+    return out
+
+
+def weight_bound(problem: Problem, space: SearchSpace, la, v: Variant, p: int, d: int,
+                 m: int) -> float:
+    """A lower bound from the weights alone: some stage holds at least 1/p of the parameters,
+    and with its ZeRO stage z it pays (m + p - 1) times its per-micro-batch ZeRO collectives
+    (they sit in its t_j) plus its gradient sync and optimizer step (its u_j), all increasing in
+    the bytes; its data-parallel groups span at least the level that d * width devices need
+    (one replica block at device 0 is the best placement)."""
+    from nest.evaluate import inner_groups
+    from nest.network.collectives import collective_time
+
+    tr, hw, cl = problem.training, problem.cluster.hardware, problem.cluster
+    wb, gb = tr.weight_bytes_per_param, tr.grad_bytes_per_param
+    tied = (problem.model.vocab_size * problem.model.hidden_size / v.tp
+            if problem.graph.tied_embeddings else 0.0)
+    pd = (la.dense_L.sum() - tied) / p  # per device: the largest stage holds at least this
+    pe = la.expert_L.sum() / p
+    groups = inner_groups(tuple(range(d * v.width)), v.tp, v.cp, v.ep, d)
+    dg, eg = groups["dp_dense"][0], groups["dp_expert"][0]
+
+    def coll(kind: str, bpp: float) -> float:
+        return collective_time(cl, kind, dg, bpp * pd) + collective_time(cl, kind, eg, bpp * pe)
+
+    best = math.inf
+    for z in space.zero_stages:
+        n_d, n_e = d * v.ep * v.cp, d * v.cp
+        params = pd / n_d + pe / n_e if z >= 1 else pd + pe
+        opt = tr.optimizer_step_bytes * params / (hw.hbm_bytes_per_s * hw.memory_efficiency)
+        per_mb = (coll("reduce_scatter", gb) if z >= 2 else 0.0) + (
+            2 * coll("all_gather", wb) if z == 3 else 0.0)
+        sync = {0: coll("all_reduce", gb),
+                1: coll("reduce_scatter", gb) + coll("all_gather", wb),
+                2: coll("all_gather", wb), 3: 0.0}[z]
+        best = min(best, (m + p - 1) * per_mb + sync + opt)
+    return best
+
+
+def _range_min(x_LR: np.ndarray) -> np.ndarray:
+    c = np.concatenate([np.zeros(1), np.cumsum(x_LR.min(axis=1))])
     return c[1:, None] - c[None, :-1]
 
 
-def memory_aware_bounds(problem: Problem, space: SearchSpace, la, v: Variant, p: int) -> float:
+def memory_aware_bounds(problem: Problem, space: SearchSpace, la, v: Variant, p: int,
+                        floor_cum_LR: np.ndarray) -> float:
     """X_lb(p): a lower bound on the bottleneck stage time of any plan with p stages and any d.
-    Stage j's time is at least its compute with the cheapest recomputation mode that fits at its
-    position under the most favourable d (the most replicas: the most ZeRO sharding and the
+    Stage j's time is at least its floor (compute + best-placed collectives, `floor_LR`) with the
+    cheapest recomputation mode that fits at its position under the most favourable d (the most replicas: the most ZeRO sharding and the
     fewest micro-batches to stash) -- fewer replicas only need more memory."""
     hw = problem.cluster.hardware
     N, L = problem.num_devices, la.comp_LR.shape[0]
@@ -123,9 +189,10 @@ def memory_aware_bounds(problem: Problem, space: SearchSpace, la, v: Variant, p:
     room = cap - fixed_memory(problem, la, v, d, space.zero_stages).min(axis=2)
     with np.errstate(divide="ignore", over="ignore"):
         max_stash_LLR = np.where(valid & (room >= 0), np.floor(room / la.act_LLR), -1)
+    floor_LLR = floor_cum_LR[1:, None] - floor_cum_LR[None, :-1]  # [b, a, r]
     f = None
     for j in range(p):
-        cost = np.where(max_stash_LLR >= min(p - j, m), la.comp_LLR, np.inf).min(axis=2)
+        cost = np.where(max_stash_LLR >= min(p - j, m), floor_LLR, np.inf).min(axis=2)
         if f is None:
             f = cost[:, 0].copy()
         else:
