@@ -37,7 +37,8 @@ def figure_targets():
     if unknown:
         raise ValueError(f"config: key 'run': unknown figure(s) {unknown}; defined: "
                          f"{sorted(config['figures'])}")
-    return [f"figures/{fig}.{ext}" for fig in config["run"] for ext in ("png", "pdf")]
+    return [f"figures/{fig}.{ext}" for fig in config["run"] for ext in ("png", "pdf")] + [
+        f"results/{fig}_summary.md" for fig in config["run"]]
 
 
 def catalog(kind, name):

@@ -28,3 +28,18 @@ rule plot_figure:
         title=lambda wc: config["figures"][wc.figure]["title"],
     script:
         "../scripts/plot_figure.py"
+
+
+rule summarize_figure:
+    """Results CSV -> NEST's gain over each planner beside the paper's claim (Markdown)."""
+    input:
+        csv="results/{figure}.csv",
+        claims="config/paper/claims.yaml",
+    output:
+        "results/{figure}_summary.md",
+    log:
+        "logs/summarize_figure/{figure}.log",
+    conda:
+        "../envs/nest.yaml"
+    script:
+        "../scripts/summarize_figure.py"
