@@ -70,15 +70,22 @@ def _envelope(lines) -> tuple[tuple[float, float], ...]:
     return tuple(keep)
 
 
-def canonical(cluster: ClusterSpec, group) -> tuple[int, ...]:
-    """The group shifted to the first switch of its span level: same cost, shared cache entry."""
-    group = tuple(sorted(int(x) for x in group))
-    lvl = span_level(cluster, group)
+def shifted(cluster: ClusterSpec, ids) -> tuple[int, ...]:
+    """Device ids moved to the first switch block of their span level, order kept: two sets with
+    the same shifted ids sit the same way in the hierarchy, so every group, level and collective
+    among them costs the same."""
+    ids = tuple(int(x) for x in ids)
+    lvl = span_level(cluster, ids)
     if lvl < 0:
-        return (0,) if group else ()
+        return (0,) if ids else ()
     size = cluster.levels[lvl].devices_per_group
-    base = group[0] // size * size
-    return tuple(d - base for d in group)
+    base = min(ids) // size * size
+    return tuple(d - base for d in ids)
+
+
+def canonical(cluster: ClusterSpec, group) -> tuple[int, ...]:
+    """A group's cost key: its sorted ids shifted to the origin (same cost, one cache entry)."""
+    return shifted(cluster, sorted(group))
 
 
 def distinct(cluster: ClusterSpec, groups) -> list[tuple[int, ...]]:

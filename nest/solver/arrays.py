@@ -19,7 +19,8 @@ import numpy as np
 
 from nest.evaluate import Problem, inner_groups, worst
 from nest.graph.layer_graph import Variant
-from nest.network.collectives import coefficients, collective_time, distinct, path_bandwidth
+from nest.network.collectives import (coefficients, collective_time, distinct, path_bandwidth,
+                                      shifted)
 from nest.plan import place
 from nest.space import SearchSpace
 
@@ -46,19 +47,6 @@ class LayerArrays:
 
 
 GROUP_CACHE_ENTRIES = 256  # each holds O(L^2) floats; bounded so memory stays small
-
-
-def shifted(cluster, ids) -> tuple[int, ...]:
-    """Stage device ids moved to the first switch block of their span level, order kept: two
-    stages with the same shifted ids have identical groups, levels and collective costs."""
-    lo, hi = min(ids), max(ids)
-    size = cluster.levels[-1].devices_per_group
-    for lv in cluster.levels:
-        if lo // lv.devices_per_group == hi // lv.devices_per_group:
-            size = lv.devices_per_group
-            break
-    base = lo // size * size
-    return tuple(x - base for x in ids)
 
 
 def layer_arrays(problem: Problem, v: Variant, modes: tuple[str, ...]) -> LayerArrays:
@@ -165,7 +153,7 @@ def stage_arrays(problem: Problem, space: SearchSpace, la: LayerArrays, v: Varia
     R, Z, L = len(modes), len(zeros), g.num_layers
     m = problem.num_microbatches(d, v.ep)
     ids = place(p, d, v.width, placement)
-    wb, gb, osb = tr.weight_bytes_per_param, tr.grad_bytes_per_param, tr.optimizer_state_bytes
+    wb, gb = tr.weight_bytes_per_param, tr.grad_bytes_per_param
     n_dense, n_exp = d * v.ep * v.cp, d * v.cp
     pd_LL, pe_LL = la.pd_LL, la.pe_LL
     valid_LL = np.tril(np.ones((L, L), dtype=bool))  # a <= b
