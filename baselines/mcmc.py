@@ -1,0 +1,522 @@
+"""MCMC baseline: Metropolis-Hastings over NEST's plan space (FlexFlow's execution optimizer).
+
+Follows Jia et al. 2019, "Beyond Data and Model Parallelism for Deep Neural Networks" (FlexFlow),
+section 5 "Execution Optimizer", which TopoOpt (Wang et al. 2023, NSDI) reuses for its
+parallelization strategy: a Markov chain over strategies; each step proposes a neighbour that
+changes ONE decision of the current strategy and accepts it with the Metropolis-Hastings rule
+    alpha = min(1, exp(-beta * (cost(new) - cost(old)))),
+keeps the best strategy ever seen, and stops when the budget is spent or when the chain has not
+improved for half of its budget (FlexFlow's stopping rule). Chains start from different initial
+strategies (FlexFlow: data parallelism, an expert-designed strategy, random ones); the NEST paper
+(section 5.1) runs its MCMC baseline 10 times and reports the best run, and so do we: 10 seeded
+chains, the best feasible plan kept.
+
+The strategy space is exactly NEST's (nest.space): the sub-graph variant (tp, sp, ep, cp), p, d,
+contiguous cuts, a ZeRO stage and a recomputation mode per stage, and the placement. Moves:
+    cut        move one stage boundary by one layer
+    split      split one stage in two at a random layer (both halves keep its memory knobs)
+    merge      merge two adjacent stages (the merged stage keeps one of their memory knobs)
+    dp         change d to d-1, d+1, 2d, d/2 or the space's largest d for (variant, p)
+    zero       change one stage's ZeRO stage
+    recompute  change one stage's recomputation mode
+    variant    change the sub-graph variant
+    placement  swap replica-major and stage-major
+split, merge and variant keep about the same devices busy: d becomes floor(p d w / (p' w')), at
+least 1 and at most what fits (the reverse move restores d whenever the division is exact).
+The cost is the shared evaluator's time per batch T (nest.evaluate), computed stage by stage from
+cached terms (Scorer; FlexFlow's delta simulation in spirit); the chains' best plans are re-scored
+by nest.evaluate.evaluate itself, which picks the winner.
+
+Deliberate deviations from FlexFlow / TopoOpt:
+  * The acceptance rule uses the relative cost difference, exp(-beta * (E_new - E_old) / E_old),
+    so one beta suits every model and cluster (FlexFlow uses the absolute simulated time).
+  * Memory: FlexFlow and TopoOpt do not model memory (NEST paper, Table 1: "post-hoc check").
+    Here a plan that does not fit is scored E = T * (2 + penalty * excess), excess = the summed
+    relative HBM overflow of its stages, so chains walk out of infeasible regions; only plans
+    that fit can become the best. A chain's patience counter resets when E improves.
+  * Proposals are not exactly symmetric (split/merge, the dp proposals, d rescaling); like
+    FlexFlow we apply no Hastings correction (only the best plan matters, not the stationary law).
+  * The budget counts proposals (MH iterations), not wall-clock time, so runs are deterministic;
+    a wall-clock safety cap (time_limit_s) stops the search early and says so in the plan notes.
+  * Initial plans: chain 0 data parallelism (p = 1, the narrowest variant, all replicas, no ZeRO
+    or recomputation), chain 1 the paper's Manual configuration (baselines.manual: uniform cuts,
+    no ZeRO, the least recomputation that fits; a random start where Manual has no config), the
+    others random (p and d log-uniform). No TopoOpt topology search: the topology is given.
+Settings: starts (the non-random starts of the first chains, in order), chains, budget (proposals
+per chain), beta, penalty, seed, time_limit_s, space (search-space overrides, as for every planner
+of the space).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from nest.evaluate import Problem, evaluate, inner_groups
+from nest.graph.layer_graph import Variant
+from nest.network.collectives import coefficients, collective_time, distinct, path_bandwidth
+from nest.plan import place
+from nest.planners import NoPlan
+from nest.solver.arrays import layer_arrays, shifted
+from nest.space import SearchSpace, declare, make_plan, pp_dp_options
+
+DEFAULTS = {"starts": ["data_parallel", "manual"], "chains": 10, "budget": 2000, "beta": 50.0,
+            "penalty": 10.0, "seed": 0, "time_limit_s": 55.0}
+CELL_CACHE_ENTRIES = 1_000_000
+MOVES = ("cut", "split", "merge", "dp", "zero", "recompute", "variant", "placement")
+
+
+@dataclass(frozen=True)
+class State:
+    """One plan of the space. bounds[i] is the first layer of stage i + 1 (strictly increasing,
+    in 1..L-1); zero / rec are indices into the space's ZeRO stages and recompute modes."""
+
+    vi: int
+    p: int
+    d: int
+    pl: int
+    bounds: tuple[int, ...]
+    zero: tuple[int, ...]
+    rec: tuple[int, ...]
+
+    def cuts(self, num_layers: int) -> list[tuple[int, int]]:
+        edges = (0, *self.bounds, num_layers)
+        return [(edges[j], edges[j + 1] - 1) for j in range(self.p)]
+
+
+class Scorer:
+    """State -> (T, excess): the evaluator's time per batch and the summed relative HBM overflow
+    of the stages (0 when the plan fits). A stage's terms are cached per (variant, p, d, placement,
+    position, layers, ZeRO, recompute), so a move re-prices only the stages it touched. The terms
+    are those of nest.evaluate._stage, built from the same pieces as the NEST solver's arrays
+    (nest.solver.arrays: layer range sums and fixed_memory's formula; nest.network.collectives:
+    alpha-beta lines per distinct group); tests check score() against nest.evaluate.evaluate."""
+
+    def __init__(self, problem: Problem, space: SearchSpace):
+        self.problem, self.space, self.cl = problem, space, problem.cluster
+        self.las = {vi: layer_arrays(problem, v, space.recompute_modes)
+                    for vi, v in enumerate(space.variants)}
+        self.full = np.array([r == "full" for r in space.recompute_modes])
+        self.groups: dict = {}  # (vi, d, shifted stage ids) -> per-group terms
+        self.positions: dict = {}  # (vi, p, d, pl, j) -> group key, p2p levels, tied term
+        self.scores: dict[State, tuple[float, float]] = {}
+        self.cells: dict[tuple, tuple[float, float, float]] = {}  # one stage's terms
+        tr, hw = problem.training, problem.cluster.hardware
+        self.wb, self.gb = tr.weight_bytes_per_param, tr.grad_bytes_per_param
+        self.opt_per_byte = tr.optimizer_step_bytes / (hw.hbm_bytes_per_s * hw.memory_efficiency)
+        self.hbm, self.frag, self.overhead = (hw.hbm_bytes, hw.memory_fragmentation,
+                                              hw.memory_overhead_bytes)
+
+    # -- cached pieces ----------------------------------------------------------------------
+    def _group_terms(self, vi: int, d: int, ids: tuple[int, ...]):
+        key = (vi, d, shifted(self.cl, ids))
+        hit = self.groups.get(key)
+        if hit is not None:
+            return hit
+        v, la, cl = self.space.variants[vi], self.las[vi], self.cl
+        groups = inner_groups(ids, v.tp, v.cp, v.ep, d)
+        # one representative per distinct cost shape, then alpha-beta lines per (kind, group)
+        reps = {name: distinct(cl, gs) if len(gs) and len(gs[0]) > 1 else []
+                for name, gs in groups.items()}
+        lines: dict[tuple[str, str], list] = {}
+
+        def coll(kind: str, name: str, nbytes: float) -> float:
+            if (kind, name) not in lines:
+                lines[(kind, name)] = [coefficients(cl, kind, g) for g in reps[name]]
+            return _coll(lines[(kind, name)], nbytes)
+
+        per_cost: dict[int, np.ndarray] = {}
+        coll_LR = np.zeros(la.comp_LR.shape)
+        for li, c in enumerate(la.costs):  # the variant's collectives, per layer
+            if id(c) not in per_cost:
+                row = np.zeros(coll_LR.shape[1])
+                for col in c.collectives:
+                    x = coll(col.kind, col.group, col.bytes) * col.count
+                    row += x
+                    if col.phase == "fwd":
+                        row[self.full] += x  # full recomputation re-runs forward collectives
+                per_cost[id(c)] = row
+            coll_LR[li] = per_cost[id(c)]
+        for kind in ("all_reduce", "reduce_scatter", "all_gather"):
+            for name in ("dp_dense", "dp_expert"):
+                coll(kind, name, 1.0)  # fill the lines the stage terms use
+        lines = {name: {kind: lines[(kind, name)] for kind in
+                        ("all_reduce", "reduce_scatter", "all_gather")}
+                 for name in ("dp_dense", "dp_expert")}
+        cum = np.concatenate([np.zeros((1, coll_LR.shape[1])), np.cumsum(coll_LR, axis=0)])
+        self.groups[key] = out = (cum, lines)
+        return out
+
+    def _position(self, s: State, j: int, ids: list[tuple[int, ...]]):
+        key = (s.vi, s.p, s.d, s.pl, j)
+        hit = self.positions.get(key)
+        if hit is not None:
+            return hit
+        cl, g, v = self.cl, self.problem.graph, self.space.variants[s.vi]
+        def levels(k: int) -> list[int]:  # network levels the pipeline transfers cross
+            return sorted({cl.level_of(a, b) for a, b in zip(ids[j], ids[k])})
+
+        fwd = levels(j + 1) if j + 1 < s.p else []
+        bwd = levels(j - 1) if j > 0 else []
+        tied = 0.0
+        if g.tied_embeddings and s.p > 1 and j in (0, s.p - 1):
+            # Megatron's embedding group: first and last stage all-reduce the tied embedding
+            emb = self.gb * self.problem.model.vocab_size * self.problem.model.hidden_size / v.tp
+            tied = max(collective_time(cl, "all_reduce", (a, b), emb)
+                       for a, b in zip(ids[j], ids[s.p - 1 - j]))
+        self.positions[key] = out = (self._group_terms(s.vi, s.d, ids[j]), fwd, bwd, tied)
+        return out
+
+    def _p2p(self, levels: list[int], nbytes: float) -> float:
+        out = 0.0
+        for lvl in levels:  # nest.network.collectives.p2p_time, slowest device pair
+            if lvl >= 0 and nbytes > 0:
+                out = max(out, nbytes / path_bandwidth(self.cl, lvl)
+                          + self.cl.levels[lvl].latency_s)
+        return out
+
+    # -- the score --------------------------------------------------------------------------
+    def score(self, s: State) -> tuple[float, float]:
+        hit = self.scores.get(s)
+        if hit is not None:
+            return hit
+        m = self.problem.num_microbatches(s.d, self.space.variants[s.vi].ep)
+        tmax = umax = excess = 0.0
+        ids: list = []  # device ids of the stages, built only when a position is new
+        for j, (a, b) in enumerate(s.cuts(self.las[s.vi].comp_LR.shape[0])):
+            key = (s.vi, s.p, s.d, s.pl, j, a, b, s.zero[j], s.rec[j])
+            cell = self.cells.get(key)
+            if cell is None:
+                cell = self.cells[key] = self._stage(s, j, a, b, m, ids)
+            tmax, umax, excess = max(tmax, cell[0]), max(umax, cell[1]), excess + cell[2]
+        if len(self.cells) > CELL_CACHE_ENTRIES:  # bounded memory; results do not depend on it
+            self.cells.clear()
+        self.scores[s] = out = (float((m + s.p - 1) * tmax + umax), float(excess))
+        return out
+
+    def _stage(self, s: State, j: int, a: int, b: int, m: int, ids: list):
+        """(t_j, sync_j + opt_j, relative HBM overflow) of stage j covering layers a..b."""
+        v, la = self.space.variants[s.vi], self.las[s.vi]
+        zi, r = s.zero[j], s.rec[j]
+        z = self.space.zero_stages[zi]
+        if (s.vi, s.p, s.d, s.pl, j) not in self.positions and not ids:
+            ids.extend(tuple(x) for x in place(s.p, s.d, v.width, self.space.placements[s.pl]))
+        (cum, lines), fwd, bwd, tied = self._position(s, j, ids)
+        dl, el = lines["dp_dense"], lines["dp_expert"]
+        pd, pe = la.pd_LL[b, a], la.pe_LL[b, a]
+        wb, gb = self.wb, self.gb
+
+        def both(kind: str, bytes_per_param: float) -> float:
+            return _coll(dl[kind], bytes_per_param * pd) + _coll(el[kind], bytes_per_param * pe)
+
+        t = la.comp_LLR[b, a, r] + cum[b + 1, r] - cum[a, r]
+        if z >= 2:
+            t += both("reduce_scatter", gb)
+        if z == 3:
+            t += 2 * both("all_gather", wb)  # before forward and before backward
+        if fwd:
+            t += self._p2p(fwd, la.out_L[b])
+        if bwd:
+            t += self._p2p(bwd, la.out_L[a - 1])
+        n_dense, n_exp = s.d * v.ep * v.cp, s.d * v.cp
+        u = tied + self.opt_per_byte * (pd / n_dense + pe / n_exp if z >= 1 else pd + pe)
+        if z == 0:
+            u += both("all_reduce", gb)
+        elif z == 1:
+            u += both("reduce_scatter", gb)
+        if z in (1, 2):
+            u += both("all_gather", wb)
+        # memory at the stage's position (nest.solver.arrays.fixed_memory + the 1F1B stash)
+        def sharded(on: bool) -> float:
+            return pd / n_dense + pe / n_exp if on else pd + pe
+
+        tr = self.problem.training
+        alloc = (wb * sharded(z >= 3) + gb * sharded(z >= 2)
+                 + tr.optimizer_state_bytes * sharded(z >= 1)
+                 + la.work_LLR[b, a, r] + (wb * la.maxpar_LL[b, a] if z == 3 else 0.0)
+                 + min(s.p - j, m) * la.act_LLR[b, a, r])
+        mem = alloc + alloc * self.frag + self.overhead  # the evaluator's formula
+        return float(t), float(u), (mem / self.hbm - 1.0 if mem > self.hbm else 0.0)
+
+
+def _coll(lines_per_group: list, nbytes: float) -> float:
+    """nest.evaluate.worst from precomputed alpha-beta lines: slowest group, fastest algorithm."""
+    if nbytes <= 0 or not lines_per_group:
+        return 0.0
+    return max(min(a + b * nbytes for a, b in lines) for lines in lines_per_group)
+
+
+def acceptance(e_old: float, e_new: float, beta: float) -> float:
+    """Metropolis-Hastings acceptance probability (FlexFlow section 5) on the relative change."""
+    return 1.0 if e_new <= e_old else math.exp(-beta * (e_new - e_old) / e_old)
+
+
+def dp_limits(problem: Problem, space: SearchSpace) -> dict[int, dict[int, int]]:
+    """{variant index: {p: largest d}} over the space's (p, d) options (nest.space.pp_dp_options),
+    so the chains move exactly inside the declared space."""
+    out: dict[int, dict[int, int]] = {}
+    for vi, v in enumerate(space.variants):
+        lim: dict[int, int] = {}
+        for p, d in pp_dp_options(problem, space, v):
+            lim[p] = max(lim.get(p, 0), d)
+        out[vi] = lim
+    return out
+
+
+class Chain:
+    """One Metropolis-Hastings chain (its own seeded generator)."""
+
+    def __init__(self, problem: Problem, space: SearchSpace, scorer: Scorer, rng: random.Random,
+                 beta: float, penalty: float, limits: dict | None = None):
+        self.space, self.scorer, self.rng = space, scorer, rng
+        self.beta, self.penalty = beta, penalty
+        self.L = problem.graph.num_layers
+        self.limits = limits if limits is not None else dp_limits(problem, space)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def pmax(self, vi: int) -> int:
+        """The most stages the space allows for this variant (0: the variant has no plan)."""
+        return max(self.limits[vi], default=0)
+
+    def dmax(self, vi: int, p: int) -> int:
+        """The largest d of the space for (variant, p); every d in 1..dmax is in it."""
+        return self.limits[vi][p]
+
+    def rescale(self, s: State, vi: int, p: int) -> int:
+        """d for a new (variant, p) on about the same devices: floor(p d w / (p' w')), >= 1."""
+        w, w2 = self.space.variants[s.vi].width, self.space.variants[vi].width
+        return max(1, min(self.dmax(vi, p), s.p * s.d * w // (p * w2)))
+
+    def energy(self, s: State) -> tuple[float, float, float]:
+        """(score, T, excess); score = T for a feasible plan, penalised otherwise."""
+        T, ex = self.scorer.score(s)
+        return (T if ex == 0 else T * (2 + self.penalty * ex)), T, ex
+
+    def random_state(self) -> State:
+        rng = self.rng
+        vis = [vi for vi in range(len(self.space.variants)) if self.pmax(vi) >= 1]
+        vi = rng.choice(vis)
+        p = min(self.pmax(vi), int(math.exp(rng.uniform(0, math.log(self.pmax(vi) + 1)))))
+        p = max(p, 1)
+        dm = self.dmax(vi, p)
+        d = max(1, min(dm, int(math.exp(rng.uniform(0, math.log(dm + 1))))))
+        bounds = tuple(sorted(rng.sample(range(1, self.L), p - 1)))
+        Z, R = len(self.space.zero_stages), len(self.space.recompute_modes)
+        return State(vi, p, d, rng.randrange(len(self.space.placements)), bounds,
+                     tuple(rng.randrange(Z) for _ in range(p)),
+                     tuple(rng.randrange(R) for _ in range(p)))
+
+    # -- moves: each returns a valid neighbour or None when the move does not apply -----------
+    def propose(self, s: State) -> State | None:
+        rng, L = self.rng, self.L
+        kind = rng.choice(MOVES)
+        edges = (0, *s.bounds, L)
+        if kind == "cut":
+            if s.p < 2:
+                return None
+            i = rng.randrange(s.p - 1)
+            x = s.bounds[i] + rng.choice((-1, 1))
+            if not edges[i] < x < edges[i + 2]:
+                return None
+            return replace(s, bounds=s.bounds[:i] + (x,) + s.bounds[i + 1:])
+        if kind == "split":
+            if s.p + 1 > self.pmax(s.vi):
+                return None
+            j = rng.randrange(s.p)
+            a, b = edges[j], edges[j + 1] - 1
+            if a == b:
+                return None
+            x = rng.randint(a + 1, b)
+            return replace(s, p=s.p + 1, d=self.rescale(s, s.vi, s.p + 1),
+                           bounds=tuple(sorted((*s.bounds, x))),
+                           zero=s.zero[:j + 1] + s.zero[j:], rec=s.rec[:j + 1] + s.rec[j:])
+        if kind == "merge":
+            if s.p < 2:
+                return None
+            i = rng.randrange(s.p - 1)  # stages i and i + 1
+            k = i + rng.randrange(2)  # whose memory knobs the merged stage keeps
+            return replace(s, p=s.p - 1, d=self.rescale(s, s.vi, s.p - 1),
+                           bounds=s.bounds[:i] + s.bounds[i + 1:],
+                           zero=s.zero[:i] + (s.zero[k],) + s.zero[i + 2:],
+                           rec=s.rec[:i] + (s.rec[k],) + s.rec[i + 2:])
+        if kind == "dp":
+            dm = self.dmax(s.vi, s.p)
+            opts = sorted({x for x in (s.d - 1, s.d + 1, 2 * s.d, s.d // 2, dm)
+                           if 1 <= x <= dm and x != s.d})
+            return replace(s, d=rng.choice(opts)) if opts else None
+        if kind in ("zero", "recompute"):
+            attr = "zero" if kind == "zero" else "rec"
+            n = len(self.space.zero_stages if kind == "zero" else self.space.recompute_modes)
+            if n < 2:
+                return None
+            j = rng.randrange(s.p)
+            old = getattr(s, attr)
+            new = rng.choice([x for x in range(n) if x != old[j]])
+            return replace(s, **{attr: old[:j] + (new,) + old[j + 1:]})
+        if kind == "variant":
+            opts = [vi for vi in range(len(self.space.variants))
+                    if vi != s.vi and s.p <= self.pmax(vi)]
+            if not opts:
+                return None
+            vi = rng.choice(opts)
+            return replace(s, vi=vi, d=self.rescale(s, vi, s.p))
+        if len(self.space.placements) < 2:  # placement
+            return None
+        return replace(s, pl=1 - s.pl)
+
+    def run(self, start: State, budget: int, deadline: float) -> ChainResult:
+        cur = start
+        e_cur, T, ex = self.energy(cur)
+        out = ChainResult(cur if ex == 0 else None, T if ex == 0 else math.inf, 1, False,
+                          (ex, cur))
+        e_best, since_best = e_cur, 0
+        while out.used < budget and since_best < budget // 2:
+            if time.perf_counter() > deadline:
+                out.capped = True
+                break
+            nxt = None
+            for _ in range(64):  # resample moves that do not apply to this state
+                nxt = self.propose(cur)
+                if nxt is not None:
+                    break
+            if nxt is None:
+                break
+            out.used += 1
+            since_best += 1
+            e_new, T, ex = self.energy(nxt)
+            if ex == 0 and T < out.best_T:
+                out.best, out.best_T = nxt, T
+            elif ex > 0 and out.best is None and ex < out.closest[0]:
+                out.closest = (ex, nxt)
+            if e_new < e_best:  # the chain's objective improved (penalised while infeasible)
+                e_best, since_best = e_new, 0
+            if self.rng.random() < acceptance(e_cur, e_new, self.beta):
+                cur, e_cur = nxt, e_new
+        return out
+
+
+@dataclass
+class ChainResult:
+    best: State | None  # the best plan that fits
+    best_T: float
+    used: int  # proposals (the start counts as one)
+    capped: bool  # stopped by the wall-clock cap
+    closest: tuple[float, State]  # (excess, state): the least HBM overflow seen, for NoPlan
+
+
+# --------------------------------------------------------------------------------------------
+# Initial plans
+# --------------------------------------------------------------------------------------------
+
+
+def data_parallel_state(chain: Chain, space: SearchSpace) -> State:
+    """p = 1 with the narrowest variant (the first of the narrowest) and all the replicas."""
+    vi = min(range(len(space.variants)), key=lambda i: (space.variants[i].width, i))
+    return State(vi, 1, chain.dmax(vi, 1), 0, (), (_index(space.zero_stages, 0),),
+                 (_index(space.recompute_modes, "none"),))
+
+
+def manual_state(problem: Problem, chain: Chain, space: SearchSpace) -> State | None:
+    """The paper's Manual configuration mapped into the space, or None if it has none there."""
+    from baselines.manual import manual_config, uniform_cuts
+
+    try:
+        p, d, t, e = manual_config(problem.model.name, problem.cluster.name, problem.num_devices)
+        cuts = uniform_cuts(problem.model.num_layers, p)
+    except NoPlan:
+        return None
+    want = Variant(tp=t, sp=False, ep=e, cp=1)
+    if want not in space.variants:
+        return None
+    vi = space.variants.index(want)
+    if p > chain.pmax(vi) or len(cuts) != p or d > chain.dmax(vi, p):
+        return None
+    z = _index(space.zero_stages, 0)
+    base = State(vi, p, d, _index(space.placements, "replica_major"),
+                 tuple(a for a, _ in cuts[1:]), (z,) * p, (0,) * p)
+    for r in ("none", "selective", "full"):  # Manual turns recomputation on only when needed
+        if r in space.recompute_modes:
+            s = replace(base, rec=(space.recompute_modes.index(r),) * p)
+            if chain.energy(s)[2] == 0:
+                return s
+    return replace(base, rec=(_index(space.recompute_modes, "none"),) * p)
+
+
+def _index(options: tuple, value) -> int:
+    return options.index(value) if value in options else 0
+
+
+# --------------------------------------------------------------------------------------------
+# The planner
+# --------------------------------------------------------------------------------------------
+
+
+def plan(problem: Problem, settings: dict):
+    cfg = {**DEFAULTS, **{k: v for k, v in settings.items() if k != "space"}}
+    space = declare(problem, settings.get("space"))
+    space = space.with_(variants=tuple(v for v in space.variants
+                                       if next(pp_dp_options(problem, space, v), None)))
+    if not space.variants:
+        raise NoPlan(f"the search space is empty: every variant needs more than the "
+                     f"{problem.num_devices} devices or more replicas than the batch has")
+    limits = dp_limits(problem, space)
+    t0 = time.perf_counter()
+    deadline = t0 + float(cfg["time_limit_s"])
+    scorer = Scorer(problem, space)
+    results, capped, total, closest = [], False, 0, (math.inf, None)
+    for k in range(int(cfg["chains"])):
+        rng = random.Random(int(cfg["seed"]) * 1_000_003 + k)
+        chain = Chain(problem, space, scorer, rng, float(cfg["beta"]), float(cfg["penalty"]),
+                      limits)
+        start, origin = None, "random"
+        kind = cfg["starts"][k] if k < len(cfg["starts"]) else "random"
+        if kind == "data_parallel":
+            start, origin = data_parallel_state(chain, space), "data-parallel"
+        elif kind == "manual":
+            start, origin = manual_state(problem, chain, space), "manual"
+        elif kind != "random":
+            raise ValueError(f"mcmc settings: key 'starts': unknown start '{kind}' "
+                             f"(data_parallel, manual or random)")
+        if start is None:
+            start, origin = chain.random_state(), "random"
+        res = chain.run(start, int(cfg["budget"]), deadline)
+        total += res.used
+        if res.best is not None:
+            results.append((res.best_T, k, origin, res.best))
+        closest = min(closest, res.closest, key=lambda x: x[0])
+        if res.capped:
+            capped = True
+            break
+    if not results:
+        why = evaluate(to_plan(problem, space, closest[1]), problem).reason
+        raise NoPlan(f"no chain found a plan that fits in memory ({total} proposals over "
+                     f"{k + 1} chains" + (", capped by time_limit_s" if capped else "")
+                     + f"); the closest: {why}")
+    # pick the best chain with the shared evaluator itself (the Scorer is its twin)
+    num_run = k + 1
+    scored = []
+    for _, ck, origin, s in results:
+        cand = to_plan(problem, space, s)
+        ev = evaluate(cand, problem)
+        if ev.feasible:
+            scored.append((ev.time_per_batch_s, ck, origin, cand))
+    if not scored:
+        raise NoPlan("the chains' best plans do not fit under the evaluator")
+    T, ck, origin, out = min(scored, key=lambda x: (x[0], x[1]))
+    notes = (f"{len(results)} of {num_run} chains found a feasible plan; best from chain {ck} "
+             f"({origin} start); {total} proposals, beta={cfg['beta']}")
+    if capped:
+        notes += f"; CAPPED by time_limit_s={cfg['time_limit_s']} (not deterministic)"
+    return out.with_(predicted_time_per_batch_s=T, solve_time_s=time.perf_counter() - t0,
+                     notes=notes)
+
+
+def to_plan(problem: Problem, space: SearchSpace, s: State):
+    v = space.variants[s.vi]
+    return make_plan(problem, "mcmc", v, s.p, s.d, s.cuts(problem.graph.num_layers),
+                     [space.zero_stages[z] for z in s.zero],
+                     [space.recompute_modes[r] for r in s.rec], space.placements[s.pl])
