@@ -94,6 +94,15 @@ class Problem:
         self.graph.variants.append(v)
 
 
+def with_mbs(problem: Problem, mbs: int) -> Problem:
+    """The same problem for another micro-batch size (its own layer graph and cost table)."""
+    if mbs == problem.mbs:
+        return problem
+    g = copy.deepcopy(build_graph(problem.model, mbs, problem.training.graph_source))
+    return Problem(problem.model, problem.cluster, g, CostTable(g, problem.cluster.hardware),
+                   problem.training, problem.model_ref, problem.cluster_ref)
+
+
 def make_problem(model: str, cluster: str, num_devices: int | None = None, mbs: int = 1,
                  training: TrainingSettings | None = None,
                  graph: LayerGraph | None = None) -> Problem:

@@ -13,7 +13,7 @@ import traceback
 from dataclasses import dataclass
 
 from nest.errors import SpecError
-from nest.evaluate import Evaluation, Problem, evaluate
+from nest.evaluate import Evaluation, Problem, evaluate, with_mbs
 from nest.plan import Plan
 from nest.specs import config_dir, read_yaml, validate
 
@@ -42,23 +42,33 @@ def planner_names(figures_only: bool = False) -> list[str]:
     return [k for k, v in registry().items() if not figures_only or v.get("figures", True)]
 
 
-def get_planner(name: str):
+def planner_entry(name: str) -> tuple[str, dict]:
+    """("module:function", settings) of a registered planner."""
     reg = registry()
     if name not in reg:
         raise SpecError(f"{config_dir() / 'planners.yaml'}: unknown planner '{name}'; known: "
                         f"{', '.join(reg)}")
-    mod, fn = reg[name]["entry"].split(":")
-    return getattr(importlib.import_module(mod), fn), dict(reg[name].get("settings") or {})
+    return reg[name]["entry"], dict(reg[name].get("settings") or {})
+
+
+def load_entry(entry: str):
+    mod, fn = entry.split(":")
+    return getattr(importlib.import_module(mod), fn)
+
+
+def get_planner(name: str):
+    entry, settings = planner_entry(name)
+    return load_entry(entry), settings
 
 
 def run_planner(name: str, problem: Problem, overrides: dict | None = None) -> Outcome:
     """Run a planner and score its plan with the shared evaluator; never raises for a planner's
     own failure (a crash on one point must not stop a sweep): the reason is reported instead."""
-    fn, settings = get_planner(name)
+    entry, settings = planner_entry(name)
     settings.update(overrides or {})
     t0 = time.perf_counter()
     try:
-        plan = fn(problem, settings)
+        plan = load_entry(entry)(problem, settings)  # an import error is this planner's crash
     except NoPlan as e:
         return Outcome(name, None, None, f"no feasible plan: {e}", time.perf_counter() - t0)
     except SpecError:
@@ -69,5 +79,5 @@ def run_planner(name: str, problem: Problem, overrides: dict | None = None) -> O
                        time.perf_counter() - t0)
     solve = time.perf_counter() - t0
     plan = plan.with_(planner=name, solve_time_s=solve)
-    ev = evaluate(plan, problem)
+    ev = evaluate(plan, with_mbs(problem, plan.mbs))  # a planner may search the micro-batch size
     return Outcome(name, plan, ev, ev.reason, solve)

@@ -205,3 +205,26 @@ def test_gpipe_schedule(small_batch):
     assert simulate_plan(eg).makespan_s == pytest.approx(eg.time_per_batch_s, rel=1e-9)
     for ev in (e1, eg):
         assert sum(ev.breakdown_s.values()) == pytest.approx(ev.time_per_batch_s, rel=1e-9)
+
+
+def test_zero3_collectives_by_hand(small_batch):
+    """ZeRO-3 over 4 replicas (Rajbhandari et al. 2020, section 5): every micro-batch
+    reduce-scatters the fp32 gradients and all-gathers the bf16 weights twice (before forward
+    and before backward); nothing is left after the flush but the sharded optimizer step."""
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=small_batch)
+    plan = make_plan(pr, "h", Variant(), 1, 4, [(0, 5)], [3], ["none"], "replica_major")
+    ev = evaluate(plan, pr)
+    costs = [la.costs["tp1_sp0_ep1_cp1"] for la in pr.graph.layers]
+    P = sum(c.dense_params for c in costs) - 1000 * 256  # one copy of the tied embedding
+
+    def rs_or_ag(S):  # group (0, 1, 2, 3): two nodes of two under one rack switch
+        ring = 3 / 4 * S / 5e9 + 3 * 5e-6
+        hier = (1 / 2 * S / 50e9 + 1e-6) + (1 / 2 * (S / 2) / 5e9 + 5e-6)
+        return min(ring, hier)
+
+    per_mb = rs_or_ag(4 * P) + 2 * rs_or_ag(2 * P)
+    compute = sum(sum(_op_time(o)) for c in costs for o in c.ops)
+    m = 2  # ceil(8 / 4)
+    opt = 38 * (P / 4) / 100e9
+    assert ev.stages[0].sync_s == 0.0
+    assert ev.time_per_batch_s == pytest.approx(m * (compute + per_mb) + opt, rel=1e-9)

@@ -96,3 +96,17 @@ def test_search_statistics():
     pr = make_problem("llama2_7b", "tpuv4_fattree", 256)
     best_T, best, stats = search(pr, declare(pr))
     assert best is not None and stats["visited"] <= stats["candidates"]
+
+
+def test_micro_batch_size_search():
+    """Asked to search mbs, NEST returns the best over the sizes, each solved exactly."""
+    pr = make_problem("tiny_llama", "tiny_cluster", 4, training=TrainingSettings(global_batch=16))
+    space = {"zero_stages": [0, 3], "recompute_modes": ["none", "full"]}
+    per_mbs = {}
+    for mbs in (1, 2, 4):
+        sub = make_problem("tiny_llama", "tiny_cluster", 4, mbs,
+                           training=TrainingSettings(global_batch=16))
+        per_mbs[mbs] = run_planner("nest", sub, {"space": space}).evaluation.time_per_batch_s
+    out = run_planner("nest", pr, {"space": space, "mbs_options": [1, 2, 4]})
+    assert out.plan.mbs == min(per_mbs, key=per_mbs.get)
+    assert out.evaluation.time_per_batch_s == pytest.approx(min(per_mbs.values()), rel=1e-12)

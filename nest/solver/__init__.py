@@ -1,6 +1,7 @@
 """The NEST solver: an exact, network- and memory-aware dynamic program (JAX) over the plan space.
 
-Search space (nest.space, declared once): the sub-graph variant (tp, sp, ep, cp) shared by all
+Search space (nest.space, declared once; with settings {mbs_options: [1, 2, 4, 8]} also the
+micro-batch size, one DP per size): the sub-graph variant (tp, sp, ep, cp) shared by all
 stages; the number of stages p; the data-parallel degree d with p * d * tp*ep*cp <= N (devices may
 stay idle; m = ceil(global_batch / (mbs * d * ep)) micro-batches); contiguous cuts anywhere
 between layers (uneven stages); per stage a ZeRO stage and a recomputation mode; the placement of
@@ -32,7 +33,7 @@ import time
 
 import numpy as np
 
-from nest.evaluate import Problem
+from nest.evaluate import Problem, with_mbs
 from nest.graph.layer_graph import Variant
 from nest.solver.arrays import StageArrays, fixed_memory, layer_arrays, stage_arrays
 from nest.solver.dp import bottleneck, lower_bounds
@@ -207,6 +208,12 @@ def plan(problem: Problem, settings: dict):
     space = declare(problem, settings.get("space"))
     t0 = time.perf_counter()
     best_T, best, stats = search(problem, space)
+    for mbs in settings.get("mbs_options") or ():  # search the micro-batch size when asked
+        other = with_mbs(problem, int(mbs))
+        T, found, st = search(other, declare(other, settings.get("space")))
+        stats = {k: stats[k] + st[k] for k in stats}
+        if found is not None and T < best_T:
+            best_T, best, problem, space = T, found, other, declare(other, settings.get("space"))
     if best is None:
         raise NoPlan(infeasibility_reason(problem, space))
     v, p, d, placement, stages = best
