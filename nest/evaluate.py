@@ -76,19 +76,23 @@ class Problem:
         m = self.model
         where = f"plan for {m.name}"
         if m.num_heads % v.tp or m.num_kv_heads % v.tp and v.tp % m.num_kv_heads:
-            raise PlanError(f"{where}: key 'tp': {v.tp} must divide num_heads={m.num_heads}")
+            raise PlanError(f"{where}: key 'tp': {v.tp} must divide num_heads={m.num_heads} "
+                            f"and divide or be a multiple of num_kv_heads={m.num_kv_heads}")
         if m.num_experts % v.ep:
             raise PlanError(f"{where}: key 'ep': {v.ep} must divide num_experts={m.num_experts}")
         if m.seq_len % v.cp:
             raise PlanError(f"{where}: key 'cp': {v.cp} must divide seq_len={m.seq_len}")
         if v.sp and v.tp == 1:
             raise PlanError(f"{where}: key 'sp': sequence parallelism needs tp > 1")
-        if self.graph.source == "torch_fx":
-            from nest.graph.fx_extract import build_layer_graph_fx
+        try:
+            if self.graph.source == "torch_fx":
+                from nest.graph.fx_extract import build_layer_graph_fx
 
-            extra = build_layer_graph_fx(m, self.mbs, [v])
-        else:
-            extra = build_layer_graph(m, self.mbs, [v])
+                extra = build_layer_graph_fx(m, self.mbs, [v])
+            else:
+                extra = build_layer_graph(m, self.mbs, [v])
+        except ValueError as e:  # a variant the model's modules cannot be split into
+            raise PlanError(f"{where}: variant {v.key}: {e}") from None
         for la, new in zip(self.graph.layers, extra.layers):
             la.costs[v.key] = new.costs[v.key]
         self.graph.variants.append(v)
