@@ -16,6 +16,7 @@ include: "workflow/rules/graph.smk"
 include: "workflow/rules/plan.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/profile.smk"
 
 
 rule figures:
