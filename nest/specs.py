@@ -278,7 +278,8 @@ def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSp
         NetworkLevel(
             name=lv["name"],
             devices_per_group=lv["devices_per_group"],
-            bytes_per_s=lv["bandwidth_GBps"] * GB,
+            # what collectives achieve: link bandwidth x measured NCCL efficiency (default 1)
+            bytes_per_s=lv["bandwidth_GBps"] * GB * lv.get("efficiency", 1.0),
             latency_s=lv["latency_us"] * US,
             oversubscription=lv.get("oversubscription", 1.0),
         )

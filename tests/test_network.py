@@ -62,9 +62,13 @@ def test_intra_node_all_reduce_bus_bandwidth_matches_nccl_tests():
     """NCCL-tests all_reduce_perf on 8 x H100 SXM5 over NVLink 4 reports a bus bandwidth of about
     460-480 GB/s at large sizes (public NCCL-tests reference tables; 450 GB/s per direction per
     GPU theoretical). Our ring model on dgx_h100_superpod: busbw = 2 (n-1)/n S / t -> 450 GB/s,
-    within 10%. (dgx_a100: 300 GB/s modelled vs 230-250 GB/s reported, ~25% optimistic; noted.)"""
+    within 10%. On dgx_a100 (NVLink 3, 300 GB/s) NCCL-tests report ~230-250 GB/s: the cluster file
+    sets efficiency 0.8 on that level."""
     c = load_cluster("dgx_h100_superpod", 8)
     S = 8e9
     t = collective_time(c, "all_reduce", tuple(range(8)), S)
     busbw = 2 * 7 / 8 * S / t
     assert 0.9 * 470e9 <= busbw <= 1.1 * 470e9
+    a100 = load_cluster("dgx_a100", 8)
+    busbw = 2 * 7 / 8 * S / collective_time(a100, "all_reduce", tuple(range(8)), S)
+    assert 230e9 <= busbw <= 250e9
