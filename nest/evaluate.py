@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +38,7 @@ from nest.graph.closed_form import build_layer_graph
 from nest.graph.layer_graph import LayerGraph, Variant
 from nest.network.collectives import collective_time, distinct, p2p_time, span_level
 from nest.plan import Plan, check_structure
-from nest.schedule import time_gpipe_s
+from nest.schedule import stash_microbatches, time_gpipe_s
 from nest.settings import TrainingSettings, load_training
 from nest.specs import ClusterSpec, ModelSpec, load_cluster, load_model, validate
 
@@ -226,14 +226,30 @@ def evaluate(plan: Plan, problem: Problem) -> Evaluation:
         raise PlanError(f"plan: key 'global_batch': {plan.global_batch}, but the training "
                         f"settings say {tr.global_batch}")
 
-    results = [_stage(plan, problem, j, m) for j in range(plan.pp)]
-    t_max = max(s.time_per_microbatch_s for s in results)
-    tail = max(results, key=lambda s: s.sync_s + s.optimizer_s)
+    p, n = plan.pp, len(plan.stages)
+    if plan.schedule == "interleaved":
+        if m % p:
+            raise PlanError(f"plan: key 'num_microbatches': {m} must be a multiple of pp={p} for "
+                            f"the interleaved schedule (Megatron-LM)")
+        # chunk-micro-batches held per device / v (nest.schedule.stash_microbatches)
+        held = stash_microbatches("interleaved", p, m, plan.virtual_stages)
+        stash = [held[j % p] for j in range(n)]
+    elif plan.schedule == "gpipe":
+        stash = [m] * n  # Huang et al. 2019: every micro-batch before the first backward
+    else:
+        stash = [min(p - j, m) for j in range(n)]  # 1F1B: Narayanan et al. 2021a
+    results = [_stage(plan, problem, j, m, stash[j]) for j in range(n)]
+    if plan.schedule == "interleaved":
+        results = _per_device(results, p, problem.cluster.hardware)
+    t_max = max(s.time_per_microbatch_s for s in results[:p])
+    tail = max(results[:p], key=lambda s: s.sync_s + s.optimizer_s)
     if plan.schedule == "gpipe":  # all forwards then all backwards (Huang et al. 2019)
         pipe = time_gpipe_s([s.fwd_s for s in results], [s.bwd_s for s in results], m,
                             [s.send_fwd_s for s in results], [s.send_bwd_s for s in results])
+    elif plan.schedule == "interleaved":  # bubble (p - 1) t / v (Narayanan et al. 2021b, 2.2.2)
+        pipe = (m + (p - 1) / plan.virtual_stages) * t_max
     else:  # 1F1B (Narayanan et al. 2021a): fill + steady state + drain at the bottleneck's pace
-        pipe = (m + plan.pp - 1) * t_max
+        pipe = (m + p - 1) * t_max
     total = pipe + (tail.sync_s + tail.optimizer_s)
     hbm = cl.hardware.hbm_bytes
     over = [s for s in results if s.peak_memory_bytes > hbm]
@@ -244,7 +260,7 @@ def evaluate(plan: Plan, problem: Problem) -> Evaluation:
                   f"{s.peak_memory_bytes / 1e9:.2f} GB > {hbm / 1e9:.2f} GB HBM ({parts} GB)")
     else:
         reason = ""
-    bott = max(results, key=lambda s: s.time_per_microbatch_s)
+    bott = max(results[:p], key=lambda s: s.time_per_microbatch_s)
     # the bottleneck stage's m micro-batches, the rest of the pipeline time is bubble: the
     # breakdown adds up to the total
     breakdown = {f"stage{bott.index}.{k}": x * m for k, x in bott.breakdown_s.items()}
@@ -258,7 +274,39 @@ def evaluate(plan: Plan, problem: Problem) -> Evaluation:
     return Evaluation(plan, ok, reason, total, tr.global_batch / total, mfu, results, breakdown)
 
 
-def _stage(plan: Plan, problem: Problem, j: int, m: int) -> StageResult:
+def _per_device(chunks: list[StageResult], p: int, hw) -> list[StageResult]:
+    """Interleaved 1F1B: device group d runs chunks d, d + p, ...; its time per micro-batch, sync,
+    optimizer step and memory are the sums over its chunks (working set and the framework's
+    overhead once). The first p results become the devices' totals; every chunk reports its
+    device's peak memory."""
+    out = list(chunks)
+    for d in range(p):
+        mine = chunks[d::p]
+        mem = {k: sum(c.memory_bytes[k] for c in mine)
+               for k in ("weights", "gradients", "optimizer_states", "activations")}
+        mem["working"] = max(c.memory_bytes["working"] for c in mine)
+        alloc = sum(mem.values())
+        mem["fragmentation"] = alloc * hw.memory_fragmentation
+        mem["framework_overhead"] = hw.memory_overhead_bytes
+        bd: dict[str, float] = {}
+        sb: dict[str, float] = {}
+        for c in mine:
+            for k, x in c.breakdown_s.items():
+                bd[k] = bd.get(k, 0.0) + x
+            for k, x in c.sync_breakdown_s.items():
+                sb[k] = sb.get(k, 0.0) + x
+        dev = StageResult(d, mine[0].first_layer, mine[-1].last_layer,
+                          sum(c.time_per_microbatch_s for c in mine), sum(mem.values()), mem, bd,
+                          sum(c.sync_s for c in mine), sb, sum(c.optimizer_s for c in mine),
+                          sum(c.fwd_s for c in mine), sum(c.send_fwd_s for c in mine),
+                          sum(c.send_bwd_s for c in mine))
+        out[d] = dev
+        for k in range(d + p, len(chunks), p):
+            out[k] = replace(chunks[k], peak_memory_bytes=dev.peak_memory_bytes)
+    return out
+
+
+def _stage(plan: Plan, problem: Problem, j: int, m: int, stash: float) -> StageResult:
     g, cl, tr, hw = problem.graph, problem.cluster, problem.training, problem.cluster.hardware
     st = plan.stages[j]
     v = plan.variant_key
@@ -312,7 +360,8 @@ def _stage(plan: Plan, problem: Problem, j: int, m: int) -> StageResult:
         add("zero3_all_gather", ag)  # and again before backward
 
     # pipeline point-to-point: activations forward, their gradients backward
-    if j + 1 < plan.pp:
+    last = len(plan.stages) - 1
+    if j < last:
         nxt = plan.stages[j + 1].device_ids
         nbytes = costs[-1].output_bytes
         add("p2p_fwd", max(p2p_time(cl, a, b, nbytes) for a, b in zip(st.device_ids, nxt)))
@@ -335,9 +384,9 @@ def _stage(plan: Plan, problem: Problem, j: int, m: int) -> StageResult:
     if z in (1, 2):
         sb[f"all_gather.{lvl_d}"] = (worst(cl, "all_gather", dg, wb * p_dense)
                                      + worst(cl, "all_gather", eg, wb * p_exp))
-    if g.tied_embeddings and plan.pp > 1 and j in (0, plan.pp - 1):
+    if g.tied_embeddings and last > 0 and j in (0, last):
         # Megatron's embedding group: first and last stage all-reduce the tied word embedding
-        other = plan.stages[plan.pp - 1 - j].device_ids
+        other = plan.stages[last - j].device_ids
         emb = gb * problem.model.vocab_size * problem.model.hidden_size / plan.tp
         sb["tied_embedding_all_reduce"] = max(
             collective_time(cl, "all_reduce", (a, b), emb) for a, b in zip(st.device_ids, other))
@@ -354,8 +403,7 @@ def _stage(plan: Plan, problem: Problem, j: int, m: int) -> StageResult:
         "weights": wb * sharded(p_dense, p_exp, z >= 3),
         "gradients": gb * sharded(p_dense, p_exp, z >= 2),
         "optimizer_states": tr.optimizer_state_bytes * sharded(p_dense, p_exp, z >= 1),
-        # stashed micro-batches: min(p - j, m) under 1F1B (Narayanan et al. 2021a), m for GPipe
-        "activations": (m if plan.schedule == "gpipe" else min(plan.pp - j, m)) * sum(acts),
+        "activations": stash * sum(acts),  # micro-batches held at the peak (see evaluate)
         "working": working,
     }
     allocated = sum(mem.values())
@@ -371,8 +419,11 @@ def simulate_plan(ev: Evaluation):
     evaluator's per-stage forward / backward / transfer times: a per-device timeline."""
     from nest.simulate import simulate
 
-    st = ev.stages
-    return simulate(ev.plan.schedule, [s.fwd_s for s in st], [s.bwd_s for s in st],
-                    ev.plan.num_microbatches, send_fwd_s=[s.send_fwd_s for s in st],
-                    send_bwd_s=[s.send_bwd_s for s in st],
+    pl = ev.plan
+    st = ev.stages[:pl.pp]  # interleaved: the device totals (simulate splits them over chunks)
+    return simulate(pl.schedule, [s.fwd_s for s in st], [s.bwd_s for s in st],
+                    pl.num_microbatches, num_chunks=pl.virtual_stages,
+                    # per chunk (interleaved: the mean of the device's chunks)
+                    send_fwd_s=[s.send_fwd_s / pl.virtual_stages for s in st],
+                    send_bwd_s=[s.send_bwd_s / pl.virtual_stages for s in st],
                     sync_s=[s.sync_s + s.optimizer_s for s in st])

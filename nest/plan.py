@@ -47,7 +47,8 @@ class Plan:
     sp: bool
     stages: tuple[Stage, ...]
     placement: str = "custom"
-    schedule: str = "1f1b"  # 1f1b (PipeDream-Flush, every planner's) | gpipe
+    schedule: str = "1f1b"  # 1f1b (PipeDream-Flush, every planner's) | gpipe | interleaved
+    virtual_stages: int = 1  # interleaved 1F1B: model chunks per device group (Megatron's v)
     predicted_time_per_batch_s: float | None = None
     solve_time_s: float | None = None
     notes: str = ""
@@ -128,8 +129,12 @@ def check_structure(plan: Plan, num_layers: int, max_devices: int, where: str = 
     def bad(key: str, msg: str) -> None:
         raise PlanError(f"{where}: key '{key}': {msg}")
 
-    if plan.pp != len(plan.stages):
-        bad("pp", f"{plan.pp} but the plan lists {len(plan.stages)} stages")
+    v = plan.virtual_stages if plan.schedule == "interleaved" else 1
+    if plan.schedule != "interleaved" and plan.virtual_stages != 1:
+        bad("virtual_stages", f"{plan.virtual_stages}: only the interleaved schedule has chunks")
+    if plan.pp * v != len(plan.stages):
+        bad("pp", f"{plan.pp} device groups x {v} chunks, but the plan lists "
+                  f"{len(plan.stages)} stages")
     if plan.sp and plan.tp == 1:
         bad("sp", "sequence parallelism needs tp > 1")
     if plan.num_devices > max_devices:
@@ -149,6 +154,11 @@ def check_structure(plan: Plan, num_layers: int, max_devices: int, where: str = 
                                     f"{plan.dp * plan.width}")
         if len(s.device_ids) != s.num_devices:
             bad(f"{k}.device_ids", f"{len(s.device_ids)} ids for num_devices={s.num_devices}")
+        if j >= plan.pp:  # interleaved: chunk j runs on the devices of chunk j mod pp
+            if s.device_ids != plan.stages[j % plan.pp].device_ids:
+                bad(f"{k}.device_ids", f"chunk {j} must run on the devices of stage "
+                                       f"{j % plan.pp} (Megatron's interleaved order)")
+            continue
         for dev in s.device_ids:
             if not 0 <= dev < plan.num_devices:
                 bad(f"{k}.device_ids", f"device {dev} does not exist (0..{plan.num_devices - 1})")

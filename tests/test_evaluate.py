@@ -228,3 +228,36 @@ def test_zero3_collectives_by_hand(small_batch):
     opt = 38 * (P / 4) / 100e9
     assert ev.stages[0].sync_s == 0.0
     assert ev.time_per_batch_s == pytest.approx(m * (compute + per_mb) + opt, rel=1e-9)
+
+
+def test_interleaved_schedule(small_batch):
+    """Interleaved 1F1B (Narayanan et al. 2021b, 2.2.2): 2 device groups x 2 chunks; time
+    (m + (p-1)/v) * max_d t_d with t_d summed over the device's chunks; device 0 holds
+    min(2(p-1) + (v-1)p + 1, m v) chunk-micro-batches; malformed chunk layouts are errors."""
+    from nest.evaluate import simulate_plan
+    from nest.plan import Stage
+
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=small_batch)
+    base = make_plan(pr, "h", Variant(), 2, 2, [(0, 2), (3, 5)], [0, 0], ["none"] * 2,
+                     "replica_major")
+    g0, g1 = base.stages[0].device_ids, base.stages[1].device_ids
+    chunks = (Stage(0, 1, 2, g0), Stage(2, 2, 2, g1), Stage(3, 3, 2, g0), Stage(4, 5, 2, g1))
+    plan = base.with_(schedule="interleaved", virtual_stages=2, stages=chunks)
+    ev = evaluate(plan, pr)
+    m, p, v = plan.num_microbatches, 2, 2
+    assert m == 4
+    chunk_t = [evaluate(plan, pr).stages[k] for k in range(4)]  # device totals in the first p
+    t_dev = [ev.stages[0].time_per_microbatch_s, ev.stages[1].time_per_microbatch_s]
+    tail = max(s.sync_s + s.optimizer_s for s in ev.stages[:p])
+    assert ev.time_per_batch_s == pytest.approx((m + (p - 1) / v) * max(t_dev) + tail, rel=1e-12)
+    acts = sum(pr.graph.layers[i].costs["tp1_sp0_ep1_cp1"].act_bytes["none"]
+               for i in (0, 1, 3))
+    assert ev.stages[0].memory_bytes["activations"] == pytest.approx(
+        min(2 * (p - 1) + (v - 1) * p + 1, m * v) / v * acts, rel=1e-12)
+    assert chunk_t[2].peak_memory_bytes == ev.stages[0].peak_memory_bytes
+    assert simulate_plan(ev).makespan_s == pytest.approx(ev.time_per_batch_s, rel=0.15)
+    wrong = plan.with_(stages=chunks[:2] + (Stage(3, 3, 2, g1), chunks[3]))
+    with pytest.raises(PlanError, match="chunk 2 must run on the devices of stage 0"):
+        evaluate(wrong, pr)
+    with pytest.raises(PlanError, match="only the interleaved schedule"):
+        evaluate(base.with_(virtual_stages=2), pr)
