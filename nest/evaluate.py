@@ -1,7 +1,9 @@
 """Plan x problem -> evaluation: the one shared evaluator that scores every planner's plan.
 
 Time per batch under 1F1B / PipeDream-Flush (Narayanan et al. 2021a, section 2.2; a plan may
-also ask for GPipe, priced exactly by nest.schedule.time_gpipe_s, with m micro-batches stashed):
+also ask for GPipe, priced exactly by nest.schedule.time_gpipe_s with m micro-batches stashed, or
+for interleaved 1F1B with v chunks per device group, (m + (p-1)/v) max_d t_d, Narayanan et al.
+2021b section 2.2.2, with Megatron's per-device stash):
     t_j      = F_j + B_j + send_fwd_j + send_bwd_j           stage j, one micro-batch
     T_batch  = (m + p - 1) * max_j t_j                       fill + steady state + drain
              + max_j (sync_j + opt_j)                        after the flush, each stage syncs its
