@@ -173,11 +173,30 @@ def _range_min(x_LR: np.ndarray) -> np.ndarray:
     return c[1:, None] - c[None, :-1]
 
 
+def p2p_floor(problem: Problem, la, v: Variant) -> tuple[np.ndarray, np.ndarray]:
+    """Floors on a stage's pipeline sends, per boundary layer: consecutive stages' devices are at
+    least `width` ids apart (stage-major; replica-major puts them d * width apart), so they meet
+    at level(0, width) or above; the cheapest such level prices the transfer."""
+    from nest.network.collectives import path_bandwidth
+
+    cl = problem.cluster
+    lvl0 = cl.level_of(0, v.width) if v.width < cl.max_devices else len(cl.levels) - 1
+    levels = range(max(lvl0, 0), len(cl.levels))
+
+    def floor(nbytes: np.ndarray) -> np.ndarray:
+        t = np.min([nbytes / path_bandwidth(cl, lv) + cl.levels[lv].latency_s for lv in levels],
+                   axis=0)
+        return np.where(nbytes > 0, t, 0.0)
+
+    return floor(la.out_L), floor(np.concatenate([[0.0], la.out_L[:-1]]))
+
+
 def memory_aware_bounds(problem: Problem, space: SearchSpace, la, v: Variant, p: int,
                         floor_cum_LR: np.ndarray) -> float:
     """X_lb(p): a lower bound on the bottleneck stage time of any plan with p stages and any d.
-    Stage j's time is at least its floor (compute + best-placed collectives, `floor_LR`) with the
-    cheapest recomputation mode that fits at its position under the most favourable d (the most replicas: the most ZeRO sharding and the
+    Stage j's time is at least its floor (compute + best-placed collectives, `floor_LR`, + the
+    floors of its sends, `p2p_floor`) with the cheapest recomputation mode that fits at its
+    position under the most favourable d (the most replicas: the most ZeRO sharding and the
     fewest micro-batches to stash) -- fewer replicas only need more memory."""
     hw = problem.cluster.hardware
     N, L = problem.num_devices, la.comp_LR.shape[0]
@@ -191,9 +210,14 @@ def memory_aware_bounds(problem: Problem, space: SearchSpace, la, v: Variant, p:
     with np.errstate(divide="ignore", over="ignore"):
         max_stash_LLR = np.where(valid & (room >= 0), np.floor(room / la.act_LLR), -1)
     floor_LLR = floor_cum_LR[1:, None] - floor_cum_LR[None, :-1]  # [b, a, r]
+    send_fwd_L, send_bwd_L = p2p_floor(problem, la, v)
     f = None
     for j in range(p):
         cost = np.where(max_stash_LLR >= min(p - j, m), floor_LLR, np.inf).min(axis=2)
+        if j < p - 1:
+            cost = cost + send_fwd_L[:, None]  # [b]: the stage's last layer's output
+        if j > 0:
+            cost = cost + send_bwd_L[None, :]  # [a]: the gradient of layer a-1's output
         if f is None:
             f = cost[:, 0].copy()
         else:
