@@ -74,13 +74,14 @@ def shifted(cluster: ClusterSpec, ids) -> tuple[int, ...]:
     """Device ids moved to the first switch block of their span level, order kept: two sets with
     the same shifted ids sit the same way in the hierarchy, so every group, level and collective
     among them costs the same."""
-    ids = tuple(int(x) for x in ids)
-    lvl = span_level(cluster, ids)
+    a = np.asarray(ids, dtype=np.int64).ravel()
+    if a.size == 0:
+        return ()
+    lvl = span_level(cluster, (int(a.min()), int(a.max())) if a.size > 1 else (0,))
     if lvl < 0:
-        return (0,) if ids else ()
+        return (0,)
     size = cluster.levels[lvl].devices_per_group
-    base = min(ids) // size * size
-    return tuple(d - base for d in ids)
+    return tuple((a - int(a.min()) // size * size).tolist())
 
 
 def canonical(cluster: ClusterSpec, group) -> tuple[int, ...]:
