@@ -333,13 +333,13 @@ class RangeTables:
     ptr: list = field(default_factory=list)  # per o: back-pointers to recover the sharding
 
 
-def _range_sum(x_L: np.ndarray) -> np.ndarray:
+def range_sum(x_L: np.ndarray) -> np.ndarray:
     """S[k, i] = sum x[k..i] (valid for k <= i)."""
     c = np.concatenate([[0.0], np.cumsum(x_L)])
     return c[None, 1:] - c[:-1, None]
 
 
-def _range_max(x_L: np.ndarray) -> np.ndarray:
+def range_max(x_L: np.ndarray) -> np.ndarray:
     n = len(x_L)
     out = np.zeros((n, n))
     for k in range(n):
@@ -420,7 +420,7 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
             out.time_OKI[o] += np.where(valid, bucket_time(tab, vi, o, pd_KIV[..., vi],
                                                            pe_KIV[..., vi]), 0.0)
         for vi in range(V):  # a single option as good as the ILP: maps onto one variant
-            same = valid & (_range_sum(node_LV[:, vi]) <= out.obj_OKI[o] * (1 + 1e-9) + 1e-15)
+            same = valid & (range_sum(node_LV[:, vi]) <= out.obj_OKI[o] * (1 + 1e-9) + 1e-15)
             out.uniform_OKI[o] |= np.where(same, 1 << vi, 0)
     return out
 
@@ -433,23 +433,23 @@ def _per_stage_tables(tab: ShardingTable, tiebreak: float) -> RangeTables:
     out = _empty(O, L)
     for o in range(O):
         node_LV = tab.comm_LVO[:, :, o] + tiebreak * tab.comp_LVO[:, :, o]
-        obj = np.stack([np.where(valid, _range_sum(node_LV[:, v]), np.inf) for v in range(V)])
+        obj = np.stack([np.where(valid, range_sum(node_LV[:, v]), np.inf) for v in range(V)])
         best = obj.argmin(axis=0)
         out.obj_OKI[o] = obj.min(axis=0)
         per_v = {"time": [], "fixed": [], "act": []}
         for v in range(V):
-            pd = _range_sum(tab.dense_LV[:, v])
+            pd = range_sum(tab.dense_LV[:, v])
             pd[0, L - 1] -= tab.tied_V[v]
-            fixed = _range_sum(tab.states_LVO[:, v, o]) + _range_max(tab.work_LVO[:, v, o])
+            fixed = range_sum(tab.states_LVO[:, v, o]) + range_max(tab.work_LVO[:, v, o])
             if tab.knobs[o][0] == 3:
-                fixed += tab.bytes_per_param[0] * _range_max(tab.params_LV[:, v])
+                fixed += tab.bytes_per_param[0] * range_max(tab.params_LV[:, v])
             fixed[0, L - 1] -= tab.tied_states_VO[v, o]
-            tv = (_range_sum(tab.coll_LVO[:, v, o] + tab.comp_LVO[:, v, o])
-                  + bucket_time(tab, v, o, pd, _range_sum(tab.expert_LV[:, v])))
+            tv = (range_sum(tab.coll_LVO[:, v, o] + tab.comp_LVO[:, v, o])
+                  + bucket_time(tab, v, o, pd, range_sum(tab.expert_LV[:, v])))
             tv[0, L - 1] -= tab.tied_step_VO[v, o]
             per_v["time"].append(tv)
             per_v["fixed"].append(fixed)
-            per_v["act"].append(_range_sum(tab.act_LVO[:, v, o]))
+            per_v["act"].append(range_sum(tab.act_LVO[:, v, o]))
         for key, arr in (("time", out.time_OKI), ("fixed", out.fixed_OKI), ("act", out.act_OKI)):
             arr[o] = np.where(valid, np.take_along_axis(np.stack(per_v[key]), best[None],
                                                         axis=0)[0], np.inf)

@@ -35,7 +35,8 @@ import numpy as np
 
 from nest.evaluate import Problem, with_mbs
 from nest.graph.layer_graph import Variant
-from nest.solver.arrays import StageArrays, fixed_memory, layer_arrays, stage_arrays
+from nest.solver.arrays import (StageArrays, range_sum, fixed_memory, layer_arrays,
+                                stage_arrays)
 from nest.solver.dp import bottleneck, lower_bounds
 from nest.space import SearchSpace, declare, make_plan, pp_dp_options
 
@@ -76,8 +77,8 @@ def search(problem: Problem, space: SearchSpace, log=None):
         if not options:
             continue
         floor = floor_LR(problem, la, v, space.recompute_modes)
-        floors[vi] = np.concatenate([np.zeros((1, floor.shape[1])), np.cumsum(floor, axis=0)])
-        lb = lower_bounds(_range_min(floor), max(p for p, _ in options))
+        floors[vi] = range_sum(floor)  # [b, a, r]
+        lb = lower_bounds(range_sum(floor.min(axis=1)), max(p for p, _ in options))
         for p, d in options:
             m = problem.num_microbatches(d, v.ep)
             heap.append(((m + p - 1) * lb[p], False, vi, p, d))
@@ -168,11 +169,6 @@ def weight_bound(problem: Problem, space: SearchSpace, la, v: Variant, p: int, d
     return best
 
 
-def _range_min(x_LR: np.ndarray) -> np.ndarray:
-    c = np.concatenate([np.zeros(1), np.cumsum(x_LR.min(axis=1))])
-    return c[1:, None] - c[None, :-1]
-
-
 def p2p_floor(problem: Problem, la, v: Variant) -> tuple[np.ndarray, np.ndarray]:
     """Floors on a stage's pipeline sends, per boundary layer: consecutive stages' devices are at
     least `width` ids apart (stage-major; replica-major puts them d * width apart), so they meet
@@ -192,7 +188,7 @@ def p2p_floor(problem: Problem, la, v: Variant) -> tuple[np.ndarray, np.ndarray]
 
 
 def memory_aware_bounds(problem: Problem, space: SearchSpace, la, v: Variant, p: int,
-                        floor_cum_LR: np.ndarray) -> float:
+                        floor_LLR: np.ndarray) -> float:
     """X_lb(p): a lower bound on the bottleneck stage time of any plan with p stages and any d.
     Stage j's time is at least its floor (compute + best-placed collectives, `floor_LR`, + the
     floors of its sends, `p2p_floor`) with the cheapest recomputation mode that fits at its
@@ -209,7 +205,6 @@ def memory_aware_bounds(problem: Problem, space: SearchSpace, la, v: Variant, p:
     room = cap - fixed_memory(problem, la, v, d, space.zero_stages).min(axis=2)
     with np.errstate(divide="ignore", over="ignore"):
         max_stash_LLR = np.where(valid & (room >= 0), np.floor(room / la.act_LLR), -1)
-    floor_LLR = floor_cum_LR[1:, None] - floor_cum_LR[None, :-1]  # [b, a, r]
     send_fwd_L, send_bwd_L = p2p_floor(problem, la, v)
     f = None
     for j in range(p):

@@ -61,24 +61,24 @@ def layer_arrays(problem: Problem, v: Variant, modes: tuple[str, ...]) -> LayerA
                      np.array([c.expert_params for c in costs]),
                      np.array([c.output_bytes for c in costs]), costs)
     L = g.num_layers
-    la.pd_LL = _range_sum(la.dense_L)
-    la.pe_LL = _range_sum(la.expert_L)
+    la.pd_LL = range_sum(la.dense_L)
+    la.pe_LL = range_sum(la.expert_L)
     if g.tied_embeddings:  # one stage holding embedding and head keeps one copy
         la.pd_LL[L - 1, 0] -= problem.model.vocab_size * problem.model.hidden_size / v.tp
-    la.comp_LLR = _range_sum(comp)
-    la.act_LLR = _range_sum(act)
-    la.work_LLR = _range_max(work)
-    la.maxpar_LL = _range_max(la.dense_L + la.expert_L)
+    la.comp_LLR = range_sum(comp)
+    la.act_LLR = range_sum(act)
+    la.work_LLR = range_max(work)
+    la.maxpar_LL = range_max(la.dense_L + la.expert_L)
     return la
 
 
-def _range_sum(x_L: np.ndarray) -> np.ndarray:
+def range_sum(x_L: np.ndarray) -> np.ndarray:
     """S[b, a] = sum x[a..b] (valid for a <= b)."""
     c = np.concatenate([np.zeros((1,) + x_L.shape[1:]), np.cumsum(x_L, axis=0)])
     return c[1:, None] - c[None, :-1]
 
 
-def _range_max(x_L: np.ndarray) -> np.ndarray:
+def range_max(x_L: np.ndarray) -> np.ndarray:
     """M[b, a] = max x[a..b] (valid for a <= b); x may carry trailing axes."""
     n = x_L.shape[0]
     out = np.zeros((n, n) + x_L.shape[1:])  # a > b cells are masked later; values >= 0
@@ -206,7 +206,7 @@ def stage_arrays(problem: Problem, space: SearchSpace, la: LayerArrays, v: Varia
                 sync_LLZ[..., zi] += both("reduce_scatter", gb)
             if z in (1, 2):
                 sync_LLZ[..., zi] += both("all_gather", wb)
-        out = (la.comp_LLR + _range_sum(coll_LR), zc_LLZ, sync_LLZ + opt_LLZ)
+        out = (la.comp_LLR + range_sum(coll_LR), zc_LLZ, sync_LLZ + opt_LLZ)
         by_groups[key] = out
         if len(by_groups) > GROUP_CACHE_ENTRIES:
             by_groups.popitem(last=False)
