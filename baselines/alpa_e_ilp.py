@@ -37,7 +37,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from nest.evaluate import Problem, inner_groups, worst
+from nest.evaluate import Problem, inner_groups, per_device, shard_sizes, worst
 from nest.graph.layer_graph import Variant
 from nest.network.collectives import coefficients, collective_time, distinct
 from nest.specs import ClusterSpec, NetworkLevel
@@ -223,7 +223,7 @@ def sharding_table(problem: Problem, mesh: ClusterSpec, D: int, x: int,
               for kind in ("all_reduce", "reduce_scatter", "all_gather")
               for part in ("dense", "expert")}
         all_lines.append(ln)
-        n_dense, n_exp = d * v.ep * v.cp, d * v.cp
+        n_dense, _ = shard_sizes(d, v.ep, v.cp)
 
         slopes = {key: slope(lines) for key, lines in ln.items()}
 
@@ -246,8 +246,8 @@ def sharding_table(problem: Problem, mesh: ClusterSpec, D: int, x: int,
             own, own_fwd = memo[id(c)]
             dense[li, vi], expert[li, vi], params[li, vi] = c.dense_params, c.expert_params, c.params
 
-            def sharded(on: bool, c=c, nd=n_dense, ne=n_exp) -> float:
-                return c.dense_params / nd + c.expert_params / ne if on else c.params
+            def sharded(on: bool, c=c, d=d, v=v) -> float:
+                return per_device(c.dense_params, c.expert_params, d, v.ep, v.cp, on)
 
             for oi, (z, r) in enumerate(knobs):
                 coll[li, vi, oi] = own + (own_fwd if r == "full" else 0.0)  # remat re-runs fwd

@@ -56,7 +56,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from nest.evaluate import Problem, evaluate, inner_groups
+from nest.evaluate import Problem, evaluate, inner_groups, per_device
 from nest.graph.layer_graph import Variant
 from nest.network.collectives import coefficients, collective_time, distinct, path_bandwidth
 from nest.plan import place
@@ -222,8 +222,10 @@ class Scorer:
             t += self._p2p(fwd, la.out_L[b])
         if bwd:
             t += self._p2p(bwd, la.out_L[a - 1])
-        n_dense, n_exp = s.d * v.ep * v.cp, s.d * v.cp
-        u = tied + self.opt_per_byte * (pd / n_dense + pe / n_exp if z >= 1 else pd + pe)
+        def sharded(on: bool) -> float:
+            return per_device(pd, pe, s.d, v.ep, v.cp, on)
+
+        u = tied + self.opt_per_byte * sharded(z >= 1)
         if z == 0:
             u += both("all_reduce", gb)
         elif z == 1:
@@ -231,9 +233,6 @@ class Scorer:
         if z in (1, 2):
             u += both("all_gather", wb)
         # memory at the stage's position (nest.solver.arrays.fixed_memory + the 1F1B stash)
-        def sharded(on: bool) -> float:
-            return pd / n_dense + pe / n_exp if on else pd + pe
-
         tr = self.problem.training
         alloc = (wb * sharded(z >= 3) + gb * sharded(z >= 2)
                  + tr.optimizer_state_bytes * sharded(z >= 1)

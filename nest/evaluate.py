@@ -100,6 +100,18 @@ class Problem:
         self.graph.variants.append(v)
 
 
+def shard_sizes(dp: int, ep: int, cp: int) -> tuple[int, int]:
+    """Ranks holding a copy of a dense / an expert parameter: dense weights are replicated over
+    the dp, ep and cp ranks, experts over the dp and cp ranks (each ep rank holds other experts)."""
+    return dp * ep * cp, dp * cp
+
+
+def per_device(p_dense, p_expert, dp: int, ep: int, cp: int, sharded: bool):
+    """Parameters one device keeps of a state that ZeRO shards over its replicas (or not)."""
+    n_dense, n_exp = shard_sizes(dp, ep, cp)
+    return p_dense / n_dense + p_expert / n_exp if sharded else p_dense + p_expert
+
+
 def with_mbs(problem: Problem, mbs: int) -> Problem:
     """The same problem for another micro-batch size (its own layer graph and cost table)."""
     if mbs == problem.mbs:
@@ -344,13 +356,12 @@ def _stage(plan: Plan, problem: Problem, j: int, m: int, stash: float) -> StageR
     p_exp = sum(c.expert_params for c in costs)
     if g.tied_embeddings and st.first_layer == 0 and st.last_layer == g.num_layers - 1:
         p_dense -= problem.model.vocab_size * problem.model.hidden_size / plan.tp
-    n_dense, n_exp = plan.dp * plan.ep * plan.cp, plan.dp * plan.cp
     z = st.zero_stage
     wb, gb = tr.weight_bytes_per_param, tr.grad_bytes_per_param
     dg, eg = groups["dp_dense"], groups["dp_expert"]
 
     def sharded(p_d: float, p_e: float, on: bool) -> float:
-        return p_d / n_dense + p_e / n_exp if on else p_d + p_e
+        return per_device(p_d, p_e, plan.dp, plan.ep, plan.cp, on)
 
     # ZeRO collectives inside the pipeline (per micro-batch)
     if z >= 2:

@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-from nest.evaluate import Problem, with_mbs
+from nest.evaluate import Problem, per_device, with_mbs
 from nest.graph.layer_graph import Variant
 from nest.solver.arrays import (StageArrays, range_sum, fixed_memory, layer_arrays,
                                 stage_arrays)
@@ -157,8 +157,7 @@ def weight_bound(problem: Problem, space: SearchSpace, la, v: Variant, p: int, d
 
     best = math.inf
     for z in space.zero_stages:
-        n_d, n_e = d * v.ep * v.cp, d * v.cp
-        params = pd / n_d + pe / n_e if z >= 1 else pd + pe
+        params = per_device(pd, pe, d, v.ep, v.cp, z >= 1)
         opt = tr.optimizer_step_bytes * params / (hw.hbm_bytes_per_s * hw.memory_efficiency)
         per_mb = (coll("reduce_scatter", gb) if z >= 2 else 0.0) + (
             2 * coll("all_gather", wb) if z == 3 else 0.0)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nest.evaluate import Problem, inner_groups, worst
+from nest.evaluate import Problem, inner_groups, per_device, worst
 from nest.graph.layer_graph import Variant
 from nest.network.collectives import (coefficients, collective_time, distinct, path_bandwidth,
                                       shifted)
@@ -115,11 +115,10 @@ def fixed_memory(problem: Problem, la: LayerArrays, v: Variant, d: int, zeros) -
     weights, gradients and optimizer states (ZeRO-sharded) and the recomputation working set."""
     tr = problem.training
     wb, gb, osb = tr.weight_bytes_per_param, tr.grad_bytes_per_param, tr.optimizer_state_bytes
-    n_dense, n_exp = d * v.ep * v.cp, d * v.cp
     L, R = la.comp_LR.shape
 
     def sharded(on: bool) -> np.ndarray:
-        return la.pd_LL / n_dense + la.pe_LL / n_exp if on else la.pd_LL + la.pe_LL
+        return per_device(la.pd_LL, la.pe_LL, d, v.ep, v.cp, on)
 
     out = np.empty((L, L, len(zeros), R))
     for zi, z in enumerate(zeros):
@@ -154,12 +153,11 @@ def stage_arrays(problem: Problem, space: SearchSpace, la: LayerArrays, v: Varia
     m = problem.num_microbatches(d, v.ep)
     ids = place(p, d, v.width, placement)
     wb, gb = tr.weight_bytes_per_param, tr.grad_bytes_per_param
-    n_dense, n_exp = d * v.ep * v.cp, d * v.cp
     pd_LL, pe_LL = la.pd_LL, la.pe_LL
     valid_LL = np.tril(np.ones((L, L), dtype=bool))  # a <= b
 
     def sharded(on: bool) -> np.ndarray:
-        return pd_LL / n_dense + pe_LL / n_exp if on else pd_LL + pe_LL
+        return per_device(pd_LL, pe_LL, d, v.ep, v.cp, on)
 
     fixed_LLZR = fixed_memory(problem, la, v, d, zeros)
     opt_LLZ = np.stack([tr.optimizer_step_bytes * sharded(z >= 1)
