@@ -40,7 +40,7 @@ from nest.graph.closed_form import build_layer_graph
 from nest.graph.layer_graph import LayerGraph, Variant
 from nest.network.collectives import collective_time, distinct, p2p_time, span_level
 from nest.plan import Plan, check_structure
-from nest.schedule import stash_microbatches, time_gpipe_s
+from nest.schedule import dp_sync_tail_s, stash_microbatches, time_1f1b_s, time_gpipe_s
 from nest.settings import TrainingSettings, load_training
 from nest.specs import ClusterSpec, ModelSpec, load_cluster, load_model, validate
 
@@ -146,6 +146,8 @@ class StageResult:
     fwd_s: float = 0.0  # forward part of time_per_microbatch_s (compute + forward collectives)
     send_fwd_s: float = 0.0  # pipeline transfers (also part of time_per_microbatch_s)
     send_bwd_s: float = 0.0
+    recompute_s: float = 0.0  # recomputed forward inside the backward (before any gradient)
+    num_params: float = 0.0  # parameters per device (before ZeRO sharding)
 
     @property
     def bwd_s(self) -> float:
@@ -162,6 +164,9 @@ class Evaluation:
     mfu: float | None
     stages: list[StageResult]
     breakdown_s: dict[str, float] = field(default_factory=dict)
+    pipeline_time: str = "paper"  # the form that priced time_per_batch_s
+    dp_overlap: str = "none"
+    time_per_batch_simulated_s: float | None = None  # nest.simulate, when asked (`simulated`)
 
     def to_dict(self) -> dict:
         p = self.plan
@@ -171,6 +176,8 @@ class Evaluation:
             "feasible": self.feasible, "reason": self.reason,
             "time_per_batch_s": self.time_per_batch_s,
             "throughput_samples_per_s": self.throughput_samples_per_s, "mfu": self.mfu,
+            "pipeline_time": self.pipeline_time, "dp_overlap": self.dp_overlap,
+            "time_per_batch_simulated_s": self.time_per_batch_simulated_s,
             "breakdown_s": self.breakdown_s,
             "stages": [{"index": s.index, "first_layer": s.first_layer,
                         "last_layer": s.last_layer,
@@ -221,7 +228,10 @@ def _level_name(cluster: ClusterSpec, group: tuple[int, ...]) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def evaluate(plan: Plan, problem: Problem) -> Evaluation:
+def evaluate(plan: Plan, problem: Problem, simulated: bool = False) -> Evaluation:
+    """Score `plan`. The pipeline is priced by the training settings' `pipeline_time` form and
+    the gradient sync by `dp_overlap` (see `pipeline_time_s`, `sync_tail_s`); with `simulated`
+    the discrete-event simulation's time per batch is recorded as well."""
     g, cl, tr = problem.graph, problem.cluster, problem.training
     check_structure(plan, g.num_layers, cl.max_devices)
     if plan.num_devices != cl.num_devices:
@@ -256,15 +266,14 @@ def evaluate(plan: Plan, problem: Problem) -> Evaluation:
     if plan.schedule == "interleaved":
         results = _per_device(results, p, problem.cluster.hardware)
     t_max = max(s.time_per_microbatch_s for s in results[:p])
-    tail = max(results[:p], key=lambda s: s.sync_s + s.optimizer_s)
-    if plan.schedule == "gpipe":  # all forwards then all backwards (Huang et al. 2019)
-        pipe = time_gpipe_s([s.fwd_s for s in results], [s.bwd_s for s in results], m,
-                            [s.send_fwd_s for s in results], [s.send_bwd_s for s in results])
-    elif plan.schedule == "interleaved":  # bubble (p - 1) t / v (Narayanan et al. 2021b, 2.2.2)
-        pipe = (m + (p - 1) / plan.virtual_stages) * t_max
-    else:  # 1F1B (Narayanan et al. 2021a): fill + steady state + drain at the bottleneck's pace
-        pipe = (m + p - 1) * t_max
-    total = pipe + (tail.sync_s + tail.optimizer_s)
+    sim = None
+    if simulated or tr.pipeline_time == "simulated":
+        sim = simulate_stages(plan, results, tr)
+    if tr.pipeline_time == "simulated":
+        pipe, total = sim.pipeline_s, sim.makespan_s
+    else:
+        pipe = pipeline_time_s(plan, results, m, tr.pipeline_time)
+        total = pipe + sync_tail_s(plan, results, m, tr)
     hbm = cl.hardware.hbm_bytes
     over = [s for s in results if s.peak_memory_bytes > hbm]
     if over:
@@ -279,13 +288,93 @@ def evaluate(plan: Plan, problem: Problem) -> Evaluation:
     # breakdown adds up to the total
     breakdown = {f"stage{bott.index}.{k}": x * m for k, x in bott.breakdown_s.items()}
     breakdown["pipeline_bubble"] = pipe - m * t_max
-    breakdown.update({f"dp_sync.{k}": x for k, x in tail.sync_breakdown_s.items()})
-    breakdown["optimizer_step"] = tail.optimizer_s
+    tail = max(results[:p], key=lambda s: s.sync_s + s.optimizer_s)
+    if tr.dp_overlap == "none":  # the slowest stage's sync and optimizer step, after the flush
+        breakdown.update({f"dp_sync.{k}": x for k, x in tail.sync_breakdown_s.items()})
+        breakdown["optimizer_step"] = tail.optimizer_s
+    else:  # what is left of sync + step after the last backward (nest.schedule.dp_sync_tail_s)
+        breakdown["dp_sync_and_optimizer.exposed"] = total - pipe
     used = plan.pp * plan.dp * plan.width
     mfu = g.model_flops_per_sample() * tr.global_batch / (total * used *
                                                            cl.hardware.peak_flops_per_s)
     ok = not over
-    return Evaluation(plan, ok, reason, total, tr.global_batch / total, mfu, results, breakdown)
+    return Evaluation(plan, ok, reason, total, tr.global_batch / total, mfu, results, breakdown,
+                      tr.pipeline_time, tr.dp_overlap, sim.makespan_s if sim else None)
+
+
+def _fbs(stages: list[StageResult]):
+    return ([s.fwd_s for s in stages], [s.bwd_s for s in stages],
+            [s.send_fwd_s for s in stages], [s.send_bwd_s for s in stages])
+
+
+def pipeline_time_s(plan: Plan, stages: list[StageResult], m: int, form: str = "paper") -> float:
+    """Time from the first forward to the last backward of one batch (`stages`: the evaluator's
+    per-device results, the first p of them; F, B, sends as in nest.schedule).
+      1F1B, "paper": (m + p - 1) max_j t_j (Narayanan et al. 2021a; REFERENCE.md 2): fill,
+        steady state and drain all at the bottleneck's pace; exact for equal stages, otherwise
+        an upper bound (up to ~18% above the simulation for very unequal stages, m >= 4p), and
+        the objective the NEST solver minimises exactly.
+      1F1B, "critical_path": nest.schedule's path family, a lower bound within 0.4% of the
+        simulation for m >= 4p; for m < 4p the simulation itself.
+      interleaved: "paper" (m + (p - 1) / v) max_d t_d (Narayanan et al. 2021b, 2.2.2); else the
+        simulation. GPipe: exact in every form (two flow shops, Huang et al. 2019)."""
+    p = plan.pp
+    st = stages[:p]
+    F, B, sf, sb = _fbs(st)
+    if plan.schedule == "gpipe":
+        return time_gpipe_s(F, B, m, sf, sb)
+    t_max = max(s.time_per_microbatch_s for s in st)
+    if form == "paper":
+        if plan.schedule == "interleaved":
+            return (m + (p - 1) / plan.virtual_stages) * t_max
+        return (m + p - 1) * t_max
+    if form == "critical_path" and plan.schedule == "1f1b" and m >= 4 * p:
+        return time_1f1b_s(F, B, m, sf, sb, form="critical_path")
+    if form not in ("critical_path", "simulated"):
+        raise ValueError(f"pipeline_time: '{form}' is not one of paper, critical_path, simulated")
+    return _simulate(plan, st, None).pipeline_s
+
+
+def _buckets(st: StageResult, tr: TrainingSettings) -> int:
+    return max(1, math.ceil(st.num_params / tr.dp_bucket_params))
+
+
+def sync_tail_s(plan: Plan, stages: list[StageResult], m: int, tr: TrainingSettings) -> float:
+    """Gradient sync + optimizer step after the last backward, per tr.dp_overlap:
+    "none" max_j (S_j + O_j) (REFERENCE.md 2: they do not overlap); "stage" / "bucketed"
+    nest.schedule.dp_sync_tail_s (exact for equal stages, an upper bound otherwise), with
+    ceil(params_j / dp_bucket_params) buckets."""
+    st = stages[:plan.pp]
+    if tr.dp_overlap == "none":
+        return max(s.sync_s + s.optimizer_s for s in st)
+    F, B, sf, sb = _fbs(st)
+    return dp_sync_tail_s([s.sync_s for s in st], F, B, sf, sb, overlap=tr.dp_overlap,
+                          num_buckets=[_buckets(s, tr) for s in st],
+                          recompute_s=[s.recompute_s for s in st], schedule=plan.schedule,
+                          num_chunks=plan.virtual_stages if plan.schedule == "interleaved" else 1,
+                          num_microbatches=m, opt_s=[s.optimizer_s for s in st])
+
+
+def _simulate(plan: Plan, st: list[StageResult], tr: TrainingSettings | None):
+    from nest.simulate import simulate
+
+    v = plan.virtual_stages if plan.schedule == "interleaved" else 1
+    F, B, sf, sb = _fbs(st)
+    kw = {}
+    if tr is not None:
+        kw = dict(sync_s=[s.sync_s for s in st], opt_s=[s.optimizer_s for s in st],
+                  overlap=tr.dp_overlap, num_buckets=[_buckets(s, tr) for s in st],
+                  recompute_s=[s.recompute_s for s in st])
+    # interleaved: per chunk, the mean of the device's chunks' sends
+    return simulate(plan.schedule, F, B, plan.num_microbatches, num_chunks=v,
+                    send_fwd_s=[x / v for x in sf], send_bwd_s=[x / v for x in sb], **kw)
+
+
+def simulate_stages(plan: Plan, stages: list[StageResult], tr: TrainingSettings):
+    """Discrete-event simulation (nest.simulate) of a plan's schedule with the evaluator's
+    per-device forward / backward / transfer times, gradient sync (per tr.dp_overlap) and
+    optimizer step: its makespan is the simulated time per batch."""
+    return _simulate(plan, stages[:plan.pp], tr)
 
 
 def _per_device(chunks: list[StageResult], p: int, hw) -> list[StageResult]:
@@ -313,7 +402,8 @@ def _per_device(chunks: list[StageResult], p: int, hw) -> list[StageResult]:
                           sum(c.time_per_microbatch_s for c in mine), sum(mem.values()), mem, bd,
                           sum(c.sync_s for c in mine), sb, sum(c.optimizer_s for c in mine),
                           sum(c.fwd_s for c in mine), sum(c.send_fwd_s for c in mine),
-                          sum(c.send_bwd_s for c in mine))
+                          sum(c.send_bwd_s for c in mine), sum(c.recompute_s for c in mine),
+                          sum(c.num_params for c in mine))
         out[d] = dev
         for k in range(d + p, len(chunks), p):
             out[k] = replace(chunks[k], peak_memory_bytes=dev.peak_memory_bytes)
@@ -422,21 +512,13 @@ def _stage(plan: Plan, problem: Problem, j: int, m: int, stash: float) -> StageR
     allocated = sum(mem.values())
     mem["fragmentation"] = allocated * hw.memory_fragmentation
     mem["framework_overhead"] = hw.memory_overhead_bytes
+    rec = sum(x for k, x in bd.items() if k.startswith("recompute"))
     return StageResult(j, st.first_layer, st.last_layer, t_mb, sum(mem.values()), mem, bd,
                        sum(sb.values()), sb, opt_s, fwd, bd.get("p2p_fwd", 0.0),
-                       bd.get("p2p_bwd", 0.0))
+                       bd.get("p2p_bwd", 0.0), rec, p_dense + p_exp)
 
 
-def simulate_plan(ev: Evaluation):
-    """Discrete-event simulation of an evaluated plan's 1F1B schedule (nest.simulate), with the
-    evaluator's per-stage forward / backward / transfer times: a per-device timeline."""
-    from nest.simulate import simulate
-
-    pl = ev.plan
-    st = ev.stages[:pl.pp]  # interleaved: the device totals (simulate splits them over chunks)
-    return simulate(pl.schedule, [s.fwd_s for s in st], [s.bwd_s for s in st],
-                    pl.num_microbatches, num_chunks=pl.virtual_stages,
-                    # per chunk (interleaved: the mean of the device's chunks)
-                    send_fwd_s=[s.send_fwd_s / pl.virtual_stages for s in st],
-                    send_bwd_s=[s.send_bwd_s / pl.virtual_stages for s in st],
-                    sync_s=[s.sync_s + s.optimizer_s for s in st])
+def simulate_plan(ev: Evaluation, training: TrainingSettings | None = None):
+    """Discrete-event simulation of an evaluated plan's schedule (nest.simulate): a per-device
+    timeline (see `simulate_stages`; the training settings default to config/training.yaml)."""
+    return simulate_stages(ev.plan, ev.stages, training or load_training())

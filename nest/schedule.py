@@ -193,11 +193,13 @@ def dp_sync_exposed_s(sync_s: float, window_s: float, num_buckets: int = 1) -> f
 
 
 def dp_sync_tail_s(sync_s, fwd_s, bwd_s, send_fwd_s=None, send_bwd_s=None, *,
-                   overlap: str = "none", num_buckets: int = 1, recompute_s=None,
+                   overlap: str = "none", num_buckets=1, recompute_s=None,
                    schedule: str = "1f1b", num_chunks: int = 1,
-                   num_microbatches: int | None = None) -> float:
-    """Time the data-parallel gradient sync adds after the pipeline's last backward.
-      "none":     every stage syncs after the whole flush: max_j S_j (the evaluator today).
+                   num_microbatches: int | None = None, opt_s=None) -> float:
+    """Time the data-parallel gradient sync (then the optimizer step, O_j, which cannot overlap
+    anything: it needs the synced gradients) adds after the pipeline's last backward.
+    num_buckets: one k for all stages or one per stage.
+      "none":     every stage syncs after the whole flush: max_j (S_j + O_j) (the paper's).
       "stage":    stage j syncs when its own last backward is done (Megatron-LM without
                   overlap_grad_reduce: finalize_model_grads runs per rank, and the DP groups of
                   different stages are disjoint), while the backward of the last micro-batch
@@ -215,8 +217,10 @@ def dp_sync_tail_s(sync_s, fwd_s, bwd_s, send_fwd_s=None, send_bwd_s=None, *,
     F = np.atleast_1d(np.asarray(fwd_s, dtype=float))
     p, v = len(F), max(int(num_chunks), 1)
     S = _vec(sync_s, p, "sync_s")
+    O = _vec(opt_s, p, "opt_s")
+    K = np.broadcast_to(np.asarray(num_buckets), (p,))
     if overlap == "none":
-        return float(S.max())
+        return float((S + O).max())
     if overlap not in ("stage", "bucketed"):
         raise ValueError(f"overlap: '{overlap}' is not one of none, stage, bucketed")
     B = _vec(bwd_s, p, "bwd_s") / v
@@ -228,9 +232,9 @@ def dp_sync_tail_s(sync_s, fwd_s, bwd_s, send_fwd_s=None, send_bwd_s=None, *,
         tail_max = np.maximum.accumulate(b[::-1])[::-1]  # max_{k>=j} b_k
         drain = drain + (num_microbatches - 1) * (b.max() - tail_max)
     if overlap == "stage":
-        exposed = S
+        exposed = S + O
     else:
         R = _vec(recompute_s, p, "recompute_s") / v
-        exposed = np.array([dp_sync_exposed_s(S[j], B[j] - R[j], num_buckets) - sb[j]
-                            for j in range(p)])
+        exposed = np.array([dp_sync_exposed_s(S[j], B[j] - R[j], int(K[j])) - sb[j]
+                            for j in range(p)]) + O
     return float(max(0.0, np.max(exposed - drain)))

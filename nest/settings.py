@@ -26,6 +26,16 @@ class TrainingSettings:
     grad_bytes_per_param: int = 4
     schedule: str = "1f1b"
     graph_source: str = "torch_fx"  # how layer graphs are built: torch_fx | closed_form
+    # how the evaluator prices the pipeline (nest.evaluate.pipeline_time_s): "paper" (m + p - 1)
+    # max_j t_j, what the NEST solver optimises exactly; "critical_path" the tight closed form
+    # (nest.schedule), "simulated" the discrete-event simulation (nest.simulate)
+    pipeline_time: str = "paper"
+    # data-parallel gradient sync vs the last backward (nest.schedule.dp_sync_tail_s): "none"
+    # (the paper's: after the flush), "stage" (after the stage's own last backward), "bucketed"
+    # (also overlapping it, in buckets of dp_bucket_params parameters; Megatron-LM's default
+    # bucket is 40 M parameters, PyTorch DDP's 25 MiB)
+    dp_overlap: str = "none"
+    dp_bucket_params: int = 40_000_000
 
     @property
     def optimizer_state_bytes(self) -> int:

@@ -44,7 +44,7 @@ OVERLAPS = ("none", "stage", "bucketed")
 
 class Op(NamedTuple):
     """One timeline entry. `stage` is the virtual stage (== device unless interleaved);
-    kind is "F", "B" or "sync" (micro-batch -1 for sync buckets)."""
+    kind is "F", "B", "sync" or "opt" (micro-batch -1 for sync buckets and the optimizer)."""
 
     stage: int
     kind: str
@@ -139,15 +139,16 @@ def _per_virtual(x, p: int, v: int, name: str, split: bool = True) -> np.ndarray
 
 def simulate(schedule: str, fwd_s, bwd_s, num_microbatches: int, *, send_fwd_s=None,
              send_bwd_s=None, num_chunks: int = 1, blocking_sends: bool = True,
-             sync_s=None, overlap: str = "none", num_buckets: int = 1,
-             recompute_s=None) -> SimResult:
+             sync_s=None, overlap: str = "none", num_buckets=1,
+             recompute_s=None, opt_s=None) -> SimResult:
     """Simulate one batch. fwd_s / bwd_s / send_*: per device (length p; the interleaved
     schedule splits each evenly over its v chunks) or, interleaved, a (v, p) array [chunk,
     device] for virtual stage c p + d; send_fwd_s is stage s -> s + 1, send_bwd_s is s -> s - 1
     (the ends' missing sends are ignored; per device, interleaved, every chunk of device d
     sends the same boundary activation, and send_fwd_s[p - 1] is the wrap p - 1 -> 0).
-    sync_s / recompute_s: per device (length p); recompute_s is the recomputed-forward part of
-    a device's backward (gradients only appear after it)."""
+    sync_s / recompute_s / opt_s: per device (length p); recompute_s is the recomputed-forward
+    part of a device's backward (gradients only appear after it); opt_s, the optimizer step,
+    runs after the device's last sync bucket. num_buckets: one k, or one per device."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: '{schedule}' is not one of {SCHEDULES}")
     if overlap not in OVERLAPS:
@@ -209,7 +210,8 @@ def simulate(schedule: str, fwd_s, bwd_s, num_microbatches: int, *, send_fwd_s=N
     peak = _peak_in_flight(timeline, p)
     res = SimResult(schedule, p, v, m, pipeline_s, pipeline_s, timeline, peak)
     if sync_s is not None:
-        _add_sync(res, np.asarray(sync_s, dtype=float), B, recompute_s, overlap, num_buckets)
+        _add_sync(res, np.asarray(sync_s, dtype=float), B, recompute_s, overlap, num_buckets,
+                  opt_s)
     res.timeline.sort(key=lambda op: (op.start_s, op.stage))
     return res
 
@@ -235,11 +237,13 @@ def _peak_in_flight(timeline: list[Op], p: int) -> list[int]:
 
 
 def _add_sync(res: SimResult, sync: np.ndarray, B: np.ndarray, recompute_s, overlap: str,
-              k: int) -> None:
+              num_buckets, opt_s=None) -> None:
     p = res.num_stages
     if sync.shape != (p,):
         raise ValueError(f"sync_s: expected {p} values (one per device), got shape {sync.shape}")
     R = np.zeros(p) if recompute_s is None else np.asarray(recompute_s, dtype=float)
+    O = np.zeros(p) if opt_s is None else np.asarray(opt_s, dtype=float)
+    K = np.broadcast_to(np.asarray(num_buckets), (p,))
     last_b: dict[int, Op] = {}
     for op in res.timeline:
         d = op.stage % p
@@ -247,9 +251,9 @@ def _add_sync(res: SimResult, sync: np.ndarray, B: np.ndarray, recompute_s, over
             last_b[d] = op
     ends = [res.pipeline_s]
     for d in range(p):
-        if sync[d] <= 0:
+        if sync[d] + O[d] <= 0:
             continue
-        lb = last_b[d]
+        lb, k = last_b[d], max(int(K[d]), 1)
         if overlap == "none":
             ready = [res.pipeline_s] * k
         elif overlap == "stage":
@@ -262,7 +266,11 @@ def _add_sync(res: SimResult, sync: np.ndarray, B: np.ndarray, recompute_s, over
         for b in range(k):
             start = max(t, ready[b])
             t = start + sync[d] / k
-            res.timeline.append(Op(d, "sync", -1, start, t))
+            if sync[d] > 0:
+                res.timeline.append(Op(d, "sync", -1, start, t))
+        if O[d] > 0:  # the optimizer step needs every synced gradient
+            start, t = max(t, ready[-1]), max(t, ready[-1]) + O[d]
+            res.timeline.append(Op(d, "opt", -1, start, t))
         ends.append(t)
     res.makespan_s = max(ends)
 
@@ -285,7 +293,7 @@ def plot_timeline(res: SimResult, path: str | Path | None = None, ax=None, title
         fig, ax = plt.subplots(figsize=(10, 0.45 * res.num_stages + 1.2))
     else:
         fig = ax.figure
-    colors = {"F": "#4c72b0", "B": "#dd8452", "sync": "#55a868"}
+    colors = {"F": "#4c72b0", "B": "#dd8452", "sync": "#55a868", "opt": "#8172b3"}
     scale = 1e3 if res.makespan_s < 10 else 1.0
     unit = "ms" if scale == 1e3 else "s"
     for op in res.timeline:
@@ -294,7 +302,7 @@ def plot_timeline(res: SimResult, path: str | Path | None = None, ax=None, title
         alpha = 1.0 - 0.35 * chunk / max(res.num_chunks - 1, 1) if res.num_chunks > 1 else 1.0
         ax.broken_barh([(op.start_s * scale, (op.end_s - op.start_s) * scale)], (d - 0.4, 0.8),
                        facecolors=colors[op.kind], edgecolor="white", linewidth=0.3, alpha=alpha)
-        if op.kind != "sync" and res.num_microbatches <= 32:
+        if op.kind in ("F", "B") and res.num_microbatches <= 32:
             ax.text((op.start_s + op.end_s) / 2 * scale, d, str(op.microbatch), ha="center",
                     va="center", fontsize=6, color="white")
     ax.set_yticks(range(res.num_stages), [f"stage {d}" for d in range(res.num_stages)])
@@ -307,7 +315,8 @@ def plot_timeline(res: SimResult, path: str | Path | None = None, ax=None, title
 
     kinds = [k for k in colors if any(op.kind == k for op in res.timeline)]
     ax.legend(handles=[Patch(color=colors[k], label={"F": "forward", "B": "backward",
-                                                    "sync": "DP sync"}[k]) for k in kinds],
+                                                    "sync": "DP sync",
+                                                    "opt": "optimizer"}[k]) for k in kinds],
               loc="upper right", fontsize=7)
     if path is not None:
         path = Path(path)
