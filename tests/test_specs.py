@@ -46,7 +46,7 @@ def test_every_catalog_entry_loads():
 
 def test_units_converted_once():
     c = load_cluster("tpuv4_fattree", 64)
-    assert c.levels[0].bytes_per_s == 900e9 and c.levels[1].latency_s == pytest.approx(5e-6)
+    assert c.levels[0].bytes_per_s == 450e9 and c.levels[1].latency_s == pytest.approx(5e-6)
     assert c.hardware.peak_flops_per_s == 275e12 and c.hardware.hbm_bytes == 64e9
 
 

@@ -9,6 +9,7 @@ Collective Communication Operations in MPICH", section 4; Patarasuk & Yuan 2009 
 all-reduce), n devices, buffer S bytes:
     ring all-reduce        2 (n-1)/n * S / bw + 2 (n-1) * alpha
     ring all-gather / RS   (n-1)/n * S / bw + (n-1) * alpha
+                           (bw: per device, with one ring per device of a node, see _multi_ring)
     hierarchical (NCCL-style, Jeaugey 2019, "Massively scale your deep learning training with
     NCCL 2.4"): reduce-scatter inside each sub-group of the lower level, the collective across
     sub-groups on S / n_inner, all-gather inside; NCCL picks the faster algorithm, so do we.
@@ -55,9 +56,24 @@ def p2p_time(cluster: ClusterSpec, a: int, b: int, nbytes: float) -> float:
     return nbytes / path_bandwidth(cluster, lvl) + cluster.levels[lvl].latency_s
 
 
-def _ring(kind: str, n: int, bw: float, alpha: float) -> tuple[float, float]:
+def _multi_ring(cluster: ClusterSpec, kind: str, group: tuple[int, ...]) -> tuple[float, float]:
+    """NCCL's ring algorithm with one ring (channel) per device of a sub-group (Jeaugey 2019;
+    NCCL builds rings in rail order, each leaving a node through another GPU's NIC): the ring
+    visits the devices in id order, so h_l of its n hops cross level l. The buffer is split over
+    the channels and every hop of every channel runs at once (pipelined chunks), each channel
+    crossing level l through other devices' links, so per device level l carries h_l / n of one
+    ring's hop traffic:
+        time = steps * alpha_top + steps / n * S * max_l (h_l / n) / bw(l)
+    With one device per sub-group (h_top = n) this is the plain ring at the slowest link; with k
+    devices per node and n / k nodes, the inter-node term is S / (k bw): the node's k NICs
+    together, which is what NCCL-tests show on multi-node DGX systems (test_network)."""
+    n = len(group)
+    g = sorted(group)
+    hops = np.array([cluster.level_of(g[i], g[(i + 1) % n]) for i in range(n)])
     steps = 2 * (n - 1) if kind == "all_reduce" else n - 1
-    return steps * alpha, steps / (n * bw)
+    load = max(np.count_nonzero(hops == lv) / n / path_bandwidth(cluster, int(lv))
+               for lv in np.unique(hops))
+    return steps * cluster.levels[int(hops.max())].latency_s, steps / n * float(load)
 
 
 def _envelope(lines) -> tuple[tuple[float, float], ...]:
@@ -125,10 +141,9 @@ def _coefficients(cluster: ClusterSpec, kind: str, group: tuple[int, ...]
     if n <= 1:
         return ()
     top = span_level(cluster, group)
-    bw, alpha = path_bandwidth(cluster, top), cluster.levels[top].latency_s
     if kind == "all_to_all":
         return (_all_to_all(cluster, group),)
-    flat = _ring(kind, n, bw, alpha)
+    flat = _multi_ring(cluster, kind, group)
     if top == 0:
         return (flat,)
     # hierarchical: sub-groups under the switches of the level below

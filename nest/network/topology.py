@@ -97,28 +97,33 @@ def tree_levels(fanouts, up_GBps, latency_us, names=None) -> list[dict]:
     return levels
 
 
-def fat_tree_levels(devices_per_node: int = 8, node_GBps: float = 900, nodes_per_leaf: int = 4,
+def fat_tree_levels(devices_per_node: int = 8, node_GBps: float = 450, nodes_per_leaf: int = 4,
                     leaf_GBps: float = 100, num_leaves: int = 32, agg_GBps: float = 400,
                     latency_us=(2.0, 5.0, 7.0), names=("node", "leaf", "agg")) -> list[dict]:
     """The paper's TPUv4-like fat tree (section 5.2, Figure 8(a)): 8 devices per node on a
-    900 GB/s link, 4 nodes per level-1 switch at 100 GB/s per device, level-2 aggregation at
+    "900 GB/s" (bidirectional: 450 per direction) link, 4 nodes per level-1 switch at 100 GB/s per device, level-2 aggregation at
     400 GB/s per device; non-blocking. Defaults give config/clusters/tpuv4_fattree.yaml."""
     return tree_levels([devices_per_node, nodes_per_leaf, num_leaves],
                        [node_GBps, leaf_GBps, agg_GBps], latency_us, list(names))
 
 
-def spine_leaf_levels(devices_per_node: int = 8, node_GBps: float = 900,
+def spine_leaf_levels(devices_per_node: int = 8, node_GBps: float = 450,
                       nodes_per_leaf: int = 4, leaf_port_GBps: float = 12.5,
                       num_leaves: int = 32, num_spines: int = 2, uplink_GBps: float = 100,
-                      latency_us=(2.0, 5.0, 7.0), names=("node", "leaf", "spine")) -> list[dict]:
+                      latency_us=(2.0, 5.0, 7.0), names=("node", "leaf", "spine"),
+                      node_efficiency: float | None = 0.82) -> list[dict]:
     """The paper's H100 spine-leaf (section 5.3): leaves join nodes_per_leaf nodes at
     leaf_port_GBps per device and connect to each of num_spines spines by one uplink_GBps
     link. Oversubscription = leaf downlink / uplink capacity = devices_per_leaf x port /
-    (num_spines x uplink); defaults (32 x 12.5 / 200 = 2) give config/clusters/h100_spineleaf."""
+    (num_spines x uplink); defaults (32 x 12.5 / 200 = 2) give config/clusters/h100_spineleaf.
+    node_efficiency: NCCL's share of the NVLink line rate (0.82, see that file)."""
     per_leaf = devices_per_node * nodes_per_leaf
-    return tree_levels([devices_per_node, nodes_per_leaf, num_leaves],
-                       [node_GBps, leaf_port_GBps, num_spines * uplink_GBps / per_leaf],
-                       latency_us, list(names))
+    levels = tree_levels([devices_per_node, nodes_per_leaf, num_leaves],
+                         [node_GBps, leaf_port_GBps, num_spines * uplink_GBps / per_leaf],
+                         latency_us, list(names))
+    if node_efficiency is not None:
+        levels[0]["efficiency"] = node_efficiency
+    return levels
 
 
 def tree_graph(fanouts, up_GBps, hop_latency_us, num_top: int = 1) -> nx.Graph:
