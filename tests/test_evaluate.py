@@ -152,10 +152,11 @@ def test_megatron_memory_per_parameter(small_batch):
 
 
 def test_gpt3_175b_on_64_a100s_matches_published_behaviour():
-    """GPT-3 175B, t=8, p=8, d=1, batch 64 on 64 A100s (Korthikanti et al. 2022, section 6):
-    full recomputation fits at ~40% MFU; selective recomputation + sequence parallelism fits and
-    is ~30% faster, near the 54% MFU the paper reports for its best runs (42.1% -> 54.2% for
-    530B). Both fit in 80 GB."""
+    """GPT-3 175B, t=8, p=8, d=1, batch 64, seq 2048 on 64 A100-80GB (Korthikanti et al. 2022,
+    Table 5): 18.13 s per iteration with full recomputation, 13.75 s with selective
+    recomputation + sequence parallelism (+31.8% throughput, MFU 51.4%). Ours: 17.64 s and
+    12.92 s (-2.7%, -6.0%; our compute is the best-tuned kernels', 2022 software was slower),
+    +36.5%, MFU 53.9%. Both fit in 80 GB."""
     from baselines.manual import uniform_cuts
     from nest.settings import load_training
 
@@ -169,9 +170,11 @@ def test_gpt3_175b_on_64_a100s_matches_published_behaviour():
         res[name] = evaluate(plan, pr)
         assert res[name].feasible
         assert max(s.peak_memory_bytes for s in res[name].stages) < 80e9
-    assert 0.35 < res["full"].mfu < 0.47
-    assert 0.48 < res["sel"].mfu < 0.58
-    assert 1.2 < res["full"].time_per_batch_s / res["sel"].time_per_batch_s < 1.5
+    assert res["full"].time_per_batch_s == pytest.approx(18.13, rel=0.08)
+    assert res["sel"].time_per_batch_s == pytest.approx(13.75, rel=0.08)
+    assert res["sel"].mfu == pytest.approx(0.514, abs=0.03)
+    speedup = res["full"].time_per_batch_s / res["sel"].time_per_batch_s
+    assert speedup == pytest.approx(18.13 / 13.75, rel=0.05)
 
 
 @pytest.mark.parametrize("model,n", [("llama2_7b", 64), ("gpt3_175b", 128)])
