@@ -9,6 +9,11 @@ for interleaved 1F1B with v chunks per device group, (m + (p-1)/v) max_d t_d, Na
              + max_j (sync_j + opt_j)                        after the flush, each stage syncs its
                                                              gradients (no overlap) then steps its
                                                              optimizer (HBM-bound)
+That is the default (training settings pipeline_time: paper, dp_overlap: none: REFERENCE.md 2,
+and what the NEST solver optimises exactly). pipeline_time: critical_path / simulated price the
+pipeline by nest.schedule's tight closed form or by the discrete-event simulation (nest.simulate);
+dp_overlap: stage / bucketed let the sync start after the stage's own last backward, or overlap
+that backward in buckets (nest.schedule.dp_sync_tail_s). `pipeline_time_s`, `sync_tail_s`.
 F_j / B_j: roofline compute of the stage's layers (nest.costs.roofline) plus the collectives the
 sub-graph variant inserts, priced on the network levels their device groups span
 (nest.network.collectives); B_j adds the recomputed forward ops (Korthikanti et al. 2022,

@@ -1,4 +1,4 @@
-"""Evaluations -> the results CSV contract (`nest.results/v1`) and no-plan records.
+"""Evaluations -> the results CSV contract (`nest.results/v2`) and no-plan records.
 
 The CSV holds one row per (model, cluster, num_devices, mbs, planner), sorted, with floats written
 at 9 significant digits so the same inputs give the same bytes. `normalized_throughput` is the
@@ -15,12 +15,12 @@ import pandas as pd
 
 from nest.errors import SpecError
 
-SCHEMA = "nest.results/v1"
+SCHEMA = "nest.results/v2"  # v2: + time_per_batch_simulated_s
 NO_PLAN_SCHEMA = "nest.no_plan/v1"
 KEY = ["model", "cluster", "num_devices", "mbs", "planner"]
 COLUMNS = KEY + ["feasible", "time_per_batch_s", "throughput_samples_per_s", "solve_time_s",
                  "normalized_throughput", "mfu", "pp", "dp", "tp", "sp", "ep", "cp",
-                 "max_peak_memory_bytes", "reason"]
+                 "max_peak_memory_bytes", "time_per_batch_simulated_s", "reason"]
 
 
 def no_plan_record(planner: str, model: str, cluster: str, num_devices: int, mbs: int,
@@ -44,6 +44,8 @@ def row(evaluation: dict, plan: dict) -> dict:
         mfu=evaluation["mfu"] if evaluation["feasible"] else None,
         max_peak_memory_bytes=max((s["peak_memory_bytes"] for s in evaluation["stages"]),
                                   default=None),
+        time_per_batch_simulated_s=(evaluation.get("time_per_batch_simulated_s")
+                                    if evaluation["feasible"] else None),
         reason=evaluation["reason"],
     )
     for k in ("pp", "dp", "tp", "sp", "ep", "cp"):

@@ -100,3 +100,22 @@ def test_every_form_agrees_without_a_pipeline():
     by_hand = plan.num_microbatches * s.time_per_microbatch_s + s.sync_s + s.optimizer_s
     assert ev.time_per_batch_s == pytest.approx(by_hand, rel=1e-12)
     assert ev.time_per_batch_simulated_s == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_stage_overlap_by_hand(small_batch):
+    """dp_overlap: stage. Stage j syncs after its own last backward while the last micro-batch's
+    gradient still drains through stages j-1..0 (at least D_j = sum_{k<j} b_k), so the tail is
+    max_j max(0, S_j + O_j - D_j) (nest.schedule.dp_sync_tail_s); none: max_j (S_j + O_j)."""
+    from nest.graph.layer_graph import Variant
+
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=small_batch)
+    plan = make_plan(pr, "h", Variant(), 2, 2, [(0, 2), (3, 5)], [0, 0], ["none", "none"],
+                     "replica_major")
+    none = evaluate(plan, pr)
+    st = none.stages
+    b0 = st[0].bwd_s  # stage 0 sends nothing backward
+    pipe = none.time_per_batch_s - max(s.sync_s + s.optimizer_s for s in st)
+    staged = evaluate(plan, _with(pr, dp_overlap="stage"))
+    tail = max(st[0].sync_s + st[0].optimizer_s, st[1].sync_s + st[1].optimizer_s - b0, 0.0)
+    assert staged.time_per_batch_s == pytest.approx(pipe + tail, rel=1e-12)
+    assert staged.time_per_batch_s <= none.time_per_batch_s

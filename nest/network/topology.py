@@ -101,8 +101,8 @@ def fat_tree_levels(devices_per_node: int = 8, node_GBps: float = 450, nodes_per
                     leaf_GBps: float = 100, num_leaves: int = 32, agg_GBps: float = 400,
                     latency_us=(2.0, 5.0, 7.0), names=("node", "leaf", "agg")) -> list[dict]:
     """The paper's TPUv4-like fat tree (section 5.2, Figure 8(a)): 8 devices per node on a
-    "900 GB/s" (bidirectional: 450 per direction) link, 4 nodes per level-1 switch at 100 GB/s per device, level-2 aggregation at
-    400 GB/s per device; non-blocking. Defaults give config/clusters/tpuv4_fattree.yaml."""
+    "900 GB/s" (bidirectional: 450 per direction) link, 4 nodes per level-1 switch at 100 GB/s
+    per device, level-2 aggregation at 400 GB/s per device; non-blocking. Defaults give config/clusters/tpuv4_fattree.yaml."""
     return tree_levels([devices_per_node, nodes_per_leaf, num_leaves],
                        [node_GBps, leaf_GBps, agg_GBps], latency_us, list(names))
 
