@@ -29,7 +29,7 @@ def test_schedule_check_by_hand():
     assert f"at most {max(gaps):+.3%}" in text
     assert f"{(gaps[1] + gaps[2]) / 2:+.3%} (median)" in text
     # priced by the simulation: gains 1.0 / 0.99 and 2.1 / 2.0, mean 1.030...
-    assert f"manual {((1.0 / 0.99) + (2.1 / 2.0)) / 2:.3f}x" in text
+    assert f"manual {((1.0 / 0.99) + (2.1 / 2.0)) / 2:.3f}x ({1.0 / 0.99:.3f}x)" in text
     assert gains(df).mean_gain.iloc[0] == pytest.approx(1.1)
 
 

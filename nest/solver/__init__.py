@@ -9,7 +9,11 @@ stages and replicas on the hierarchy (replica-major or stage-major, nest.plan.pl
 
 Objective: exactly the shared evaluator's time per batch,
     T = (m + p - 1) * max_j t_j + max_j u_j,
-t_j the stage's time per micro-batch, u_j its gradient sync + optimizer step. Network awareness:
+t_j the stage's time per micro-batch, u_j its gradient sync + optimizer step: the evaluator under
+the default training settings (pipeline_time: paper, dp_overlap: none). Under the other settings
+the evaluator prices a plan at most this (tighter schedule forms, overlapped sync), so the plan
+found is the optimum of this upper bound, re-scored; the summary's schedule check reports how far
+the two are apart on the figures' plans. Network awareness:
 for a fixed (variant, p, d, placement) every stage position j has known devices, so every
 collective and every pipeline transfer is priced at the level it actually crosses (the paper's
 "deferred forward cost" over levels is replaced by fixing the placement per DP: the transfer of
