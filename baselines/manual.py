@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from nest.evaluate import Problem, evaluate
 from nest.graph.layer_graph import Variant
+from nest.plan_spec import block_cuts
 from nest.planners import NoPlan
 from nest.space import make_plan
 from nest.specs import config_dir, read_yaml
@@ -35,15 +36,7 @@ def uniform_cuts(num_blocks: int, pp: int) -> list[tuple[int, int]]:
     """Layer-graph ranges: blocks spread evenly, embedding first, head last."""
     if pp > num_blocks:
         raise NoPlan(f"p={pp} exceeds the {num_blocks} transformer blocks")
-    base, extra = divmod(num_blocks, pp)
-    cuts, start = [], 1
-    for j in range(pp):
-        n = base + (1 if j < extra else 0)
-        cuts.append((start, start + n - 1))
-        start += n
-    cuts[0] = (0, cuts[0][1])
-    cuts[-1] = (cuts[-1][0], num_blocks + 1)
-    return cuts
+    return block_cuts(num_blocks, pp)
 
 
 def plan(problem: Problem, settings: dict):

@@ -58,14 +58,11 @@ def cmd_plan(a) -> int:
 
 
 def cmd_evaluate(a) -> int:
-    from nest.evaluate import evaluate, make_problem
-    from nest.plan import Plan
+    from nest.evaluate import evaluate
+    from nest.plan_spec import load_plan
 
-    from nest.settings import load_training
-
-    plan = Plan.read(a.plan)
-    training = load_training().with_(global_batch=plan.global_batch)  # the plan's own batch
-    problem = make_problem(plan.model, plan.cluster, plan.num_devices, plan.mbs, training)
+    plan, problem = load_plan(a.plan)  # a full plan JSON or a compact YAML (nest.plan_spec)
+    training = problem.training
     try:
         ev = evaluate(plan, problem, simulated=True)
     except SpecError as e:
@@ -144,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--mbs", type=int, default=1)
     sp.add_argument("-o", "--output")
     sp.set_defaults(fn=cmd_plan)
-    se = sub.add_parser("evaluate", help="score a plan JSON with the shared evaluator")
+    se = sub.add_parser("evaluate", help="score a plan (full JSON, or a compact YAML such as "
+                        "examples/*.yaml) with the shared evaluator")
     se.add_argument("plan")
     se.add_argument("-o", "--output")
     se.add_argument("--timeline", help="simulate the schedule and plot the per-device timeline "

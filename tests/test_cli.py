@@ -71,3 +71,24 @@ def test_catalog_listings():
                       ("hardware", "h100_sxm"), ("planners", "manual")]:
         r = nest(cmd)
         assert r.returncode == 0 and name in r.stdout
+
+
+def test_evaluate_a_compact_hand_written_plan(tmp_path):
+    """`nest evaluate` takes a Megatron-style YAML (examples/): the expanded plan is scored, the
+    simulated schedule printed beside the closed form, the timeline plotted; a bad key is one
+    line naming the file and the key."""
+    from pathlib import Path
+
+    ex = Path(__file__).resolve().parents[1] / "examples" / "gpt3_175b_a100_selective_sp.yaml"
+    r = nest("evaluate", str(ex), "-o", str(tmp_path / "e.json"),
+             "--timeline", str(tmp_path / "t.png"))
+    assert r.returncode == 0, r.stderr
+    assert "pp=8 dp=1 tp=8 sp=True" in r.stdout and "simulated schedule" in r.stdout
+    ev = json.loads((tmp_path / "e.json").read_text())
+    assert ev["time_per_batch_simulated_s"] <= ev["time_per_batch_s"]
+    assert (tmp_path / "t.png").stat().st_size > 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(ex.read_text().replace("recompute: selective", "recompute: some"))
+    r = nest("evaluate", str(bad))
+    assert r.returncode == 1 and "bad.yaml: key 'recompute'" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

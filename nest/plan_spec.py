@@ -1,0 +1,127 @@
+"""A compact, hand-written plan (YAML or JSON) -> a full `nest.plan/v1` plan.
+
+A user states the parallel configuration the way Megatron-LM's arguments do and the harness fills
+in the layer cuts and the device ids (nest.plan.place):
+
+    model: gpt3_175b            # catalog name or a model YAML
+    cluster: dgx_a100
+    num_devices: 64
+    global_batch: 64            # default: config/training.yaml
+    mbs: 1
+    tp: 8                       # tensor parallel (with sp: sequence parallel)
+    sp: true
+    pp: 8                       # pipeline stages (devices groups)
+    dp: 1                       # data parallel
+    ep: 1                       # expert parallel (MoE), cp: 1 context parallel
+    recompute: selective        # none | selective | full, or one per stage
+    zero_stage: 0               # 0..3, or one per stage (1 = Megatron's distributed optimizer)
+    schedule: 1f1b              # 1f1b | gpipe | interleaved (with virtual_stages: v)
+    placement: replica_major    # Megatron's rank order (tp, dp fastest) | stage_major
+    cuts: [[0, 12], ...]        # optional: first and last layer-graph index per stage (or chunk);
+                                # default: transformer blocks spread evenly, embedding first,
+                                # head last (Megatron-LM)
+
+`nest evaluate FILE` accepts either form; the keys are validated (nest/schemas/plan_spec.json) and
+errors name the file and the key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nest.errors import PlanError, SpecError
+from nest.plan import Plan, Stage
+from nest.specs import read_yaml, validate
+
+
+def block_cuts(num_blocks: int, chunks: int) -> list[tuple[int, int]]:
+    """Layer-graph ranges of `chunks` stages over [embedding, block_0 .. block_{n-1}, head]:
+    blocks spread evenly (the first chunks take one more when chunks does not divide them),
+    the embedding on the first chunk and the head on the last (Megatron-LM)."""
+    base, extra = divmod(num_blocks, chunks)
+    cuts, start = [], 1
+    for j in range(chunks):
+        n = base + (1 if j < extra else 0)
+        cuts.append((start, start + n - 1))
+        start += n
+    cuts[0] = (0, cuts[0][1])
+    cuts[-1] = (cuts[-1][0], num_blocks + 1)
+    return cuts
+
+
+def read_plan_file(path: str | Path) -> dict:
+    """The raw mapping of a plan file, JSON or YAML (JSON is YAML)."""
+    try:
+        return read_yaml(Path(path))
+    except SpecError as e:
+        raise PlanError(str(e)) from None
+
+
+def is_spec(d: dict) -> bool:
+    return "stages" not in d
+
+
+def _per_stage(value, n: int, key: str, where: str) -> list:
+    if isinstance(value, list):
+        if len(value) != n:
+            raise PlanError(f"{where}: key '{key}': {len(value)} values, expected one per stage "
+                            f"({n})")
+        return value
+    return [value] * n
+
+
+def expand(d: dict, problem, where: str) -> Plan:
+    """The full plan of spec `d` for `problem` (its model, cluster, devices, mbs, batch)."""
+    validate(d, "plan_spec", where)
+    g = problem.graph
+    tp, pp, dp = d.get("tp", 1), d["pp"], d["dp"]
+    ep, cp, sp = d.get("ep", 1), d.get("cp", 1), bool(d.get("sp", False))
+    schedule = d.get("schedule", "1f1b")
+    v = d.get("virtual_stages", 1) if schedule == "interleaved" else 1
+    if schedule != "interleaved" and d.get("virtual_stages", 1) != 1:
+        raise PlanError(f"{where}: key 'virtual_stages': needs schedule: interleaved")
+    chunks = pp * v
+    num_blocks = g.num_layers - 2
+    if "cuts" in d:
+        cuts = [tuple(c) for c in d["cuts"]]
+        if len(cuts) != chunks:
+            raise PlanError(f"{where}: key 'cuts': {len(cuts)} ranges, expected pp x "
+                            f"virtual_stages = {chunks}")
+    else:
+        if chunks > num_blocks:
+            raise PlanError(f"{where}: key 'pp': {pp} x {v} chunks exceed the model's "
+                            f"{num_blocks} transformer blocks")
+        cuts = block_cuts(num_blocks, chunks)
+    rec = _per_stage(d.get("recompute", "none"), pp, "recompute", where)
+    zero = _per_stage(d.get("zero_stage", 0), pp, "zero_stage", where)
+    from nest.plan import place
+
+    width = tp * ep * cp
+    ids = place(pp, dp, width, d.get("placement", "replica_major"))
+    stages = tuple(Stage(a, b, dp * width, ids[c % pp], zero[c % pp], rec[c % pp])
+                   for c, (a, b) in enumerate(cuts))
+    return Plan(planner=d.get("planner", "user"), model=d["model"], cluster=d["cluster"],
+                num_devices=d["num_devices"], mbs=d.get("mbs", 1),
+                global_batch=problem.training.global_batch,
+                num_microbatches=problem.num_microbatches(dp, ep), tp=tp, pp=pp, dp=dp, ep=ep,
+                cp=cp, sp=sp, stages=stages, placement=d.get("placement", "replica_major"),
+                schedule=schedule, virtual_stages=v)
+
+
+def load_plan(path: str | Path, training=None):
+    """(plan, problem) from a plan file in either form; the problem uses the plan's own global
+    batch and micro-batch size."""
+    from nest.evaluate import make_problem
+    from nest.settings import load_training
+
+    where = str(path)
+    d = read_plan_file(path)
+    tr = training or load_training()
+    if is_spec(d):
+        validate(d, "plan_spec", where)
+        tr = tr.with_(global_batch=d.get("global_batch", tr.global_batch))
+        problem = make_problem(d["model"], d["cluster"], d["num_devices"], d.get("mbs", 1), tr)
+        return expand(d, problem, where), problem
+    plan = Plan.from_dict(d, where)
+    tr = tr.with_(global_batch=plan.global_batch)
+    return plan, make_problem(plan.model, plan.cluster, plan.num_devices, plan.mbs, tr)
