@@ -97,3 +97,16 @@ def test_multi_node_bus_bandwidth_matches_nccl_tests(n):
                             one_gpu_per_node, 8e9)
         k = len(one_gpu_per_node)
         assert 2 * (k - 1) / k * 8e9 / t == pytest.approx(48e9, rel=0.01)  # one NIC each
+
+
+def test_multi_ring_by_hand_on_an_uneven_group():
+    """12 GPUs of dgx_h100_superpod: 8 on node 0, 4 on node 1 (uneven: no hierarchical
+    algorithm). The rings leave node 1 through its 4 NICs only (48 GB/s each), so that node
+    bounds the time: 2 (n-1)/n S x (1/4) / 48 GB/s + 2 (n-1) x 5 us (the su level's latency)."""
+    c = load_cluster("dgx_h100_superpod", 16)
+    S, n = 8e9, 12
+    t = collective_time(c, "all_reduce", tuple(range(n)), S)
+    assert t == pytest.approx(2 * (n - 1) / n * S / (4 * 48e9) + 2 * (n - 1) * 5e-6, rel=1e-12)
+    # all-gather inside one node: every hop on NVLink, one ring's traffic per device
+    t = collective_time(c, "all_gather", tuple(range(8)), S)
+    assert t == pytest.approx(7 / 8 * S / (450e9 * 0.82) + 7 * 2e-6, rel=1e-12)

@@ -57,23 +57,38 @@ def p2p_time(cluster: ClusterSpec, a: int, b: int, nbytes: float) -> float:
 
 
 def _multi_ring(cluster: ClusterSpec, kind: str, group: tuple[int, ...]) -> tuple[float, float]:
-    """NCCL's ring algorithm with one ring (channel) per device of a sub-group (Jeaugey 2019;
-    NCCL builds rings in rail order, each leaving a node through another GPU's NIC): the ring
-    visits the devices in id order, so h_l of its n hops cross level l. The buffer is split over
-    the channels and every hop of every channel runs at once (pipelined chunks), each channel
-    crossing level l through other devices' links, so per device level l carries h_l / n of one
-    ring's hop traffic:
-        time = steps * alpha_top + steps / n * S * max_l (h_l / n) / bw(l)
-    With one device per sub-group (h_top = n) this is the plain ring at the slowest link; with k
-    devices per node and n / k nodes, the inter-node term is S / (k bw): the node's k NICs
-    together, which is what NCCL-tests show on multi-node DGX systems (test_network)."""
+    """NCCL's ring algorithm with one ring (channel) per device of a node (Jeaugey 2019; NCCL
+    builds rings in rail order: channel c leaves every node through its GPU c's NIC). The ring
+    visits the devices in id order: inside a node of k group members it makes k - 1 hops on the
+    node's links (k if the group is that node), and it leaves the node once, at the level l
+    where it meets the next node. The
+    buffer is split over the channels and all hops of all channels run at once (pipelined
+    chunks); channel c's exit uses member c's uplink, so per device the node's links carry
+    (k - 1) / k and its uplink 1 / k of one ring's hop traffic:
+        time = steps * alpha_top + steps / n * S * max over nodes of
+               max((k - 1) / k / bw(0), 1 / k / bw(l_exit))
+    One device per node (k = 1) is the plain ring at the slowest link; k devices per node give
+    S / (k bw) across nodes, the node's k NICs together, which is what NCCL-tests show on
+    multi-node DGX systems (test_network); a node with fewer members is the bottleneck."""
     n = len(group)
     g = sorted(group)
-    hops = np.array([cluster.level_of(g[i], g[(i + 1) % n]) for i in range(n)])
+    node = cluster.levels[0].devices_per_group
     steps = 2 * (n - 1) if kind == "all_reduce" else n - 1
-    load = max(np.count_nonzero(hops == lv) / n / path_bandwidth(cluster, int(lv))
-               for lv in np.unique(hops))
-    return steps * cluster.levels[int(hops.max())].latency_s, steps / n * float(load)
+    members: dict[int, int] = {}
+    exit_level: dict[int, int] = {}
+    for i, a in enumerate(g):
+        members[a // node] = members.get(a // node, 0) + 1
+        lvl = cluster.level_of(a, g[(i + 1) % n])
+        if lvl > 0:
+            exit_level[a // node] = lvl
+    load = 0.0
+    for blk, k in members.items():
+        leaves = blk in exit_level  # a ring inside one node never leaves it: k hops inside
+        load = max(load, (k - leaves) / k / path_bandwidth(cluster, 0))
+        if leaves:
+            load = max(load, 1 / k / path_bandwidth(cluster, exit_level[blk]))
+    top = span_level(cluster, group)
+    return steps * cluster.levels[top].latency_s, steps / n * load
 
 
 def _envelope(lines) -> tuple[tuple[float, float], ...]:
