@@ -27,10 +27,11 @@ errors name the file and the key.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from nest.errors import PlanError, SpecError
-from nest.plan import Plan, Stage
+from nest.plan import Plan, Stage, place
 from nest.specs import read_yaml, validate
 
 
@@ -50,9 +51,20 @@ def block_cuts(num_blocks: int, chunks: int) -> list[tuple[int, int]]:
 
 
 def read_plan_file(path: str | Path) -> dict:
-    """The raw mapping of a plan file, JSON or YAML (JSON is YAML)."""
+    """The raw mapping of a plan file: JSON (`.json`) or YAML."""
+    path = Path(path)
+    if path.suffix == ".json":
+        try:
+            d = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise PlanError(f"{path}: file not found") from None
+        except json.JSONDecodeError as e:
+            raise PlanError(f"{path}: malformed JSON: {e}") from None
+        if not isinstance(d, dict):
+            raise PlanError(f"{path}: expected an object at the top level")
+        return d
     try:
-        return read_yaml(Path(path))
+        return read_yaml(path)
     except SpecError as e:
         raise PlanError(str(e)) from None
 
@@ -94,8 +106,6 @@ def expand(d: dict, problem, where: str) -> Plan:
         cuts = block_cuts(num_blocks, chunks)
     rec = _per_stage(d.get("recompute", "none"), pp, "recompute", where)
     zero = _per_stage(d.get("zero_stage", 0), pp, "zero_stage", where)
-    from nest.plan import place
-
     width = tp * ep * cp
     ids = place(pp, dp, width, d.get("placement", "replica_major"))
     stages = tuple(Stage(a, b, dp * width, ids[c % pp], zero[c % pp], rec[c % pp])

@@ -69,9 +69,10 @@ def schedule_check(df: pd.DataFrame) -> list[str]:
              f"Over the {len(ok)} feasible plans, the evaluator's time per batch is "
              f"{gap.median():+.3%} (median) and at most {gap.max():+.3%} off the discrete-event "
              f"simulation of the same plan (largest: {worst.planner}, {worst.model} on "
-             f"{int(worst.num_devices)} devices, p={int(worst.pp)}). The paper's (m + p - 1) x "
-             "slowest-stage formula is an upper bound, exact for equal stages. Priced by the "
-             "simulation instead, NEST's mean (min) gains would be: "
+             f"{int(worst.num_devices)} devices, p={int(worst.pp)}). The evaluator prices the "
+             "pipeline by config/training.yaml's pipeline_time: by default the paper's "
+             "(m + p - 1) x slowest-stage formula, an upper bound, exact for equal stages. Priced "
+             "by the simulation instead, NEST's mean (min) gains would be: "
              + ", ".join(f"{r.planner} {r.mean_gain:.3f}x ({r.min_gain:.3f}x)"
                          for r in g.itertuples()) + "."]
     return lines
