@@ -81,6 +81,39 @@ def cmd_evaluate(a) -> int:
     return 0 if ev.feasible else EXIT_INFEASIBLE
 
 
+def cmd_export(a) -> int:
+    import csv
+    from pathlib import Path
+
+    from nest.export import to_megatron
+    from nest.plan_spec import load_plan
+
+    plan, problem = load_plan(a.plan)
+    exp = to_megatron(plan, problem)
+    for w in exp.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    cmd = exp.command()
+    print(cmd)
+    where = ("identity (rank r on device r)" if exp.identity_placement()
+             else "not the identity: pin each rank to its device (rank_map.csv)")
+    print(f"# {exp.world_size} ranks on {-(-exp.world_size // exp.devices_per_node)} nodes of "
+          f"{exp.devices_per_node}; rank placement {where}; predicted "
+          f"{exp.time_per_batch_s:.4f} s per batch")
+    if a.output:
+        out = Path(a.output)
+        out.mkdir(parents=True, exist_ok=True)
+        header = [f"# {plan.planner}: {plan.model} on {plan.cluster}, exported by `nest export`",
+                  *[f"# warning: {w}" for w in exp.warnings], "set -euo pipefail"]
+        (out / "launch.sh").write_text("\n".join(["#!/usr/bin/env bash", *header, cmd]) + "\n")
+        (out / "args.txt").write_text("\n".join(exp.args) + "\n")
+        with open(out / "rank_map.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(exp.rank_map[0]))
+            w.writeheader()
+            w.writerows(exp.rank_map)
+        print(f"launch.sh, args.txt and rank_map.csv written to {out}")
+    return 0
+
+
 def cmd_graph(a) -> int:
     from nest.graph import build_graph
     from nest.settings import load_training
@@ -148,6 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--timeline", help="simulate the schedule and plot the per-device timeline "
                                        "(PNG; a PDF is written beside it)")
     se.set_defaults(fn=cmd_evaluate)
+    sx = sub.add_parser("export", help="a plan as Megatron-LM arguments and rank placement")
+    sx.add_argument("plan")
+    sx.add_argument("--to", choices=["megatron"], default="megatron")
+    sx.add_argument("-o", "--output", help="folder for launch.sh, args.txt, rank_map.csv")
+    sx.set_defaults(fn=cmd_export)
     sg = sub.add_parser("graph", help="build a model's layer graph")
     sg.add_argument("--model", required=True)
     sg.add_argument("--mbs", type=int, default=1)
