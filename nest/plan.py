@@ -88,13 +88,20 @@ class Plan:
 
     @staticmethod
     def read(path: str | Path) -> "Plan":
-        try:
-            data = json.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise PlanError(f"{path}: file not found") from None
-        except json.JSONDecodeError as e:
-            raise PlanError(f"{path}: malformed JSON: {e}") from None
-        return Plan.from_dict(data, str(path))
+        return Plan.from_dict(read_json(path), str(path))
+
+
+def read_json(path: str | Path) -> dict:
+    """A plan-like JSON object; errors name the file."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise PlanError(f"{path}: file not found") from None
+    except json.JSONDecodeError as e:
+        raise PlanError(f"{path}: malformed JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise PlanError(f"{path}: expected an object at the top level")
+    return data
 
 
 def place(pp: int, dp: int, width: int, placement: str) -> list[tuple[int, ...]]:

@@ -27,11 +27,10 @@ errors name the file and the key.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from nest.errors import PlanError, SpecError
-from nest.plan import Plan, Stage, place
+from nest.plan import Plan, Stage, place, read_json
 from nest.specs import read_yaml, validate
 
 
@@ -54,15 +53,7 @@ def read_plan_file(path: str | Path) -> dict:
     """The raw mapping of a plan file: JSON (`.json`) or YAML."""
     path = Path(path)
     if path.suffix == ".json":
-        try:
-            d = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise PlanError(f"{path}: file not found") from None
-        except json.JSONDecodeError as e:
-            raise PlanError(f"{path}: malformed JSON: {e}") from None
-        if not isinstance(d, dict):
-            raise PlanError(f"{path}: expected an object at the top level")
-        return d
+        return read_json(path)
     try:
         return read_yaml(path)
     except SpecError as e:
