@@ -61,7 +61,8 @@ def read_plan_file(path: str | Path) -> dict:
 
 
 def is_spec(d: dict) -> bool:
-    return "stages" not in d
+    """A compact plan: neither the full plan's schema tag nor its stages."""
+    return "stages" not in d and "schema" not in d
 
 
 def _per_stage(value, n: int, key: str, where: str) -> list:

@@ -61,10 +61,9 @@ def _multi_ring(cluster: ClusterSpec, kind: str, group: tuple[int, ...]) -> tupl
     builds rings in rail order: channel c leaves every node through its GPU c's NIC). The ring
     visits the devices in id order: inside a node of k group members it makes k - 1 hops on the
     node's links (k if the group is that node), and it leaves the node once, at the level l
-    where it meets the next node. The
-    buffer is split over the channels and all hops of all channels run at once (pipelined
-    chunks); channel c's exit uses member c's uplink, so per device the node's links carry
-    (k - 1) / k and its uplink 1 / k of one ring's hop traffic:
+    where it meets the next node. The buffer is split over the channels and all hops of all
+    channels run at once (pipelined chunks); channel c's exit uses member c's uplink, so per
+    device the node's links carry (k - 1) / k and its uplink 1 / k of one ring's hop traffic:
         time = steps * alpha_top + steps / n * S * max over nodes of
                max((k - 1) / k / bw(0), 1 / k / bw(l_exit))
     One device per node (k = 1) is the plain ring at the slowest link; k devices per node give
