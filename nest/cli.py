@@ -89,7 +89,10 @@ def cmd_export(a) -> int:
     from nest.plan_spec import load_plan
 
     plan, problem = load_plan(a.plan)
-    exp = to_megatron(plan, problem)
+    try:
+        exp = to_megatron(plan, problem)
+    except SpecError as e:
+        raise SpecError(f"{a.plan}: {e}") from None
     for w in exp.warnings:
         print(f"warning: {w}", file=sys.stderr)
     cmd = exp.command()
