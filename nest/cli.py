@@ -46,7 +46,7 @@ def cmd_plan(a) -> int:
     from nest.planners import run_planner
 
     problem = make_problem(a.model, a.cluster, a.num_devices, a.mbs)
-    out = run_planner(a.planner, problem)
+    out = run_planner(a.planner, problem, simulated=True)  # printed beside the closed form
     if out.plan is None:
         print(f"{a.planner}: {out.reason}", file=sys.stderr)
         return EXIT_INFEASIBLE
