@@ -46,7 +46,7 @@ def plan(problem: Problem, settings: dict):
     if need > problem.num_devices:
         raise NoPlan(f"Manual {p}/{d}/{t} (ep={e}) needs {need} devices > {problem.num_devices}")
     v = Variant(tp=t, sp=False, ep=e, cp=1)
-    problem.ensure_variant(v)
+    problem = problem.with_variants([v])
     cuts = uniform_cuts(m.num_layers, p)
     last = None
     for mode in settings.get("recompute_order", ["none", "selective", "full"]):

@@ -54,14 +54,11 @@ import random
 import time
 from dataclasses import dataclass, replace
 
-import numpy as np
-
-from nest.evaluate import Problem, evaluate, inner_groups, per_device
+from nest.costs.stage import Options, layer_table, stage_cost
+from nest.evaluate import Problem, evaluate
 from nest.graph.layer_graph import Variant
-from nest.network.collectives import coefficients, collective_time, distinct, path_bandwidth
 from nest.plan import place
 from nest.planners import NoPlan
-from nest.solver.arrays import layer_arrays, shifted
 from nest.space import SearchSpace, declare, make_plan, pp_dp_options
 
 DEFAULTS = {"starts": ["data_parallel", "manual"], "chains": 10, "budget": 2000, "beta": 50.0,
@@ -90,163 +87,52 @@ class State:
 
 class Scorer:
     """State -> (T, excess): the evaluator's time per batch and the summed relative HBM overflow
-    of the stages (0 when the plan fits). A stage's terms are cached per (variant, p, d, placement,
-    position, layers, ZeRO, recompute), so a move re-prices only the stages it touched. The terms
-    are those of nest.evaluate._stage, built from the same pieces as the NEST solver's arrays
-    (nest.solver.arrays: layer range sums and fixed_memory's formula; nest.network.collectives:
-    alpha-beta lines per distinct group); tests check score() against nest.evaluate.evaluate."""
+    of the stages (0 when the plan fits). Each stage is one cell of the shared stage kernel
+    (nest.costs.stage.stage_cost, as the evaluator prices it), cached per (variant, p, d,
+    placement, position, layers, ZeRO, recompute), so a move re-prices only the stages it
+    touched; tests check score() against nest.evaluate.evaluate."""
 
     def __init__(self, problem: Problem, space: SearchSpace):
-        self.problem, self.space, self.cl = problem, space, problem.cluster
-        self.las = {vi: layer_arrays(problem, v, space.recompute_modes)
+        self.problem, self.space = problem, space
+        self.las = {vi: layer_table(problem, v, space.recompute_modes)
                     for vi, v in enumerate(space.variants)}
-        self.full = np.array([r == "full" for r in space.recompute_modes])
-        self.groups: dict = {}  # (vi, d, shifted stage ids) -> per-group terms
-        self.positions: dict = {}  # (vi, p, d, pl, j) -> group key, p2p levels, tied term
+        self.ids: dict = {}  # (vi, p, d, pl) -> device ids of the stages
         self.scores: dict[State, tuple[float, float]] = {}
         self.cells: dict[tuple, tuple[float, float, float]] = {}  # one stage's terms
-        tr, hw = problem.training, problem.cluster.hardware
-        self.wb, self.gb = tr.weight_bytes_per_param, tr.grad_bytes_per_param
-        self.opt_per_byte = tr.optimizer_step_bytes / (hw.hbm_bytes_per_s * hw.memory_efficiency)
-        self.hbm, self.frag, self.overhead = (hw.hbm_bytes, hw.memory_fragmentation,
-                                              hw.memory_overhead_bytes)
+        self.hbm = problem.cluster.hardware.hbm_bytes
 
-    # -- cached pieces ----------------------------------------------------------------------
-    def _group_terms(self, vi: int, d: int, ids: tuple[int, ...]):
-        key = (vi, d, shifted(self.cl, ids))
-        hit = self.groups.get(key)
-        if hit is not None:
-            return hit
-        v, la, cl = self.space.variants[vi], self.las[vi], self.cl
-        groups = inner_groups(ids, v.tp, v.cp, v.ep, d)
-        # one representative per distinct cost shape, then alpha-beta lines per (kind, group)
-        reps = {name: distinct(cl, gs) if len(gs) and len(gs[0]) > 1 else []
-                for name, gs in groups.items()}
-        lines: dict[tuple[str, str], list] = {}
-
-        def coll(kind: str, name: str, nbytes: float) -> float:
-            if (kind, name) not in lines:
-                lines[(kind, name)] = [coefficients(cl, kind, g) for g in reps[name]]
-            return _coll(lines[(kind, name)], nbytes)
-
-        per_cost: dict[int, np.ndarray] = {}
-        coll_LR = np.zeros(la.comp_LR.shape)
-        for li, c in enumerate(la.costs):  # the variant's collectives, per layer
-            if id(c) not in per_cost:
-                row = np.zeros(coll_LR.shape[1])
-                for col in c.collectives:
-                    x = coll(col.kind, col.group, col.bytes) * col.count
-                    row += x
-                    if col.phase == "fwd":
-                        row[self.full] += x  # full recomputation re-runs forward collectives
-                per_cost[id(c)] = row
-            coll_LR[li] = per_cost[id(c)]
-        for kind in ("all_reduce", "reduce_scatter", "all_gather"):
-            for name in ("dp_dense", "dp_expert"):
-                coll(kind, name, 1.0)  # fill the lines the stage terms use
-        lines = {name: {kind: lines[(kind, name)] for kind in
-                        ("all_reduce", "reduce_scatter", "all_gather")}
-                 for name in ("dp_dense", "dp_expert")}
-        cum = np.concatenate([np.zeros((1, coll_LR.shape[1])), np.cumsum(coll_LR, axis=0)])
-        self.groups[key] = out = (cum, lines)
-        return out
-
-    def _position(self, s: State, j: int, ids: list[tuple[int, ...]]):
-        key = (s.vi, s.p, s.d, s.pl, j)
-        hit = self.positions.get(key)
-        if hit is not None:
-            return hit
-        cl, g, v = self.cl, self.problem.graph, self.space.variants[s.vi]
-        def levels(k: int) -> list[int]:  # network levels the pipeline transfers cross
-            return sorted({cl.level_of(a, b) for a, b in zip(ids[j], ids[k])})
-
-        fwd = levels(j + 1) if j + 1 < s.p else []
-        bwd = levels(j - 1) if j > 0 else []
-        tied = 0.0
-        if g.tied_embeddings and s.p > 1 and j in (0, s.p - 1):
-            # Megatron's embedding group: first and last stage all-reduce the tied embedding
-            emb = self.gb * self.problem.model.vocab_size * self.problem.model.hidden_size / v.tp
-            tied = max(collective_time(cl, "all_reduce", (a, b), emb)
-                       for a, b in zip(ids[j], ids[s.p - 1 - j]))
-        self.positions[key] = out = (self._group_terms(s.vi, s.d, ids[j]), fwd, bwd, tied)
-        return out
-
-    def _p2p(self, levels: list[int], nbytes: float) -> float:
-        out = 0.0
-        for lvl in levels:  # nest.network.collectives.p2p_time, slowest device pair
-            if lvl >= 0 and nbytes > 0:
-                out = max(out, nbytes / path_bandwidth(self.cl, lvl)
-                          + self.cl.levels[lvl].latency_s)
-        return out
-
-    # -- the score --------------------------------------------------------------------------
     def score(self, s: State) -> tuple[float, float]:
         hit = self.scores.get(s)
         if hit is not None:
             return hit
         m = self.problem.num_microbatches(s.d, self.space.variants[s.vi].ep)
         tmax = umax = excess = 0.0
-        ids: list = []  # device ids of the stages, built only when a position is new
-        for j, (a, b) in enumerate(s.cuts(self.las[s.vi].comp_LR.shape[0])):
+        for j, (a, b) in enumerate(s.cuts(self.las[s.vi].num_layers)):
             key = (s.vi, s.p, s.d, s.pl, j, a, b, s.zero[j], s.rec[j])
             cell = self.cells.get(key)
             if cell is None:
-                cell = self.cells[key] = self._stage(s, j, a, b, m, ids)
+                cell = self.cells[key] = self._stage(s, j, a, b, m)
             tmax, umax, excess = max(tmax, cell[0]), max(umax, cell[1]), excess + cell[2]
         if len(self.cells) > CELL_CACHE_ENTRIES:  # bounded memory; results do not depend on it
             self.cells.clear()
         self.scores[s] = out = (float((m + s.p - 1) * tmax + umax), float(excess))
         return out
 
-    def _stage(self, s: State, j: int, a: int, b: int, m: int, ids: list):
+    def _stage(self, s: State, j: int, a: int, b: int, m: int):
         """(t_j, sync_j + opt_j, relative HBM overflow) of stage j covering layers a..b."""
-        v, la = self.space.variants[s.vi], self.las[s.vi]
-        zi, r = s.zero[j], s.rec[j]
-        z = self.space.zero_stages[zi]
-        if (s.vi, s.p, s.d, s.pl, j) not in self.positions and not ids:
-            ids.extend(tuple(x) for x in place(s.p, s.d, v.width, self.space.placements[s.pl]))
-        (cum, lines), fwd, bwd, tied = self._position(s, j, ids)
-        dl, el = lines["dp_dense"], lines["dp_expert"]
-        pd, pe = la.pd_LL[b, a], la.pe_LL[b, a]
-        wb, gb = self.wb, self.gb
-
-        def both(kind: str, bytes_per_param: float) -> float:
-            return _coll(dl[kind], bytes_per_param * pd) + _coll(el[kind], bytes_per_param * pe)
-
-        t = la.comp_LLR[b, a, r] + cum[b + 1, r] - cum[a, r]
-        if z >= 2:
-            t += both("reduce_scatter", gb)
-        if z == 3:
-            t += 2 * both("all_gather", wb)  # before forward and before backward
-        if fwd:
-            t += self._p2p(fwd, la.out_L[b])
-        if bwd:
-            t += self._p2p(bwd, la.out_L[a - 1])
-        def sharded(on: bool) -> float:
-            return per_device(pd, pe, s.d, v.ep, v.cp, on)
-
-        u = tied + self.opt_per_byte * sharded(z >= 1)
-        if z == 0:
-            u += both("all_reduce", gb)
-        elif z == 1:
-            u += both("reduce_scatter", gb)
-        if z in (1, 2):
-            u += both("all_gather", wb)
-        # memory at the stage's position (nest.solver.arrays.fixed_memory + the 1F1B stash)
-        tr = self.problem.training
-        alloc = (wb * sharded(z >= 3) + gb * sharded(z >= 2)
-                 + tr.optimizer_state_bytes * sharded(z >= 1)
-                 + la.work_LLR[b, a, r] + (wb * la.maxpar_LL[b, a] if z == 3 else 0.0)
-                 + min(s.p - j, m) * la.act_LLR[b, a, r])
-        mem = alloc + alloc * self.frag + self.overhead  # the evaluator's formula
-        return float(t), float(u), (mem / self.hbm - 1.0 if mem > self.hbm else 0.0)
-
-
-def _coll(lines_per_group: list, nbytes: float) -> float:
-    """nest.evaluate.worst from precomputed alpha-beta lines: slowest group, fastest algorithm."""
-    if nbytes <= 0 or not lines_per_group:
-        return 0.0
-    return max(min(a + b * nbytes for a, b in lines) for lines in lines_per_group)
+        v, la, sp = self.space.variants[s.vi], self.las[s.vi], self.space
+        key = (s.vi, s.p, s.d, s.pl)
+        ids = self.ids.get(key)
+        if ids is None:
+            ids = self.ids[key] = place(s.p, s.d, v.width, sp.placements[s.pl])
+        p = s.p
+        opts = Options((sp.zero_stages[s.zero[j]],), (sp.recompute_modes[s.rec[j]],))
+        c = stage_cost(self.problem, la, ids[j], s.d, opts, min(p - j, m), cell=(a, b),
+                       next_stage=(la, ids[j + 1]) if j + 1 < p else None,
+                       prev_stage=(la, ids[j - 1]) if j > 0 else None,
+                       tied_partner=ids[p - 1 - j] if p > 1 and j in (0, p - 1) else None)
+        mem = float(c.mem[0, 0])
+        return float(c.t[0, 0]), float(c.u[0]), (mem / self.hbm - 1.0 if mem > self.hbm else 0.0)
 
 
 def acceptance(e_old: float, e_new: float, beta: float) -> float:

@@ -31,20 +31,14 @@ def big_superpod(n: int):
 
 def one(model: str, cluster: str, n: int, layers: int | None = None) -> None:
     if cluster == "big_superpod":
-        pr = make_problem(model, "dgx_h100_superpod", 64)
-        pr.cluster = big_superpod(n)
-        from nest.costs.roofline import CostTable
-
-        pr.costs = CostTable(pr.graph, pr.cluster.hardware)
+        pr = make_problem(model, "dgx_h100_superpod", 64).with_cluster(big_superpod(n))
     else:
         pr = make_problem(model, cluster, n)
     if layers:  # a deeper model of the same block: scaling in the number of layers
         from nest.graph.closed_form import build_layer_graph
-        from nest.costs.roofline import CostTable
 
-        pr.model = replace(pr.model, num_layers=layers, name=f"{model}_{layers}l")
-        pr.graph = build_layer_graph(pr.model, pr.mbs)
-        pr.costs = CostTable(pr.graph, pr.cluster.hardware)
+        model_l = replace(pr.model, num_layers=layers, name=f"{model}_{layers}l")
+        pr = pr.with_graph(build_layer_graph(model_l, pr.mbs), model_l)
     if n > pr.cluster.max_devices:
         raise SystemExit(f"{cluster} holds at most {pr.cluster.max_devices}")
     t0 = time.perf_counter()

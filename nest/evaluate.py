@@ -30,110 +30,23 @@ fragmentation), plus the framework's fixed overhead (hardware file).
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
 
-from nest.costs.roofline import CostTable
+from nest.costs.memory import per_device, shard_sizes  # noqa: F401  (re-exported)
+from nest.costs.stage import Options, inner_groups, layer_table, stage_cost  # noqa: F401
 from nest.errors import PlanError
-from nest.graph import build_graph
-from nest.graph.closed_form import build_layer_graph
-from nest.graph.layer_graph import LayerGraph, Variant
-from nest.network.collectives import collective_time, distinct, p2p_time, span_level
+from nest.network.collectives import worst  # noqa: F401  (re-exported)
 from nest.plan import Plan, check_structure
+from nest.problem import Problem, make_problem, with_mbs  # noqa: F401  (re-exported)
 from nest.schedule import dp_sync_tail_s, stash_microbatches, time_1f1b_s, time_gpipe_s
 from nest.settings import TrainingSettings, load_training
-from nest.specs import ClusterSpec, ModelSpec, load_cluster, load_model, validate
+from nest.specs import validate
 
 SCHEMA = "nest.evaluation/v1"
-
-
-@dataclass
-class Problem:
-    """Everything a planner and the evaluator need: model, cluster, graph, costs, training."""
-
-    model: ModelSpec
-    cluster: ClusterSpec
-    graph: LayerGraph
-    costs: CostTable
-    training: TrainingSettings
-    model_ref: str = ""  # how the plan names the model (catalog name or path)
-    cluster_ref: str = ""
-
-    @property
-    def mbs(self) -> int:
-        return self.graph.mbs
-
-    @property
-    def num_devices(self) -> int:
-        return self.cluster.num_devices
-
-    def num_microbatches(self, dp: int, ep: int) -> int:
-        """Micro-batches per pipeline; the ep ranks of a stage run distinct micro-batches."""
-        return math.ceil(self.training.global_batch / (self.mbs * dp * ep))
-
-    def ensure_variant(self, v: Variant) -> None:
-        """Add a variant a hand-written plan uses that the graph was not built with."""
-        if v.key in self.graph.layers[0].costs:
-            return
-        m = self.model
-        where = f"plan for {m.name}"
-        if m.num_heads % v.tp or m.num_kv_heads % v.tp and v.tp % m.num_kv_heads:
-            raise PlanError(f"{where}: key 'tp': {v.tp} must divide num_heads={m.num_heads} "
-                            f"and divide or be a multiple of num_kv_heads={m.num_kv_heads}")
-        if m.num_experts % v.ep:
-            raise PlanError(f"{where}: key 'ep': {v.ep} must divide num_experts={m.num_experts}")
-        if m.seq_len % v.cp:
-            raise PlanError(f"{where}: key 'cp': {v.cp} must divide seq_len={m.seq_len}")
-        if v.sp and v.tp == 1:
-            raise PlanError(f"{where}: key 'sp': sequence parallelism needs tp > 1")
-        try:
-            if self.graph.source == "torch_fx":
-                from nest.graph.fx_extract import build_layer_graph_fx
-
-                extra = build_layer_graph_fx(m, self.mbs, [v])
-            else:
-                extra = build_layer_graph(m, self.mbs, [v])
-        except ValueError as e:  # a variant the model's modules cannot be split into
-            raise PlanError(f"{where}: variant {v.key}: {e}") from None
-        for la, new in zip(self.graph.layers, extra.layers):
-            la.costs[v.key] = new.costs[v.key]
-        self.graph.variants.append(v)
-
-
-def shard_sizes(dp: int, ep: int, cp: int) -> tuple[int, int]:
-    """Ranks holding a copy of a dense / an expert parameter: dense weights are replicated over
-    the dp, ep and cp ranks, experts over the dp and cp ranks (each ep rank holds other experts)."""
-    return dp * ep * cp, dp * cp
-
-
-def per_device(p_dense, p_expert, dp: int, ep: int, cp: int, sharded: bool):
-    """Parameters one device keeps of a state that ZeRO shards over its replicas (or not)."""
-    n_dense, n_exp = shard_sizes(dp, ep, cp)
-    return p_dense / n_dense + p_expert / n_exp if sharded else p_dense + p_expert
-
-
-def with_mbs(problem: Problem, mbs: int) -> Problem:
-    """The same problem for another micro-batch size (its own layer graph and cost table)."""
-    if mbs == problem.mbs:
-        return problem
-    g = copy.deepcopy(build_graph(problem.model, mbs, problem.training.graph_source))
-    return Problem(problem.model, problem.cluster, g, CostTable(g, problem.cluster.hardware),
-                   problem.training, problem.model_ref, problem.cluster_ref)
-
-
-def make_problem(model: str, cluster: str, num_devices: int | None = None, mbs: int = 1,
-                 training: TrainingSettings | None = None,
-                 graph: LayerGraph | None = None) -> Problem:
-    m = load_model(model)
-    c = load_cluster(cluster, num_devices)
-    tr = training or load_training()
-    g = graph or copy.deepcopy(build_graph(m, mbs, tr.graph_source))
-    return Problem(m, c, g, CostTable(g, c.hardware), tr, str(model), str(cluster))
 
 
 @dataclass
@@ -198,37 +111,6 @@ class Evaluation:
 
 
 # --------------------------------------------------------------------------------------------
-# Device groups of a stage
-# --------------------------------------------------------------------------------------------
-
-
-def inner_groups(ids, tp: int, cp: int, ep: int, dp: int) -> dict[str, np.ndarray]:
-    """tp / cp / ep groups of every replica, and the data-parallel groups of the stage, as 2-D
-    arrays (one group per row). Replica r holds ids[r*w:(r+1)*w], inner rank = (e*cp + c)*tp + t:
-    dense weights are replicated over the dp, ep and cp ranks; experts over dp and cp ranks."""
-    a = np.asarray(ids).reshape(dp, ep, cp, tp)
-    return {
-        "tp": a.reshape(-1, tp),
-        "cp": a.transpose(0, 1, 3, 2).reshape(-1, cp),
-        "ep": a.transpose(0, 2, 3, 1).reshape(-1, ep),
-        "dp_dense": a.transpose(3, 0, 1, 2).reshape(tp, -1),
-        "dp_expert": a.transpose(3, 1, 0, 2).reshape(tp * ep, -1),
-    }
-
-
-def worst(cluster: ClusterSpec, kind: str, groups: list[tuple[int, ...]], nbytes: float) -> float:
-    """Slowest instance of a collective run by all `groups` at once."""
-    if nbytes <= 0 or len(groups) == 0 or len(groups[0]) <= 1:
-        return 0.0
-    return max(collective_time(cluster, kind, g, nbytes) for g in distinct(cluster, groups))
-
-
-def _level_name(cluster: ClusterSpec, group: tuple[int, ...]) -> str:
-    lvl = span_level(cluster, group)
-    return cluster.levels[lvl].name if lvl >= 0 else "local"
-
-
-# --------------------------------------------------------------------------------------------
 # The evaluator
 # --------------------------------------------------------------------------------------------
 
@@ -245,8 +127,8 @@ def evaluate(plan: Plan, problem: Problem, simulated: bool = False) -> Evaluatio
     if plan.mbs != g.mbs:
         raise PlanError(f"plan: key 'mbs': {plan.mbs}, but the layer graph was built for "
                         f"mbs={g.mbs}")
-    v = Variant(plan.tp, plan.sp, plan.ep, plan.cp)
-    problem.ensure_variant(v)
+    problem = problem.with_variants([plan.stage_variant(j) for j in range(len(plan.stages))],
+                                    where="plan")
     m = problem.num_microbatches(plan.dp, plan.ep)
     if plan.num_microbatches != m:
         raise PlanError(f"plan: key 'num_microbatches': {plan.num_microbatches}, expected "
@@ -299,7 +181,7 @@ def evaluate(plan: Plan, problem: Problem, simulated: bool = False) -> Evaluatio
         breakdown["optimizer_step"] = tail.optimizer_s
     else:  # what is left of sync + step after the last backward (nest.schedule.dp_sync_tail_s)
         breakdown["dp_sync_and_optimizer.exposed"] = total - pipe
-    used = plan.pp * plan.dp * plan.width
+    used = plan.devices_used
     mfu = g.model_flops_per_sample() * tr.global_batch / (total * used *
                                                            cl.hardware.peak_flops_per_s)
     ok = not over
@@ -416,111 +298,28 @@ def _per_device(chunks: list[StageResult], p: int, hw) -> list[StageResult]:
 
 
 def _stage(plan: Plan, problem: Problem, j: int, m: int, stash: float) -> StageResult:
-    g, cl, tr, hw = problem.graph, problem.cluster, problem.training, problem.cluster.hardware
-    st = plan.stages[j]
-    v = plan.variant_key
-    layers = range(st.first_layer, st.last_layer + 1)
-    costs = [g.layers[i].costs[v] for i in layers]
-    times = [problem.costs.times(i, v) for i in layers]
-    groups = inner_groups(st.device_ids, plan.tp, plan.cp, plan.ep, plan.dp)
-    mode = st.recompute
-    bd: dict[str, float] = {}
-    fwd = 0.0
+    """Stage j priced as one cell of the stage kernel (nest.costs.stage) with its own knobs."""
+    st, last = plan.stages[j], len(plan.stages) - 1
+    lts = _tables(plan, problem)
+    lt = lts[j]
+    opts = Options((st.zero_stage,), (st.recompute,))
+    nxt = (lts[j + 1], plan.stages[j + 1].device_ids) if j < last else None
+    prv = (lts[j - 1], plan.stages[j - 1].device_ids) if j > 0 else None
+    partner = plan.stages[last - j].device_ids if last > 0 and j in (0, last) else None
+    c = stage_cost(problem, lt, st.device_ids, plan.stage_dp(j), opts, stash,
+                   cell=(st.first_layer, st.last_layer), next_stage=nxt, prev_stage=prv,
+                   tied_partner=partner, detail=True)
+    x = c.detail
+    return StageResult(j, st.first_layer, st.last_layer, float(c.t[0, 0]), float(c.mem[0, 0]),
+                       x["memory_bytes"], x["breakdown_s"], float(sum(x["sync_breakdown_s"]
+                                                                      .values())),
+                       x["sync_breakdown_s"], x["optimizer_s"], x["fwd_s"], x["send_fwd_s"],
+                       x["send_bwd_s"], x["recompute_s"], x["num_params"])
 
-    def add(key: str, x: float, forward: bool = False) -> None:
-        nonlocal fwd
-        if x:
-            bd[key] = bd.get(key, 0.0) + x
-            fwd += x if forward else 0.0
 
-    add("compute_fwd", sum(t.fwd_s for t in times), forward=True)
-    add("compute_bwd", sum(t.bwd_s for t in times))
-    add("recompute", sum(t.recompute_s[mode] for t in times))
-    for c in costs:
-        for col in c.collectives:
-            x = worst(cl, col.kind, groups[col.group], col.bytes) * col.count
-            if not x:
-                continue
-            lvl = _level_name(cl, groups[col.group][0])
-            add(f"{col.group}_{col.kind}.{lvl}", x, forward=col.phase == "fwd")
-            if col.phase == "fwd" and mode == "full":
-                add(f"recompute_{col.group}_{col.kind}.{lvl}", x)
-
-    # parameters held per device; a tied LM head shares the embedding's copy on one stage
-    p_dense = sum(c.dense_params for c in costs)
-    p_exp = sum(c.expert_params for c in costs)
-    if g.tied_embeddings and st.first_layer == 0 and st.last_layer == g.num_layers - 1:
-        p_dense -= problem.model.vocab_size * problem.model.hidden_size / plan.tp
-    z = st.zero_stage
-    wb, gb = tr.weight_bytes_per_param, tr.grad_bytes_per_param
-    dg, eg = groups["dp_dense"], groups["dp_expert"]
-
-    def sharded(p_d: float, p_e: float, on: bool) -> float:
-        return per_device(p_d, p_e, plan.dp, plan.ep, plan.cp, on)
-
-    # ZeRO collectives inside the pipeline (per micro-batch)
-    if z >= 2:
-        add("zero_reduce_scatter", worst(cl, "reduce_scatter", dg, gb * p_dense)
-            + worst(cl, "reduce_scatter", eg, gb * p_exp))
-    if z == 3:
-        ag = worst(cl, "all_gather", dg, wb * p_dense) + worst(cl, "all_gather", eg, wb * p_exp)
-        add("zero3_all_gather", ag, forward=True)  # before forward
-        add("zero3_all_gather", ag)  # and again before backward
-
-    # pipeline point-to-point: activations forward, their gradients backward
-    last = len(plan.stages) - 1
-    if j < last:
-        nxt = plan.stages[j + 1].device_ids
-        nbytes = costs[-1].output_bytes
-        add("p2p_fwd", max(p2p_time(cl, a, b, nbytes) for a, b in zip(st.device_ids, nxt)))
-    if j > 0:
-        prv = plan.stages[j - 1]
-        nbytes = g.layers[prv.last_layer].costs[v].output_bytes
-        add("p2p_bwd", max(p2p_time(cl, a, b, nbytes) for a, b in zip(st.device_ids,
-                                                                      prv.device_ids)))
-    t_mb = sum(bd.values())
-
-    # gradient synchronisation after the flush
-    sb: dict[str, float] = {}
-    lvl_d = _level_name(cl, dg[0]) if len(dg[0]) > 1 else "local"
-    if z == 0:
-        sb[f"all_reduce.{lvl_d}"] = (worst(cl, "all_reduce", dg, gb * p_dense)
-                                     + worst(cl, "all_reduce", eg, gb * p_exp))
-    elif z == 1:
-        sb[f"reduce_scatter.{lvl_d}"] = (worst(cl, "reduce_scatter", dg, gb * p_dense)
-                                         + worst(cl, "reduce_scatter", eg, gb * p_exp))
-    if z in (1, 2):
-        sb[f"all_gather.{lvl_d}"] = (worst(cl, "all_gather", dg, wb * p_dense)
-                                     + worst(cl, "all_gather", eg, wb * p_exp))
-    if g.tied_embeddings and last > 0 and j in (0, last):
-        # Megatron's embedding group: first and last stage all-reduce the tied word embedding
-        other = plan.stages[last - j].device_ids
-        emb = gb * problem.model.vocab_size * problem.model.hidden_size / plan.tp
-        sb["tied_embedding_all_reduce"] = max(
-            collective_time(cl, "all_reduce", (a, b), emb) for a, b in zip(st.device_ids, other))
-    sb = {k: x for k, x in sb.items() if x}
-    opt_s = (tr.optimizer_step_bytes * sharded(p_dense, p_exp, z >= 1)
-             / (hw.hbm_bytes_per_s * hw.memory_efficiency))
-
-    # memory at the stage's pipeline position
-    acts = [c.act_bytes[mode] for c in costs]
-    working = max(c.act_bytes["none"] - c.act_bytes[mode] for c in costs)
-    if z == 3:
-        working += wb * max(c.params for c in costs)  # one layer's gathered parameters
-    mem = {
-        "weights": wb * sharded(p_dense, p_exp, z >= 3),
-        "gradients": gb * sharded(p_dense, p_exp, z >= 2),
-        "optimizer_states": tr.optimizer_state_bytes * sharded(p_dense, p_exp, z >= 1),
-        "activations": stash * sum(acts),  # micro-batches held at the peak (see evaluate)
-        "working": working,
-    }
-    allocated = sum(mem.values())
-    mem["fragmentation"] = allocated * hw.memory_fragmentation
-    mem["framework_overhead"] = hw.memory_overhead_bytes
-    rec = sum(x for k, x in bd.items() if k.startswith("recompute"))
-    return StageResult(j, st.first_layer, st.last_layer, t_mb, sum(mem.values()), mem, bd,
-                       sum(sb.values()), sb, opt_s, fwd, bd.get("p2p_fwd", 0.0),
-                       bd.get("p2p_bwd", 0.0), rec, p_dense + p_exp)
+def _tables(plan: Plan, problem: Problem) -> list:
+    modes = ("none", "selective", "full")
+    return [layer_table(problem, plan.stage_variant(j), modes) for j in range(len(plan.stages))]
 
 
 def simulate_plan(ev: Evaluation, training: TrainingSettings | None = None):

@@ -4,7 +4,10 @@ Layer indices refer to the layer graph: 0 is the embedding, 1..L the transformer
 final norm + LM head + loss. A stage covers layers first_layer..last_layer inclusive and runs on
 num_devices = dp * tp * ep * cp devices. Its `device_ids` list them replica by replica: replica r
 holds device_ids[r*w:(r+1)*w] with w = tp * ep * cp, whose inner ranks are ordered tp fastest,
-then cp, then ep (Megatron-LM's rank order). Plans are plain JSON a user can write by hand.
+then cp, then ep (Megatron-LM's rank order). `placement` names how the ids were laid out:
+'custom', a legacy name (replica_major, stage_major) or a rank order string such as
+'tp-ep-dp-cp-pp' (nest.placement: which orders a Megatron launcher realises exactly). Plans are
+plain JSON a user can write by hand.
 """
 
 from __future__ import annotations
@@ -14,9 +17,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from nest.errors import PlanError, SpecError
+from nest.graph.layer_graph import Variant
+from nest.placement import stage_device_ids
 from nest.specs import validate
 
 SCHEMA = "nest.plan/v1"
+# legacy placement names (= nest.placement.LEGACY); Plan.placement may also hold a rank order
+# string such as 'tp-ep-dp-cp-pp' (nest.placement) or 'custom' (hand-placed device ids)
 PLACEMENTS = ("replica_major", "stage_major")
 
 
@@ -28,6 +35,12 @@ class Stage:
     device_ids: tuple[int, ...]
     zero_stage: int = 0
     recompute: str = "none"
+    # a stage's own sub-graph variant (heterogeneous stages); None: the plan's. Its data-parallel
+    # degree is then dp * ep / ep_j (every stage runs the plan's dp * ep micro-batch streams)
+    tp: int | None = None
+    sp: bool | None = None
+    ep: int | None = None
+    cp: int | None = None
 
 
 @dataclass(frozen=True)
@@ -46,7 +59,7 @@ class Plan:
     cp: int
     sp: bool
     stages: tuple[Stage, ...]
-    placement: str = "custom"
+    placement: str = "custom"  # custom | replica_major | stage_major | an order string
     schedule: str = "1f1b"  # 1f1b (PipeDream-Flush, every planner's) | gpipe | interleaved
     virtual_stages: int = 1  # interleaved 1F1B: model chunks per device group (Megatron's v)
     predicted_time_per_batch_s: float | None = None
@@ -62,13 +75,34 @@ class Plan:
     def width(self) -> int:
         return self.tp * self.ep * self.cp
 
+    def stage_variant(self, j: int) -> Variant:
+        """Stage j's sub-graph variant (its own, or the plan's)."""
+        s = self.stages[j]
+        return Variant(self.tp if s.tp is None else s.tp, self.sp if s.sp is None else s.sp,
+                       self.ep if s.ep is None else s.ep, self.cp if s.cp is None else s.cp)
+
+    def stage_dp(self, j: int) -> int:
+        """Stage j's data-parallel degree: the plan's dp * ep streams over its own ep."""
+        return self.dp * self.ep // self.stage_variant(j).ep
+
+    @property
+    def heterogeneous(self) -> bool:
+        return any(self.stage_variant(j) != self.stage_variant(0)
+                   for j in range(len(self.stages))) or self.stage_variant(0) != Variant(
+            self.tp, self.sp, self.ep, self.cp)
+
+    @property
+    def devices_used(self) -> int:
+        return sum(s.num_devices for s in self.stages[:self.pp])
+
     def with_(self, **kw) -> "Plan":
         return replace(self, **kw)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["schema"] = SCHEMA
-        d["stages"] = [dict(asdict(s), device_ids=list(s.device_ids)) for s in self.stages]
+        d["stages"] = [{k: x for k, x in dict(asdict(s), device_ids=list(s.device_ids)).items()
+                        if x is not None} for s in self.stages]
         return d
 
     def write(self, path: str | Path) -> None:
@@ -104,24 +138,27 @@ def read_json(path: str | Path) -> dict:
     return data
 
 
-def place(pp: int, dp: int, width: int, placement: str) -> list[tuple[int, ...]]:
-    """Device ids of every stage for a regular placement.
+def place(pp: int, dp: int, width: int, placement: str, tp: int | None = None, cp: int = 1,
+          ep: int = 1) -> list[tuple[int, ...]]:
+    """Device ids of every stage for a regular placement (rank = device id), each stage listed
+    replica by replica, inner rank (e*cp + c)*tp + t (nest.placement.stage_device_ids).
 
-    replica_major: the replicas of one stage sit next to each other (Megatron-LM default order:
-        tp, cp, ep, dp fastest to slowest, pp outermost), so data-parallel groups stay low in the
-        hierarchy and pipeline transfers cross high levels.
-    stage_major: the stages of one replica sit next to each other (pp inside dp), so pipeline
-        transfers stay low and data-parallel groups span high levels.
+    placement: a legacy name or a rank order string (nest.placement, fastest first):
+    replica_major = tp-cp-ep-dp-pp (Megatron-LM's default): the replicas of one stage sit next to
+        each other, so data-parallel groups stay low in the hierarchy and pipeline transfers cross
+        high levels.
+    stage_major = tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping): the stages of one replica sit next to
+        each other, so pipeline transfers stay low and data-parallel groups span high levels.
+    With a legacy name tp may be omitted (tp = width, cp = ep = 1: the same ids, since tp, cp, ep
+    are contiguous in both); an order string needs tp, cp, ep with tp*cp*ep == width.
     """
-    out = []
-    for j in range(pp):
-        ids = []
-        for r in range(dp):
-            base = j * dp * width + r * width if placement == "replica_major" else (
-                r * pp * width + j * width)
-            ids.extend(range(base, base + width))
-        out.append(tuple(ids))
-    return out
+    if tp is None:
+        if placement not in PLACEMENTS:
+            raise PlanError(f"placement '{placement}': an order string needs tp, cp, ep")
+        tp, cp, ep = width, 1, 1
+    if tp * cp * ep != width:
+        raise PlanError(f"placement '{placement}': tp*cp*ep = {tp * cp * ep} != width {width}")
+    return stage_device_ids(pp, dp, tp, cp, ep, placement)
 
 
 def stages_from_cuts(cuts: list[tuple[int, int]], pp: int, dp: int, width: int, placement: str,
@@ -156,9 +193,15 @@ def check_structure(plan: Plan, num_layers: int, max_devices: int, where: str = 
         if s.last_layer < s.first_layer:
             bad(f"{k}.last_layer", f"{s.last_layer} is before first_layer {s.first_layer}")
         expect = s.last_layer + 1
-        if s.num_devices != plan.dp * plan.width:
+        sv = plan.stage_variant(j)
+        if (plan.dp * plan.ep) % sv.ep:
+            bad(f"{k}.ep", f"{sv.ep} must divide the plan's dp * ep = {plan.dp * plan.ep} "
+                           f"(micro-batch streams every stage runs)")
+        if sv.sp and sv.tp == 1:
+            bad(f"{k}.sp", "sequence parallelism needs tp > 1")
+        if s.num_devices != plan.stage_dp(j) * sv.width:
             bad(f"{k}.num_devices", f"{s.num_devices}, expected dp*tp*ep*cp = "
-                                    f"{plan.dp * plan.width}")
+                                    f"{plan.stage_dp(j) * sv.width}")
         if len(s.device_ids) != s.num_devices:
             bad(f"{k}.device_ids", f"{len(s.device_ids)} ids for num_devices={s.num_devices}")
         if j >= plan.pp:  # interleaved: chunk j runs on the devices of chunk j mod pp

@@ -18,9 +18,10 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from nest.evaluate import Problem
+from nest.costs.stage import Options
 from nest.graph.layer_graph import Variant
 from nest.plan import Plan, stages_from_cuts
+from nest.problem import Problem
 from nest.specs import config_dir, read_yaml, validate
 
 
@@ -31,6 +32,11 @@ class SearchSpace:
     recompute_modes: tuple[str, ...] = ("none", "selective", "full")
     placements: tuple[str, ...] = ("replica_major", "stage_major")
     max_pp: int | None = None
+
+    @property
+    def options(self) -> Options:
+        """The per-stage knobs, encoded o = z_index * R + r_index (nest.costs.stage.Options)."""
+        return Options(self.zero_stages, self.recompute_modes)
 
     def with_(self, **kw) -> "SearchSpace":
         return replace(self, **kw)

@@ -6,7 +6,7 @@ the shared evaluator uses:
 
 * forward / backward: the block's layer-graph operators (nest.graph.closed_form.block_cost,
   variant tp1 at the run's sequence length, dropout off as in the run) priced by
-  nest.costs.roofline.layer_times: the measured operator profile where it covers the shape, the
+  nest.costs.table.layer_times: the measured operator profile where it covers the shape, the
   roofline elsewhere (the evaluator's CostTable default for this hardware);
 * Adam step: OPTIMIZER_STEP_BYTES["adam"] x parameters / (HBM bandwidth x memory_efficiency), the
   evaluator's optimizer term; step = forward + backward + Adam (the measured step has no more);
@@ -33,7 +33,8 @@ import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from nest.costs.roofline import layer_times
+from nest.costs.profiled import profile_for
+from nest.costs.table import layer_times
 from nest.errors import SpecError
 from nest.graph.closed_form import block_cost
 from nest.graph.layer_graph import Variant
@@ -134,8 +135,6 @@ def _err(pred: float, meas: float) -> float:
 
 def validate(hardware: str = "h100_sxm", blocks_path: str | Path | None = None) -> dict:
     """Predicted vs measured for every block of profiles/<hardware>/blocks.json (both paths)."""
-    from nest.costs.profiled import profile_for
-
     hw = load_hardware(hardware)
     folder = Path(hw.profile_dir) if hw.profile_dir else config_dir().parent / "profiles" / hw.name
     path = Path(blocks_path) if blocks_path else folder / "blocks.json"

@@ -24,9 +24,7 @@ def tiny(model: str, n: int = 4, hbm_scale: float = 1.0, batch: int = 8):
     """A tiny problem; hbm_scale < 1 makes memory bind, so pipelines and memory knobs win."""
     pr = make_problem(model, "tiny_cluster", n, training=TrainingSettings(global_batch=batch))
     if hbm_scale != 1.0:
-        hw = pr.cluster.hardware
-        pr.cluster = replace(pr.cluster, hardware=replace(hw, hbm_bytes=hw.hbm_bytes * hbm_scale))
-        pr.costs.hw = pr.cluster.hardware
+        pr = pr.with_hardware(hbm_bytes=pr.hardware.hbm_bytes * hbm_scale)
     return pr
 
 

@@ -91,11 +91,9 @@ def test_milp_equals_brute_force_on_tiny_problems(model, n, batch):
 def test_equals_nest_on_a_flat_network(model, n, batch, hbm):
     """A flat real network and the same space (every d, replica-major placement): Mist's plan is
     NEST's optimum, and its MILP prediction is the evaluator's time."""
-    from dataclasses import replace
 
     pr = tiny(model, n, batch, flat=True)
-    pr.cluster = replace(pr.cluster, hardware=replace(pr.cluster.hardware, hbm_bytes=hbm))
-    pr.costs.hw = pr.cluster.hardware
+    pr = pr.with_hardware(hbm_bytes=hbm)
     out = run_planner("mist", pr, {"full_device_use": False})
     nest = run_planner("nest", pr, {"space": {"placements": ["replica_major"]}})
     assert (out.plan is None) == (nest.plan is None)

@@ -27,8 +27,7 @@ def tiny(model: str, n: int, hbm_bytes: float | None = None):
     if hbm_bytes is None:
         return make_problem(model, "tiny_cluster", n, training=TRAIN)
     pr = make_problem(model, "tiny_cluster", n, training=TrainingSettings(global_batch=16))
-    pr.cluster = replace(pr.cluster, hardware=replace(pr.cluster.hardware, hbm_bytes=hbm_bytes))
-    pr.costs.hw = pr.cluster.hardware
+    pr = pr.with_hardware(hbm_bytes=hbm_bytes)
     return pr
 
 
@@ -82,9 +81,9 @@ def test_plan_ignores_the_real_network():
     costs, but not the plan: Phaze only sees the innermost bandwidth."""
     pr = tiny("tiny_gpt", 8)
     slow = tiny("tiny_gpt", 8)
-    slow.cluster = replace(slow.cluster, levels=(slow.cluster.levels[0],) + tuple(
+    slow = slow.with_cluster(replace(slow.cluster, levels=(slow.cluster.levels[0],) + tuple(
         replace(lv, bytes_per_s=lv.bytes_per_s / 100, oversubscription=8.0)
-        for lv in slow.cluster.levels[1:]))
+        for lv in slow.cluster.levels[1:])))
     a, b = run_planner("phaze", pr), run_planner("phaze", slow)
     assert shape(a.plan) == shape(b.plan)
     assert a.plan.predicted_time_per_batch_s == b.plan.predicted_time_per_batch_s
@@ -97,7 +96,7 @@ def test_equals_nest_on_a_flat_network(model, n, hbm):
     """With a flat REAL network, Phaze's blind view is exact: its plan is NEST's optimum over the
     same restricted space, and its prediction is the evaluator's time."""
     pr = tiny(model, n, hbm)
-    pr.cluster = flattened(pr.cluster)
+    pr = pr.with_cluster(flattened(pr.cluster))
     out = run_planner("phaze", pr)
     nest_T, _, _ = search(pr, phaze_space(pr))
     assert out.evaluation.time_per_batch_s == pytest.approx(nest_T, rel=1e-12)

@@ -8,7 +8,8 @@ import yaml
 
 from nest import validate as V
 from nest.costs.profiled import AUTOGRAD_FLOOR_S, load_profile, price_op, profile_for
-from nest.costs.roofline import CostTable, layer_times, op_times
+from nest.costs.roofline import op_times
+from nest.costs.table import CostTable, layer_times
 from nest.errors import SpecError
 from nest.graph.closed_form import block_cost, build_layer_graph
 from nest.graph.layer_graph import Op, Variant

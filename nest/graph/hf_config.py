@@ -1,88 +1,21 @@
-"""Hugging Face config.json -> ModelSpec; optionally the transformers decoder layer itself
-exported with torch.export on meta tensors (per-node FLOPs read from the exported graph).
+"""A Hugging Face model's transformers decoder layer itself, exported with torch.export on meta
+tensors (per-node FLOPs read from the exported graph): the cross-check of our compact modules.
 
-Supported `model_type`s: llama, mistral (Llama family), mixtral (MoE), gpt2 (GPT family), bert.
-A config that our compact modules cannot represent exactly (biases in a Llama, a head_dim other
-than hidden/heads, another activation) is refused with the file and key, never approximated.
-The transformers path needs `pip install transformers` (extra `hf`); nothing is downloaded.
+The config.json -> ModelSpec translation lives in nest.specs (model_spec_from_hf_config, which
+nest.specs.load_model uses for a .json path; supported `model_type`s and what is refused are
+documented there) and is re-exported here. The transformers path needs `pip install
+transformers` (extra `hf`); nothing is downloaded.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from nest.errors import SpecError
-from nest.specs import ModelSpec, model_from_dict
+from nest.specs import load_hf_config, model_spec_from_hf_config
 
-_FAMILY = {"llama": "llama", "mistral": "llama", "mixtral": "mixtral", "gpt2": "gpt", "bert": "bert"}
-
-
-def load_hf_config(path: str | os.PathLike) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise SpecError(f"{path}: file not found") from None
-    except json.JSONDecodeError as e:
-        raise SpecError(f"{path}: malformed JSON: {e}") from None
-
-
-def _name(cfg: dict, where: str) -> str:
-    raw = cfg.get("_name_or_path") or Path(where).stem
-    return re.sub(r"[^a-z0-9_]+", "_", str(raw).lower().rsplit("/", 1)[-1]).strip("_") or "hf_model"
-
-
-def _require(cfg: dict, key: str, ok, where: str, what: str) -> None:
-    if key in cfg and cfg[key] is not None and not ok(cfg[key]):
-        raise SpecError(f"{where}: key '{key}': {cfg[key]!r} is not supported ({what})")
-
-
-def model_spec_from_hf_config(config: dict | str | os.PathLike, *, name: str | None = None,
-                              seq_len: int | None = None,
-                              parallel_variants: dict | None = None) -> ModelSpec:
-    """A HF config (dict or path to config.json) as our ModelSpec (validated like a catalog YAML).
-
-    seq_len defaults to max_position_embeddings (n_positions for gpt2)."""
-    where = "<config dict>" if isinstance(config, dict) else str(config)
-    cfg = config if isinstance(config, dict) else load_hf_config(config)
-    mtype = cfg.get("model_type")
-    if mtype not in _FAMILY:
-        raise SpecError(f"{where}: key 'model_type': {mtype!r} is not supported "
-                        f"(known: {', '.join(sorted(_FAMILY))})")
-    family = _FAMILY[mtype]
-    if family == "gpt":
-        h = cfg["n_embd"]
-        d = dict(num_layers=cfg["n_layer"], hidden_size=h, num_heads=cfg["n_head"],
-                 ffn_hidden_size=cfg.get("n_inner") or 4 * h, ffn_type="gelu",
-                 seq_len=seq_len or cfg["n_positions"],
-                 tied_embeddings=cfg.get("tie_word_embeddings", True))
-    else:
-        d = dict(num_layers=cfg["num_hidden_layers"], hidden_size=cfg["hidden_size"],
-                 num_heads=cfg["num_attention_heads"],
-                 num_kv_heads=cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
-                 ffn_hidden_size=cfg["intermediate_size"],
-                 ffn_type="gelu" if family == "bert" else "swiglu",
-                 seq_len=seq_len or cfg["max_position_embeddings"],
-                 tied_embeddings=cfg.get("tie_word_embeddings", family == "bert"))
-    if family in ("llama", "mixtral"):
-        _require(cfg, "attention_bias", lambda v: not v, where, "our Llama has no biases")
-        _require(cfg, "mlp_bias", lambda v: not v, where, "our Llama has no biases")
-        _require(cfg, "hidden_act", lambda v: v == "silu", where, "SwiGLU needs silu")
-        _require(cfg, "head_dim", lambda v: v == d["hidden_size"] // d["num_heads"], where,
-                 "head_dim must be hidden_size / num_attention_heads")
-    if family == "bert":
-        _require(cfg, "type_vocab_size", lambda v: v == 2, where, "BERT with 2 token types")
-        _require(cfg, "hidden_act", lambda v: str(v).startswith("gelu"), where, "GELU MLP")
-    if family == "mixtral":
-        d.update(num_experts=cfg["num_local_experts"], top_k=cfg["num_experts_per_tok"])
-    d.update(name=name or _name(cfg, where), family=family, vocab_size=cfg["vocab_size"],
-             causal=family != "bert")
-    if parallel_variants:
-        d["parallel_variants"] = parallel_variants
-    return model_from_dict(d, where)
+__all__ = ["HFBlockTrace", "load_hf_config", "model_spec_from_hf_config", "trace_hf_block"]
 
 
 # --------------------------------------------------------------------------------------------

@@ -50,10 +50,62 @@ def span_level(cluster: ClusterSpec, group) -> int:
 
 
 def p2p_time(cluster: ClusterSpec, a: int, b: int, nbytes: float) -> float:
-    lvl = cluster.level_of(a, b)
-    if lvl < 0 or nbytes <= 0:
-        return 0.0
-    return nbytes / path_bandwidth(cluster, lvl) + cluster.levels[lvl].latency_s
+    """One point-to-point transfer of `nbytes` from device a to device b."""
+    return float(send_time(cluster, (a,), (b,), nbytes))
+
+
+def pairs(src, dst) -> list[tuple[int, int]]:
+    """Device pairs of a pipeline transfer between two stages: device i of the larger stage with
+    device i mod n of the smaller one (rank order; equal sizes: zip)."""
+    n = max(len(src), len(dst))
+    return [(src[i % len(src)], dst[i % len(dst)]) for i in range(n)]
+
+
+def send_time(cluster: ClusterSpec, src, dst, nbytes):
+    """Pipeline transfer of `nbytes` (a number or an array) from each device of `src` to its pair
+    in `dst`, all at once: the slowest pair, S / bw(l) + alpha_l at the level l it crosses
+    (0 where nbytes <= 0 or the pair is one device)."""
+    nbytes = np.asarray(nbytes, dtype=float)
+    out = np.zeros_like(nbytes)
+    for lvl in pair_levels(cluster, tuple(src), tuple(dst)):
+        if lvl >= 0:
+            out = np.maximum(out, nbytes / path_bandwidth(cluster, lvl)
+                             + cluster.levels[lvl].latency_s)
+    return np.where(nbytes > 0, out, 0.0)
+
+
+@lru_cache(maxsize=4096)
+def pair_levels(cluster: ClusterSpec, src: tuple, dst: tuple) -> tuple[int, ...]:
+    """The distinct network levels the `pairs` of a transfer cross (-1: the same device)."""
+    return tuple(sorted({cluster.level_of(a, b) for a, b in pairs(src, dst)}))
+
+
+def group_lines(cluster: ClusterSpec, kind: str, groups) -> list:
+    """Alpha-beta lines of one representative per distinct group shape (`distinct`); [] when the
+    groups are single devices."""
+    if len(groups) == 0 or len(groups[0]) <= 1:
+        return []
+    return [coefficients(cluster, kind, g) for g in distinct(cluster, groups)]
+
+
+def lines_time(lines_per_group: list, nbytes):
+    """A collective run by all groups at once (lines from `group_lines`): the slowest group, each
+    at its fastest algorithm; 0 where nbytes <= 0. Broadcasts over arrays of buffer sizes."""
+    nbytes = np.asarray(nbytes, dtype=float)
+    if not lines_per_group:
+        return np.zeros_like(nbytes)
+    out = np.zeros_like(nbytes)
+    for lines in lines_per_group:
+        best = lines[0][0] + lines[0][1] * nbytes
+        for a, b in lines[1:]:
+            best = np.minimum(best, a + b * nbytes)
+        out = np.maximum(out, best)
+    return np.where(nbytes > 0, out, 0.0)
+
+
+def worst(cluster: ClusterSpec, kind: str, groups, nbytes: float) -> float:
+    """Slowest instance of a collective run by all `groups` at once."""
+    return float(lines_time(group_lines(cluster, kind, groups), nbytes))
 
 
 def _multi_ring(cluster: ClusterSpec, kind: str, group: tuple[int, ...]) -> tuple[float, float]:
@@ -143,9 +195,9 @@ def coefficients(cluster: ClusterSpec, kind: str, group: tuple[int, ...]
 
 def collective_time(cluster: ClusterSpec, kind: str, group: tuple[int, ...], nbytes: float) -> float:
     """Time of one collective of `kind` over the devices `group` with an S-byte buffer."""
-    if len(group) <= 1 or nbytes <= 0:
+    if len(group) <= 1:
         return 0.0
-    return min(a + b * nbytes for a, b in coefficients(cluster, kind, group))
+    return float(lines_time([coefficients(cluster, kind, group)], nbytes))
 
 
 @lru_cache(maxsize=65536)

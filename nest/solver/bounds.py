@@ -1,0 +1,179 @@
+"""Candidate (variant, p, d) -> lower bounds on its optimum time per batch, from the stage kernel.
+
+The solver visits candidates in order of these bounds and stops when the next bound reaches the
+best time found (branch and bound), so each must never exceed the exact optimum of its candidate
+over every cut, option and placement of the space. Each function states its relaxation; all
+prices come from nest.costs.stage (its layer tables, group terms, ZeRO schedule and memory model)
+and rest on two monotonicity facts of that kernel: every collective, transfer and optimizer time
+is non-decreasing in its bytes (alpha-beta lines with beta >= 0), and a stage's time is a sum of
+per-layer terms. tests/test_bounds.py checks every bound against the exact optimum on random
+clusters (2-4 levels, oversubscribed and flattened), d not a multiple of the node size, tied and
+untied, dense and MoE models.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nest.costs.memory import optimizer_step_s, per_device
+from nest.costs.stage import (LayerTable, Options, bytes_per_param, fixed_bytes, group_terms,
+                              range_sum, zero_schedule)
+from nest.graph.layer_graph import Variant
+from nest.network.collectives import lines_time, path_bandwidth
+from nest.plan import place
+from nest.problem import Problem
+from nest.space import SearchSpace
+
+ALIGNED = ("replica_major", "stage_major")  # placements whose replicas are aligned id blocks
+
+
+def replica_blocks_aligned(space: SearchSpace) -> bool:
+    """Whether every placement of the space puts each replica on an aligned block of `width`
+    consecutive ids (true for Megatron orders whose three fastest dimensions are tp, cp, ep)."""
+    return all(pl in ALIGNED or set(pl.split("-")[:3]) == {"tp", "cp", "ep"}
+               for pl in space.placements)
+
+
+def collective_floor_LR(problem: Problem, lt: LayerTable, space: SearchSpace) -> np.ndarray:
+    """Per layer and recomputation mode, a floor on the variant's collectives in any stage.
+    Relaxation: a stage's collective of a group kind costs at least that collective on one of
+    its replicas, and every replica is an aligned block [k w, (k+1) w) (`replica_blocks_aligned`),
+    so the cheapest block (over its distinct shapes) bounds every stage, whatever the level
+    costs do (flattened clusters: a cross-node group can be faster than an intra-node one).
+    Without aligned replicas: 0 (no floor)."""
+    v, L = lt.variant, lt.num_layers
+    out = np.zeros((L, len(lt.modes)))
+    if v.width == 1 or not replica_blocks_aligned(space):
+        return out
+    from nest.network.collectives import distinct
+
+    n = problem.num_devices // v.width
+    blocks = np.arange(n * v.width).reshape(n, v.width)
+    best = None
+    for blk in distinct(problem.cluster, blocks):
+        gt = group_terms(problem, lt, tuple(blk), 1)
+        row = np.diff(gt.cum_LR, axis=0)  # per layer, per mode
+        best = row if best is None else np.minimum(best, row)
+    return best
+
+
+def floor_LR(problem: Problem, lt: LayerTable, space: SearchSpace) -> np.ndarray:
+    """Per layer and mode, a floor on its share of any stage's time per micro-batch: its compute
+    (exact) plus `collective_floor_LR`."""
+    return lt.comp_LR + collective_floor_LR(problem, lt, space)
+
+
+def p2p_floor(problem: Problem, lt: LayerTable, space: SearchSpace):
+    """Floors on a stage's pipeline sends, per boundary layer (forward: by its last layer b,
+    backward: by its first layer a). Relaxation: the devices of consecutive stages are at least
+    `stride` ids apart (stage-major: width, replica-major: d * width >= width; an order string:
+    the product of the degrees faster than pp, d counted as 1), so a pair meets at the lowest
+    level whose groups hold more than `stride` ids, or above; the cheapest of those levels
+    prices the transfer (no monotonicity of levels assumed)."""
+    cl, v = problem.cluster, lt.variant
+    stride = min(_pp_stride(pl, v) for pl in space.placements)
+    levels = [i for i, lv in enumerate(cl.levels) if lv.devices_per_group > stride] or [
+        len(cl.levels) - 1]
+
+    def floor(nbytes: np.ndarray) -> np.ndarray:
+        t = np.min([nbytes / path_bandwidth(cl, lv) + cl.levels[lv].latency_s for lv in levels],
+                   axis=0)
+        return np.where(nbytes > 0, t, 0.0)
+
+    return floor(lt.out_L), floor(np.concatenate([[0.0], lt.out_L[:-1]]))
+
+
+def _pp_stride(placement: str, v: Variant) -> int:
+    if placement in ALIGNED:
+        return v.width
+    size = {"tp": v.tp, "cp": v.cp, "ep": v.ep, "dp": 1, "pp": 1}
+    dims = placement.split("-")
+    return max(1, math.prod(size[k] for k in dims[:dims.index("pp")]))
+
+
+def largest_dp(problem: Problem, v: Variant, p: int) -> int:
+    return max(1, min(problem.num_devices // (p * v.width),
+                      problem.training.global_batch // (problem.mbs * v.ep)))
+
+
+def memory_aware_bound(problem: Problem, space: SearchSpace, lt: LayerTable, p: int,
+                       floor_LLR: np.ndarray, send_floors) -> float:
+    """X_lb(p): a lower bound on the bottleneck stage time max_j t_j of any plan with p stages
+    and any d. Relaxation: stage j's time is at least its floor (`floor_LR` + `p2p_floor`) with
+    the cheapest recomputation mode that fits at its position under the most favourable d (the
+    largest: the most ZeRO sharding and the fewest micro-batches to stash; fewer replicas only
+    need more memory) and the most favourable ZeRO stage; a min-max DP over the cuts."""
+    v, L = lt.variant, lt.num_layers
+    hw = problem.cluster.hardware
+    d = largest_dp(problem, v, p)
+    m = problem.num_microbatches(d, v.ep)
+    fixed = fixed_bytes(problem, lt, d, Options(space.zero_stages, lt.modes)).min(axis=2)
+    from nest.costs.memory import allocatable
+
+    room = allocatable(hw) * (1 + 1e-9) - fixed  # slack keeps the bound valid
+    valid = np.tril(np.ones((L, L), dtype=bool))[..., None]
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        n = np.floor(room / lt.act_LLR)
+    max_stash_LLR = np.where(valid & (room >= 0), np.where(np.isnan(n), np.inf, n), -1)
+    send_fwd_L, send_bwd_L = send_floors
+    f = None
+    for j in range(p):
+        cost = np.where(max_stash_LLR >= min(p - j, m), floor_LLR, np.inf).min(axis=2)
+        if j < p - 1:
+            cost = cost + send_fwd_L[:, None]
+        if j > 0:
+            cost = cost + send_bwd_L[None, :]
+        if f is None:
+            f = cost[:, 0].copy()
+        else:
+            prev = np.concatenate([[np.inf], f[:-1]])
+            f = np.min(np.maximum(cost, prev[None, :]), axis=1)
+    return float(f[L - 1])
+
+
+def weight_bound(problem: Problem, space: SearchSpace, lt: LayerTable, p: int, d: int) -> float:
+    """A lower bound from the weights alone. Relaxation: some stage k holds at least 1/p of the
+    dense parameters (and some stage, maybe another, 1/p of the expert ones); T >= (m + p - 1)
+    t_k + u_k >= (m + p - 1) * its per-micro-batch ZeRO collectives + its sync + its optimizer
+    step, all non-decreasing in its bytes, priced with k's ZeRO stage on k's data-parallel groups;
+    k, its ZeRO stage and the placement are unknown, so the minimum over all of them."""
+    v, tr, hw = lt.variant, problem.training, problem.cluster.hardware
+    m = problem.num_microbatches(d, v.ep)
+    total_dense = lt.pd_LL[-1, 0] if p == 1 else lt.dense_L.sum()
+    best = {"dense": math.inf, "expert": math.inf}
+    shares = {"dense": (total_dense / p, 0.0), "expert": (0.0, lt.expert_L.sum() / p)}
+    for placement in space.placements:
+        ids = place(p, d, v.width, placement)
+        seen = set()
+        for j in range(p):
+            gt = group_terms(problem, lt, ids[j], d)
+            if id(gt) in seen:
+                continue
+            seen.add(id(gt))
+            for part, (pd, pe) in shares.items():
+                if not pd and not pe:
+                    best[part] = 0.0
+                    continue
+
+                def coll(kind: str, which: str, pd=pd, pe=pe, gt=gt):
+                    n = bytes_per_param(tr, which)
+                    return float(lines_time(gt.dp_lines["dense"][kind], n * pd)
+                                 + lines_time(gt.dp_lines["expert"][kind], n * pe))
+
+                for z in space.zero_stages:
+                    per_mb, sync = zero_schedule(z, coll)
+                    x = ((m + p - 1) * sum(per_mb.values()) + sum(sync.values())
+                         + optimizer_step_s(per_device(pd, pe, d, v.ep, v.cp, z >= 1), tr, hw))
+                    best[part] = min(best[part], x)
+    return max(best.values())
+
+
+def compute_bounds(problem: Problem, space: SearchSpace, lt: LayerTable, max_pp: int):
+    """X_lb[p] for every p from the floors alone (no memory): min over cuts into p stages of the
+    largest stage floor (index 0 unused); and the floor table [b, a, r] for refinements."""
+    from nest.solver.dp import lower_bounds
+
+    floor = floor_LR(problem, lt, space)
+    return lower_bounds(range_sum(floor.min(axis=1)), max_pp), range_sum(floor)
