@@ -18,16 +18,27 @@ What maps directly (Megatron-LM / Megatron-Core argument names):
                                optim_grads_params (newer releases name it --use-megatron-fsdp)
     batch                      --micro-batch-size, --global-batch-size (Megatron's data-parallel
                                size is dp x ep: experts parallelise inside the data-parallel ranks)
-Rank order: Megatron builds its groups from ranks in the order tp-cp-ep-dp-pp (tp fastest), our
-replica_major placement; --use-tp-pp-dp-mapping gives tp-cp-ep-pp-dp, our stage_major (Megatron
-allows it only without ep / cp). Rank r runs on the device the plan gives that rank's coordinates:
-the rank map lists, per rank, its coordinates and its device (node = id // devices per node), so a
-launcher can pin it; for regular placements it is the identity.
+Rank order (nest.placement): Megatron-LM's CLI builds its groups in the order tp-cp-ep-dp-pp (tp
+fastest, our replica_major) or, with --use-tp-pp-dp-mapping, tp-cp-ep-pp-dp (our stage_major);
+either counts only where megatron-core builds exactly the groups we price for it
+(nest.placement.expressible: stage_major with ep > 1 and pp > 1 is rejected unless cp == ep, and
+with cp > 1 and ep > 1 both fold ep over cp). The launch order is chosen in this order:
+    1. a CLI order whose rank map is the identity (the plan's placement is that order);
+    2. a CLI order whose rank map is launchable: torchrun gives node n the ranks n*k .. n*k+k-1
+       (k = ranks per node), so each such block must land on one node (the node is chosen by
+       --node-rank, the device inside it by pinning; nothing else can move);
+    3. otherwise the plan is projected onto the expressible order with the shortest time per batch
+       (a warning reports both times).
+With cp > 1 and ep > 1 no CLI order qualifies: the candidates are then megatron-core's orders
+(nest.placement.launcher_orders), run with initialize_model_parallel(order=...) (the one line in
+megatron/training/initialize.py that passes the order), and a warning says so. Rank r runs on the
+device the plan gives that rank's coordinates: the rank map lists, per rank, its coordinates and
+its device (node = id // devices per node), so a launcher can pin it.
 
 What Megatron cannot express is projected and re-scored, never hidden: stage-wise recomputation or
 ZeRO stages become the strongest mode any stage uses (it needs no more memory), GPipe becomes 1F1B,
-stage_major with ep or cp becomes replica_major; each projection is a warning, and the projected
-plan's time per batch under the shared evaluator is reported beside the original's.
+an unlaunchable placement becomes the best expressible order; each projection is a warning, and the
+projected plan's time per batch under the shared evaluator is reported beside the original's.
 """
 
 from __future__ import annotations
@@ -35,7 +46,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from nest.evaluate import Problem, evaluate
-from nest.plan import Plan, place
+from nest.placement import (
+    CLI_ORDERS,
+    DEFAULT_ORDER,
+    expressible,
+    harness_groups,
+    launcher_orders,
+    megatron_groups,
+    stage_device_ids,
+)
+from nest.plan import Plan
 from nest.plan_spec import block_cuts
 
 RECOMPUTE_ORDER = ("none", "selective", "full")
@@ -52,6 +72,7 @@ class MegatronExport:
     warnings: list[str] = field(default_factory=list)
     time_per_batch_s: float | None = None  # the exported plan's, shared evaluator
     original_time_per_batch_s: float | None = None
+    order: str = DEFAULT_ORDER  # the rank order Megatron builds its groups in
 
     def command(self) -> str:
         nodes = -(-self.world_size // self.devices_per_node)
@@ -122,14 +143,58 @@ def _project(plan: Plan, warnings: list[str]) -> Plan:
     if plan.schedule == "gpipe":
         warnings.append("Megatron-LM runs 1F1B, not GPipe: exported as 1F1B")
         out = out.with_(schedule="1f1b")
-    if plan.placement == "stage_major" and (plan.ep > 1 or plan.cp > 1):
-        warnings.append("--use-tp-pp-dp-mapping (stage_major) does not combine with expert or "
-                        "context parallelism in Megatron-LM: exported replica_major")
-        ids = place(plan.pp, plan.dp, plan.width, "replica_major")
-        out = out.with_(placement="replica_major",
-                        stages=tuple(replace(s, device_ids=ids[j % plan.pp])
-                                     for j, s in enumerate(out.stages)))
     return out
+
+
+def launch_candidates(plan: Plan) -> tuple[list[str], bool]:
+    """Orders the export may launch `plan` with, preferred first, and whether Megatron-LM's CLI
+    expresses them (else they need megatron-core's `order` argument)."""
+    deg = (plan.tp, plan.cp, plan.ep, plan.dp, plan.pp)
+    cli = [o for o in CLI_ORDERS if expressible(*deg, o)]
+    return (cli, True) if cli else (list(launcher_orders(*deg)), False)
+
+
+def launchable(rank_map: list[dict], devices_per_node: int) -> bool:
+    """torchrun gives node n the ranks n*k .. n*k+k-1 (k ranks per node): every such block must
+    lie on one node (which node is --node-rank's choice, which device in it is pinning's)."""
+    k = min(len(rank_map), devices_per_node)
+    nodes: dict[int, set[int]] = {}
+    for r in rank_map:
+        nodes.setdefault(r["rank"] // k, set()).add(r["node"])
+    return all(len(v) == 1 for v in nodes.values())
+
+
+def _with_order(plan: Plan, order: str) -> Plan:
+    ids = stage_device_ids(plan.pp, plan.dp, plan.tp, plan.cp, plan.ep, order)
+    return plan.with_(placement=order, stages=tuple(replace(s, device_ids=ids[j % plan.pp])
+                                                    for j, s in enumerate(plan.stages)))
+
+
+def _resolve_order(plan: Plan, problem: Problem, per_node: int,
+                   warnings: list[str]) -> tuple[Plan, str, list[dict]]:
+    """(plan to export, launch order, rank map): module docstring, steps 1-3."""
+    cands, cli = launch_candidates(plan)
+    maps = {o: _rank_map(plan, o, per_node) for o in cands}
+    chosen = next((o for o in cands if all(r["rank"] == r["device"] for r in maps[o])), None)
+    if chosen is None:
+        chosen = next((o for o in cands if launchable(maps[o], per_node)), None)
+    out = plan
+    if chosen is None:
+        scored = [(evaluate(q, problem).time_per_batch_s, o, q)
+                  for o in cands for q in [_with_order(plan, o)]]
+        _, chosen, out = min(scored, key=lambda x: x[0])
+        maps[chosen] = _rank_map(out, chosen, per_node)
+        warnings.append(f"placement '{plan.placement}' is not launchable (torchrun gives each "
+                        f"node a block of {min(len(maps[chosen]), per_node)} consecutive ranks; "
+                        f"only devices within a node can be pinned): exported as {chosen}, the "
+                        f"expressible order with the shortest time per batch")
+    if not cli:
+        warnings.append(f"with cp = {plan.cp} and ep = {plan.ep} both > 1, Megatron-LM's CLI "
+                        f"orders fold expert parallelism over context-parallel ranks (megatron-"
+                        f"core's expert rank generator has no cp), which is not this plan: launch "
+                        f"with initialize_model_parallel(order='{chosen}') (megatron/training/"
+                        f"initialize.py passes the order)")
+    return out, chosen, maps[chosen]
 
 
 def _rank_map(plan: Plan, order: str, devices_per_node: int) -> list[dict]:
@@ -150,7 +215,9 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
     warnings: list[str] = []
     original = evaluate(plan, problem)
     out = _project(plan, warnings)
-    projected = bool(warnings)
+    hw_per_node = problem.cluster.levels[0].devices_per_group
+    out, order, ranks = _resolve_order(out, problem, hw_per_node, warnings)
+    projected = out != plan
     ev = evaluate(out, problem) if projected else original
     if projected:
         warnings.append(f"time per batch under the shared evaluator: {ev.time_per_batch_s:.4f} s "
@@ -187,10 +254,8 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
     elif z in (2, 3):
         a += ["--use-custom-fsdp", "--data-parallel-sharding-strategy",
               "optim_grads" if z == 2 else "optim_grads_params"]
-    order = "tp-cp-ep-dp-pp"
-    if out.placement == "stage_major":
+    if order == "tp-cp-ep-pp-dp":
         a.append("--use-tp-pp-dp-mapping")
-        order = "tp-cp-ep-pp-dp"
     a += ["--micro-batch-size", str(out.mbs), "--global-batch-size", str(out.global_batch)]
     # the model (Megatron-LM's GPT / BERT arguments)
     a += ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
@@ -210,39 +275,44 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
     if not m.has_dropout:
         a += ["--attention-dropout", "0", "--hidden-dropout", "0"]
     a += ["--bf16", "--vocab-size", str(m.vocab_size)]
-    hw_per_node = problem.cluster.levels[0].devices_per_group
-    ranks = _rank_map(out, order, hw_per_node)
     exp = MegatronExport(out, a, "pretrain_bert.py" if m.family == "bert" else "pretrain_gpt.py",
                          len(ranks), hw_per_node, ranks, warnings, ev.time_per_batch_s,
-                         original.time_per_batch_s)
+                         original.time_per_batch_s, order)
     check_against_plan(exp)  # an internal invariant: Megatron's groups are the ones we priced
     return exp
 
 
-def _groups_of(ranks: list[dict], vary: str) -> set[frozenset[int]]:
-    """Device sets that differ only in coordinate `vary` (for checks)."""
-    keys = [k for k in ("pp", "dp", "ep", "cp", "tp") if k != vary]
-    out = {}
+def _groups_of(ranks: list[dict], vary: tuple[str, ...]) -> set[frozenset[int]]:
+    """Device sets that differ only in the coordinates `vary` (for checks)."""
+    keys = [k for k in ("pp", "dp", "ep", "cp", "tp") if k not in vary]
+    out: dict[tuple, set[int]] = {}
     for r in ranks:
         out.setdefault(tuple(r[k] for k in keys), set()).add(r["device"])
     return {frozenset(s) for s in out.values()}
 
 
+# group kind (nest.placement.harness_groups) -> the rank-map coordinates its groups vary
+RANK_MAP_KINDS = {"tp": ("tp",), "cp": ("cp",), "ep": ("ep",), "pp": ("pp",),
+                  "dp": ("dp", "ep"), "dp_cp": ("dp", "ep", "cp"), "expert_dp": ("dp", "cp")}
+
+
 def check_against_plan(exp: MegatronExport) -> None:
-    """Megatron's pipeline stages and tensor-parallel groups, built from the rank map, are the
-    plan's stage device sets and its tp groups (nest.evaluate.inner_groups); raise if not."""
-    from nest.evaluate import inner_groups
-
+    """Every group kind is the plan's: the tp, cp, ep, dp (ours, and Megatron's dp x ep), pp and
+    gradient groups of the rank map's coordinates, and the groups megatron-core builds for the
+    launch order (nest.placement.megatron_groups) mapped through the rank map, equal the groups
+    the evaluator prices from the stages' device ids (nest.evaluate.inner_groups); raise if not."""
     plan = exp.plan
-    stages = {}
-    for r in exp.rank_map:
-        stages.setdefault(r["pp"], set()).add(r["device"])
+    dev = {r["rank"]: r["device"] for r in exp.rank_map}
+    assert len(set(dev.values())) == len(exp.rank_map), "a device used twice"
+    stages = [s.device_ids for s in plan.stages[:plan.pp]]
     for j in range(plan.pp):
-        assert stages[j] == set(plan.stages[j].device_ids), f"stage {j}"
-    tp = {frozenset(row.tolist()) for j in range(plan.pp)
-          for row in inner_groups(plan.stages[j].device_ids, plan.tp, plan.cp, plan.ep,
-                                  plan.dp)["tp"]}
-    assert _groups_of(exp.rank_map, "tp") == tp, "tensor-parallel groups"
-    assert len({r["device"] for r in exp.rank_map}) == len(exp.rank_map), "a device used twice"
-
-
+        assert {r["device"] for r in exp.rank_map if r["pp"] == j} == set(stages[j]), f"stage {j}"
+    ours = harness_groups(stages, plan.tp, plan.cp, plan.ep, plan.dp)
+    for kind, vary in RANK_MAP_KINDS.items():
+        assert _groups_of(exp.rank_map, vary) == ours[kind], f"{kind} groups of the rank map"
+        if kind == "dp":  # our own data-parallel coordinate alone
+            assert _groups_of(exp.rank_map, ("dp",)) == ours["dp_ours"], "dp groups (ours)"
+    meg = megatron_groups(plan.tp, plan.cp, plan.ep, plan.dp, plan.pp, exp.order)
+    for kind, groups in meg.items():
+        assert {frozenset(dev[r] for r in g) for g in groups} == ours[kind], (
+            f"megatron-core's {kind} groups for order {exp.order}")

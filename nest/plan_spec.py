@@ -16,7 +16,8 @@ in the layer cuts and the device ids (nest.plan.place):
     recompute: selective        # none | selective | full, or one per stage
     zero_stage: 0               # 0..3, or one per stage (1 = Megatron's distributed optimizer)
     schedule: 1f1b              # 1f1b | gpipe | interleaved (with virtual_stages: v)
-    placement: replica_major    # Megatron's rank order (tp, dp fastest) | stage_major
+    placement: replica_major    # Megatron's rank order (tp, dp fastest) | stage_major | a rank
+                                # order string, fastest first, e.g. tp-ep-dp-cp-pp (nest.placement)
     cuts: [[0, 12], ...]        # optional: first and last layer-graph index per stage (or chunk);
                                 # default: transformer blocks spread evenly, embedding first,
                                 # head last (Megatron-LM)
@@ -99,7 +100,10 @@ def expand(d: dict, problem, where: str) -> Plan:
     rec = _per_stage(d.get("recompute", "none"), pp, "recompute", where)
     zero = _per_stage(d.get("zero_stage", 0), pp, "zero_stage", where)
     width = tp * ep * cp
-    ids = place(pp, dp, width, d.get("placement", "replica_major"))
+    try:
+        ids = place(pp, dp, width, d.get("placement", "replica_major"), tp=tp, cp=cp, ep=ep)
+    except PlanError as e:
+        raise PlanError(f"{where}: key 'placement': {e}") from None
     stages = tuple(Stage(a, b, dp * width, ids[c % pp], zero[c % pp], rec[c % pp])
                    for c, (a, b) in enumerate(cuts))
     return Plan(planner=d.get("planner", "user"), model=d["model"], cluster=d["cluster"],
