@@ -75,6 +75,7 @@ from dataclasses import dataclass
 
 from baselines.alpa_e_ilp import (mesh_view, range_tables, sharding_of, sharding_table,
                                   solve_ilp, submesh_sizes)
+from nest.costs.memory import peak
 from nest.errors import SpecError
 from nest.evaluate import Problem, evaluate
 from nest.planners import NoPlan
@@ -107,7 +108,7 @@ def stage_times(rt, problem: Problem, B: int, smax: int):
     stash = np.minimum(np.arange(1, smax + 1), B).astype(float)
     alloc = rt.fixed_OKI[..., None] + stash * rt.act_OKI[..., None]
     with np.errstate(invalid="ignore"):
-        fits = alloc + alloc * hw.memory_fragmentation + hw.memory_overhead_bytes <= hw.hbm_bytes
+        fits = peak(alloc, hw) <= hw.hbm_bytes
     t = np.where(fits, rt.time_OKI[..., None], np.inf)
     return t.min(axis=0), t.argmin(axis=0)
 

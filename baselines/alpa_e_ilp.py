@@ -37,7 +37,10 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from nest.evaluate import Problem, inner_groups, per_device, shard_sizes, worst
+from nest.costs.memory import optimizer_step_s, per_device, state_bytes, tied_embedding_params
+from nest.costs.stage import bytes_per_param, inner_groups, zero_schedule
+from nest.network.collectives import worst
+from nest.problem import Problem
 from nest.graph.layer_graph import Variant
 from nest.network.collectives import coefficients, collective_time, distinct
 from nest.specs import ClusterSpec, NetworkLevel
@@ -191,24 +194,19 @@ def bucket_time(tab: ShardingTable, vi: int, o: int, pd, pe):
     wb, gb = tab.bytes_per_param
     ln = tab.lines[vi]
 
-    def both(kind, bpp):
+    def both(kind, which):
+        bpp = gb if which == "grad" else wb
         return price(ln[(kind, "dense")], bpp * pd) + price(ln[(kind, "expert")], bpp * pe)
 
-    t = both("reduce_scatter", gb) if z >= 2 else 0.0
-    if z == 3:
-        t = t + 2 * both("all_gather", wb)
-    sync = {0: lambda: both("all_reduce", gb),
-            1: lambda: both("reduce_scatter", gb) + both("all_gather", wb),
-            2: lambda: both("all_gather", wb), 3: lambda: 0.0}[z]()
-    return t + sync / tab.B
+    per_mb, sync = zero_schedule(z, both)  # the stage kernel's ZeRO schedule
+    return sum(per_mb.values(), 0.0) + sum(sync.values(), 0.0) / tab.B
 
 
 def sharding_table(problem: Problem, mesh: ClusterSpec, D: int, x: int,
                    variants: list[Variant], knobs, B: int) -> ShardingTable:
     g, tr, hw = problem.graph, problem.training, problem.cluster.hardware
     L, V, O = g.num_layers, len(variants), len(knobs)
-    wb, gb, osb = tr.weight_bytes_per_param, tr.grad_bytes_per_param, tr.optimizer_state_bytes
-    step_s_per_param = tr.optimizer_step_bytes / (hw.hbm_bytes_per_s * hw.memory_efficiency)
+    wb, gb = tr.weight_bytes_per_param, tr.grad_bytes_per_param
     ids = tuple(range(D * x))  # a submesh's costs on the 2-D mesh do not depend on where it sits
     shape = (L, V, O)
     comm, coll, comp, states, act, work = (np.zeros(shape) for _ in range(6))
@@ -216,23 +214,20 @@ def sharding_table(problem: Problem, mesh: ClusterSpec, D: int, x: int,
     tied, tied_states, tied_step = np.zeros(V), np.zeros((V, O)), np.zeros((V, O))
     all_lines = []
     for vi, v in enumerate(variants):
-        problem.ensure_variant(v)
         d = D // v.ep
         grp = inner_groups(ids, v.tp, v.cp, v.ep, d)
         ln = {(kind, part): _lines(mesh, kind, grp["dp_" + part])
               for kind in ("all_reduce", "reduce_scatter", "all_gather")
               for part in ("dense", "expert")}
         all_lines.append(ln)
-        n_dense, _ = shard_sizes(d, v.ep, v.cp)
 
         slopes = {key: slope(lines) for key, lines in ln.items()}
 
-        def per_byte(kind, bpp, c, sl=slopes):  # the ILP's share of a bucketed collective
-            return bpp * (sl[(kind, "dense")] * c.dense_params
-                          + sl[(kind, "expert")] * c.expert_params)
+        def per_byte(kind, which, c, sl=slopes):  # the ILP's share of a bucketed collective
+            return bytes_per_param(tr, which) * (sl[(kind, "dense")] * c.dense_params
+                                                 + sl[(kind, "expert")] * c.expert_params)
 
-        if g.tied_embeddings:
-            tied[vi] = problem.model.vocab_size * problem.model.hidden_size / v.tp
+        tied[vi] = tied_embedding_params(problem.model, g, v.tp)
         memo: dict[int, tuple] = {}
         for li, la in enumerate(g.layers):
             c = la.costs[v.key]
@@ -246,28 +241,24 @@ def sharding_table(problem: Problem, mesh: ClusterSpec, D: int, x: int,
             own, own_fwd = memo[id(c)]
             dense[li, vi], expert[li, vi], params[li, vi] = c.dense_params, c.expert_params, c.params
 
-            def sharded(on: bool, c=c, d=d, v=v) -> float:
-                return per_device(c.dense_params, c.expert_params, d, v.ep, v.cp, on)
+            def step(pd, pe, z, d=d, v=v) -> float:
+                return optimizer_step_s(per_device(pd, pe, d, v.ep, v.cp, z >= 1), tr, hw)
 
             for oi, (z, r) in enumerate(knobs):
                 coll[li, vi, oi] = own + (own_fwd if r == "full" else 0.0)  # remat re-runs fwd
-                zero_mb = (per_byte("reduce_scatter", gb, c) if z >= 2 else 0.0) + (
-                    2 * per_byte("all_gather", wb, c) if z == 3 else 0.0)
-                sync = {0: per_byte("all_reduce", gb, c),
-                        1: per_byte("reduce_scatter", gb, c) + per_byte("all_gather", wb, c),
-                        2: per_byte("all_gather", wb, c), 3: 0.0}[z]
-                comm[li, vi, oi] = coll[li, vi, oi] + zero_mb + sync / B
+                per_mb, sync = zero_schedule(z, lambda kind, which, c=c: per_byte(kind, which, c))
+                comm[li, vi, oi] = (coll[li, vi, oi] + sum(per_mb.values(), 0.0)
+                                    + sum(sync.values(), 0.0) / B)
                 comp[li, vi, oi] = (t.fwd_s + t.bwd_s + t.recompute_s[r]
-                                    + step_s_per_param * sharded(z >= 1) / B)
-                states[li, vi, oi] = (wb * sharded(z >= 3) + gb * sharded(z >= 2)
-                                      + osb * sharded(z >= 1))
+                                    + step(c.dense_params, c.expert_params, z) / B)
+                states[li, vi, oi] = sum(state_bytes(c.dense_params, c.expert_params, d, v.ep,
+                                                     v.cp, z, tr).values())
                 act[li, vi, oi] = c.act_bytes[r]
                 work[li, vi, oi] = c.act_bytes["none"] - c.act_bytes[r]
                 if li == 0:
-                    tied_states[vi, oi] = tied[vi] * sum(
-                        b / n_dense if z >= lvl else b for b, lvl in ((wb, 3), (gb, 2), (osb, 1)))
-                    tied_step[vi, oi] = (step_s_per_param * tied[vi] / (n_dense if z >= 1 else 1)
-                                         / B)
+                    tied_states[vi, oi] = sum(state_bytes(tied[vi], 0.0, d, v.ep, v.cp, z,
+                                                          tr).values())
+                    tied_step[vi, oi] = step(tied[vi], 0.0, z) / B
     resh = np.zeros((max(L - 1, 0), V, V))
     for li in range(L - 1):
         for a, u in enumerate(variants):

@@ -60,7 +60,8 @@ from dataclasses import dataclass
 import highspy
 import numpy as np
 
-from nest.evaluate import Problem
+from nest.costs.memory import peak
+from nest.problem import Problem
 from nest.network.collectives import flattened
 from nest.planners import NoPlan
 from nest.solver.arrays import fixed_memory, layer_arrays, stage_arrays
@@ -145,7 +146,7 @@ def stage_table(flat: Problem, space: SearchSpace, la, v, p: int, d: int) -> Sta
         ab = np.array([canonical_range(j, p, n, nb) for n in ns])
         a, b = ab[:, 0], ab[:, 1]
         alloc = fixed_LLO[b, a] + min(p - j, m) * act_LLO[b, a]  # [n, O], the evaluator's formula
-        mem = alloc + alloc * hw.memory_fragmentation + hw.memory_overhead_bytes
+        mem = peak(alloc, hw)
         assert np.array_equal(mem <= hw.hbm_bytes, arr.ok_JLLO[j, b, a])
         out.n.append(np.repeat(ns, O))
         out.o.append(np.tile(np.arange(O), len(ns)))

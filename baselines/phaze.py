@@ -72,12 +72,14 @@ from dataclasses import replace
 import numpy as np
 
 from nest.errors import SpecError
-from nest.evaluate import Problem
+from nest.costs.memory import peak, state_bytes
+from nest.costs.stage import Options, fixed_bytes
+from nest.problem import Problem
 from nest.network.collectives import flattened
 from nest.plan import PLACEMENTS
-from nest.solver import search
+from nest.solver import plan_of, search
 from nest.solver.arrays import layer_arrays
-from nest.space import SearchSpace, make_plan
+from nest.space import SearchSpace
 
 DEFAULTS = {
     "recompute_modes": ["none", "full"],  # Phaze: recompute or stash activations
@@ -139,11 +141,7 @@ def plan(problem: Problem, settings: dict):
     flat_T, best, stats = search(blind, space)
     if best is None:
         raise NoPlan(_infeasibility_reason(problem, space))
-    v, p, d, placement, stages = best
-    R = len(space.recompute_modes)
-    cuts = [(a, b) for a, b, _ in stages]
-    rec = [space.recompute_modes[o % R] for _, _, o in stages]
-    out = make_plan(problem, "phaze", v, p, d, cuts, [0] * p, rec, placement)
+    out = plan_of(problem, space, "phaze", best)
     bw = blind.cluster.levels[0].bytes_per_s
     return out.with_(predicted_time_per_batch_s=flat_T, solve_time_s=time.perf_counter() - t0,
                      notes=f"flat-network prediction {flat_T:.6g} s at one bandwidth of "
@@ -157,21 +155,21 @@ def _infeasibility_reason(problem: Problem, space: SearchSpace) -> str:
     last stage (one micro-batch stashed), no ZeRO, the cheapest recomputation mode and variant
     (the evaluator's memory formula)."""
     hw, tr = problem.cluster.hardware, problem.training
-    per_param = tr.weight_bytes_per_param + tr.grad_bytes_per_param + tr.optimizer_state_bytes
     need = None
     for v in space.variants:
         if v.width > problem.num_devices:
             continue
         la = layer_arrays(problem, v, space.recompute_modes)
-        alloc = (per_param * (la.dense_L + la.expert_L))[:, None] + la.act_LR + la.work_LR
-        mem = alloc.min(axis=1) * (1 + hw.memory_fragmentation) + hw.memory_overhead_bytes
+        i = np.arange(la.num_layers)
+        alloc = fixed_bytes(problem, la, 1, Options((0,), la.modes), (i, i))[:, 0, :]
+        mem = peak(alloc + la.act_LLR[i, i], hw).min(axis=1)
         need = mem if need is None else np.minimum(need, mem)
     if need is None:
         return (f"every Phaze variant ({[v.key for v in space.variants]}) needs more than the "
                 f"{problem.num_devices} devices")
     i = int(np.argmax(need))
     if need[i] <= hw.hbm_bytes:
-        states = per_param * sum(c.dense_params + c.expert_params for c in la.costs)
+        states = sum(state_bytes(la.dense_L.sum(), la.expert_L.sum(), 1, 1, 1, 0, tr).values())
         return (f"no plan of Phaze's space (no ZeRO, recomputation "
                 f"{list(space.recompute_modes)}) fits in {hw.hbm_bytes / 1e9:.2f} GB per device: "
                 f"every layer fits alone, but one copy of the weights, gradients and optimizer "

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 
-from nest.costs.memory import per_device, shard_sizes  # noqa: F401  (re-exported)
+from nest.costs.memory import per_device, shard_sizes, with_overheads  # noqa: F401
 from nest.costs.stage import Options, inner_groups, layer_table, stage_cost  # noqa: F401
 from nest.errors import PlanError
 from nest.network.collectives import worst  # noqa: F401  (re-exported)
@@ -275,9 +275,7 @@ def _per_device(chunks: list[StageResult], p: int, hw) -> list[StageResult]:
         mem = {k: sum(c.memory_bytes[k] for c in mine)
                for k in ("weights", "gradients", "optimizer_states", "activations")}
         mem["working"] = max(c.memory_bytes["working"] for c in mine)
-        alloc = sum(mem.values())
-        mem["fragmentation"] = alloc * hw.memory_fragmentation
-        mem["framework_overhead"] = hw.memory_overhead_bytes
+        mem = with_overheads(mem, hw)
         bd: dict[str, float] = {}
         sb: dict[str, float] = {}
         for c in mine:

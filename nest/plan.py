@@ -162,8 +162,9 @@ def place(pp: int, dp: int, width: int, placement: str, tp: int | None = None, c
 
 
 def stages_from_cuts(cuts: list[tuple[int, int]], pp: int, dp: int, width: int, placement: str,
-                     zero: list[int], recompute: list[str]) -> tuple[Stage, ...]:
-    ids = place(pp, dp, width, placement)
+                     zero: list[int], recompute: list[str], tp: int | None = None, cp: int = 1,
+                     ep: int = 1) -> tuple[Stage, ...]:
+    ids = place(pp, dp, width, placement, tp=tp, cp=cp, ep=ep)
     return tuple(Stage(a, b, dp * width, ids[j], zero[j], recompute[j])
                  for j, (a, b) in enumerate(cuts))
 

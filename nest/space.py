@@ -32,6 +32,19 @@ class SearchSpace:
     recompute_modes: tuple[str, ...] = ("none", "selective", "full")
     placements: tuple[str, ...] = ("replica_major", "stage_major")
     max_pp: int | None = None
+    heterogeneous: bool = False  # stages may each pick a variant of the candidate's class
+
+    @property
+    def classes(self) -> tuple[tuple[Variant, ...], ...]:
+        """Stage classes: variants that can share one pipeline's (p, d, placement) grid, i.e. the
+        same width tp*ep*cp and the same ep (so every stage has dp*tp*ep*cp devices and runs the
+        same dp*ep micro-batch streams). Homogeneous spaces: one variant per class."""
+        if not self.heterogeneous:
+            return tuple((v,) for v in self.variants)
+        out: dict = {}
+        for v in self.variants:
+            out.setdefault((v.width, v.ep), []).append(v)
+        return tuple(tuple(vs) for vs in out.values())
 
     @property
     def options(self) -> Options:
@@ -56,6 +69,7 @@ def declare(problem: Problem, overrides: dict | None = None) -> SearchSpace:
         recompute_modes=tuple(d.get("recompute_modes", ("none", "selective", "full"))),
         placements=tuple(d.get("placements", ("replica_major", "stage_major"))),
         max_pp=d.get("max_pp"),
+        heterogeneous=bool(d.get("heterogeneous_stages", False)),
     )
 
 
@@ -79,9 +93,10 @@ def cut_options(num_layers: int, pp: int) -> Iterator[list[tuple[int, int]]]:
 
 def count_plans(problem: Problem, space: SearchSpace) -> int:
     n = problem.graph.num_layers
-    per_stage = len(space.zero_stages) * len(space.recompute_modes)
     total = 0
-    for v in space.variants:
+    for cls in space.classes:
+        v = cls[0]
+        per_stage = len(space.zero_stages) * len(space.recompute_modes) * len(cls)
         for p, _d in pp_dp_options(problem, space, v):
             total += math.comb(n - 1, p - 1) * per_stage**p * len(space.placements)
     return total
@@ -89,8 +104,16 @@ def count_plans(problem: Problem, space: SearchSpace) -> int:
 
 def make_plan(problem: Problem, planner: str, v: Variant, pp: int, dp: int,
               cuts: list[tuple[int, int]], zero: list[int], recompute: list[str],
-              placement: str) -> Plan:
-    stages = stages_from_cuts(cuts, pp, dp, v.width, placement, zero, recompute)
+              placement: str, stage_variants: list[Variant] | None = None) -> Plan:
+    """A plan of the space; `stage_variants` (heterogeneous stages, one class: same width and
+    ep as v) gives each stage its own variant, v being the plan's (stage 0's)."""
+    stages = stages_from_cuts(cuts, pp, dp, v.width, placement, zero, recompute,
+                              tp=v.tp, cp=v.cp, ep=v.ep)
+    if stage_variants is not None:
+        v = stage_variants[0]
+        assert all((u.width, u.ep) == (v.width, v.ep) for u in stage_variants)
+        stages = tuple(s if u == v else replace(s, tp=u.tp, sp=u.sp, ep=u.ep, cp=u.cp)
+                       for s, u in zip(stages, stage_variants))
     return Plan(planner=planner, model=problem.model_ref or problem.model.name,
                 cluster=problem.cluster_ref or problem.cluster.name,
                 num_devices=problem.num_devices, mbs=problem.mbs,
@@ -102,11 +125,13 @@ def make_plan(problem: Problem, planner: str, v: Variant, pp: int, dp: int,
 def enumerate_plans(problem: Problem, space: SearchSpace, planner: str = "exhaustive"
                     ) -> Iterator[Plan]:
     n = problem.graph.num_layers
-    for v in space.variants:
+    for cls in space.classes:
+        v = cls[0]
         for p, d in pp_dp_options(problem, space, v):
             for placement in space.placements:
                 for cuts in cut_options(n, p):
-                    for zero in itertools.product(space.zero_stages, repeat=p):
-                        for rec in itertools.product(space.recompute_modes, repeat=p):
-                            yield make_plan(problem, planner, v, p, d, cuts, list(zero),
-                                            list(rec), placement)
+                    for vs in itertools.product(cls, repeat=p):
+                        for zero in itertools.product(space.zero_stages, repeat=p):
+                            for rec in itertools.product(space.recompute_modes, repeat=p):
+                                yield make_plan(problem, planner, vs[0], p, d, cuts, list(zero),
+                                                list(rec), placement, list(vs))

@@ -57,6 +57,13 @@ def peak(allocated, hw):
     return allocated + allocated * hw.memory_fragmentation + hw.memory_overhead_bytes
 
 
+def with_overheads(parts: dict, hw) -> dict:
+    """The allocated parts of `peak` plus its two overhead terms, named: their sum is the peak."""
+    allocated = sum(parts.values())
+    return {**parts, "fragmentation": allocated * hw.memory_fragmentation,
+            "framework_overhead": hw.memory_overhead_bytes}
+
+
 def allocatable(hw) -> float:
     """The largest allocation whose peak fits in HBM (the inverse of `peak`)."""
     return (hw.hbm_bytes - hw.memory_overhead_bytes) / (1 + hw.memory_fragmentation)

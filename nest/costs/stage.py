@@ -26,7 +26,7 @@ from functools import lru_cache
 import numpy as np
 
 from nest.costs.memory import (optimizer_step_s, peak, per_device, state_bytes,
-                               tied_embedding_params, working_bytes)
+                               tied_embedding_params, with_overheads, working_bytes)
 from nest.graph.layer_graph import Variant
 from nest.network.collectives import (collective_time, group_lines, lines_time, pairs,
                                       send_time, shifted, span_level)
@@ -321,9 +321,11 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
                cell: tuple[int, int] | None = None, next_stage=None, prev_stage=None,
                tied_partner=None, detail: bool = False) -> StageCost:
     """Price a stage. `cell` = (first_layer, last_layer) for one stage, None for the whole [b, a]
-    grid. next_stage / prev_stage: (LayerTable, ids) of the neighbours (None at the ends); the
-    transfer carries the larger of the two variants' per-device boundary activation, over
-    `nest.network.collectives.pairs`. tied_partner: ids of the stage at the other end of the
+    grid. next_stage / prev_stage: (LayerTable, ids) of the neighbours (None at the ends); each
+    transfer carries the sending stage's own per-device boundary tensor (its output forward, the
+    gradient of its input backward, in its own variant's layout) over
+    `nest.network.collectives.pairs`; a receiver of another variant re-lays it out locally
+    (not priced), so a stage's time depends only on its own variant and its neighbours' devices. tied_partner: ids of the stage at the other end of the
     pipeline for the first and last stage of a tied model. `stash` may be an array over cells.
     detail (one cell only): the breakdown the evaluator reports."""
     cl, hw, L = problem.cluster, problem.cluster.hardware, lt.num_layers
@@ -341,12 +343,12 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
     send = 0.0
     send_fwd = send_bwd = 0.0
     if next_stage is not None:
-        nlt, nids = next_stage
-        send_fwd = send_time(cl, ids, nids, np.maximum(lt.out_L, nlt.out_L)[b])
+        _, nids = next_stage
+        send_fwd = send_time(cl, ids, nids, lt.out_L[b])
         send = send + send_fwd
     if prev_stage is not None:  # the gradient of layer a-1's output, back to the previous stage
-        plt, pids = prev_stage
-        prev_out = np.concatenate([[0.0], np.maximum(lt.out_L, plt.out_L)[:-1]])
+        _, pids = prev_stage
+        prev_out = np.concatenate([[0.0], lt.out_L[:-1]])
         send_bwd = send_time(cl, ids, pids, prev_out[a])
         send = send + send_bwd
     tied = tied_sync_s(problem, lt, ids, tied_partner)
@@ -452,9 +454,7 @@ def _detail(problem, lt, gt, d, opts, stash, a, b, parts, send_fwd, send_bwd, ti
     mem = {k: float(x) for k, x in state_bytes(pd, pe, d, v.ep, v.cp, z, tr).items()}
     mem["activations"] = float(stash * lt.act_LLR[b, a, ri])
     mem["working"] = float(working_bytes(lt.work_LLR[b, a, ri], lt.maxpar_LL[b, a], z, tr))
-    allocated = sum(mem.values())
-    mem["fragmentation"] = allocated * hw.memory_fragmentation
-    mem["framework_overhead"] = hw.memory_overhead_bytes
+    mem = with_overheads(mem, hw)
     rec = sum(x for k, x in bd.items() if k.startswith("recompute"))
     return {"breakdown_s": bd, "fwd_s": fwd, "sync_breakdown_s": sync,
             "optimizer_s": float(optimizer_step_s(per_device(pd, pe, d, v.ep, v.cp, z >= 1),

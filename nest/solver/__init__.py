@@ -41,7 +41,7 @@ from nest.costs.memory import peak
 from nest.costs.stage import Options, fixed_bytes, layer_table
 from nest.graph.layer_graph import Variant
 from nest.problem import Problem, with_mbs
-from nest.solver.arrays import StageArrays, stage_arrays
+from nest.solver.arrays import StageArrays, class_arrays
 from nest.solver.bounds import compute_bounds, memory_aware_bound, p2p_floor, weight_bound
 from nest.solver.dp import bottleneck
 from nest.space import SearchSpace, declare, make_plan, pp_dp_options
@@ -68,64 +68,80 @@ def solve_fixed(arr: StageArrays, C: float, best_T: float):
 
 
 def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True):
-    """The optimum plan of the space and statistics; None if nothing fits.
+    """The optimum plan of the space and statistics; best = (stage variants, p, d, placement,
+    [(first, last, option)]) or None if nothing fits.
 
-    Candidates (variant, p, d) are popped from a heap by lower bound (nest.solver.bounds): first
-    the compute-only bound (one DP for all p), refined on first pop by the memory-aware bound of
-    (variant, p) and the weight bound of (variant, p, d). prune=False visits every candidate
-    (for tests: the same optimum)."""
+    Candidates (class, p, d) -- a class is the variants a stage may pick (nest.space) -- are
+    popped from a heap by lower bound (nest.solver.bounds): first the compute-only bound (one DP
+    for all p), refined on first pop by the memory-aware bound of (class, p) and the weight bound
+    of (class, p, d). prune=False visits every candidate (for tests: the same optimum)."""
     best_T, best = math.inf, None
     heap: list = []
     lts, refined, floors, sends = {}, {}, {}, {}
-    for vi, v in enumerate(space.variants):
-        lt = layer_table(problem, v, space.recompute_modes)
-        lts[vi] = lt
-        options = list(pp_dp_options(problem, space, v))
+    for ci, cls in enumerate(space.classes):
+        lts[ci] = [layer_table(problem, v, space.recompute_modes) for v in cls]
+        options = list(pp_dp_options(problem, space, cls[0]))
         if not options:
             continue
-        lb, floors[vi] = compute_bounds(problem, space, lt, max(p for p, _ in options))
-        sends[vi] = p2p_floor(problem, lt, space)
+        lb, floors[ci] = compute_bounds(problem, space, lts[ci], max(p for p, _ in options))
+        sends[ci] = p2p_floor(problem, lts[ci], space)
         for p, d in options:
-            m = problem.num_microbatches(d, v.ep)
-            heap.append(((m + p - 1) * lb[p] if prune else 0.0, False, vi, p, d))
+            m = problem.num_microbatches(d, cls[0].ep)
+            heap.append(((m + p - 1) * lb[p] if prune else 0.0, False, ci, p, d))
     num_candidates = len(heap)
     heapq.heapify(heap)
     visited = 0
     while heap and (heap[0][0] < best_T or not prune):
-        bound, is_refined, vi, p, d = heapq.heappop(heap)
-        v = space.variants[vi]
+        bound, is_refined, ci, p, d = heapq.heappop(heap)
+        cls = space.classes[ci]
         if prune and not is_refined:
-            if (vi, p) not in refined:
-                refined[(vi, p)] = memory_aware_bound(problem, space, lts[vi], p, floors[vi],
-                                                      sends[vi])
-            m = problem.num_microbatches(d, v.ep)
-            bound = max((m + p - 1) * refined[(vi, p)],
-                        weight_bound(problem, space, lts[vi], p, d))
-            heapq.heappush(heap, (bound, True, vi, p, d))
+            if (ci, p) not in refined:
+                refined[(ci, p)] = memory_aware_bound(problem, space, lts[ci], p, floors[ci],
+                                                      sends[ci])
+            m = problem.num_microbatches(d, cls[0].ep)
+            bound = max((m + p - 1) * refined[(ci, p)],
+                        weight_bound(problem, space, lts[ci], p, d))
+            heapq.heappush(heap, (bound, True, ci, p, d))
             continue
         for placement in space.placements:
-            arr = stage_arrays(problem, space, lts[vi], v, p, d, placement)
+            arr = class_arrays(problem, space, lts[ci], p, d, placement)
             visited += 1
             res = solve_fixed(arr, arr.num_microbatches + p - 1, best_T)
             if res is not None and res[0] < best_T:
-                best_T, best = res[0], (v, p, d, placement, res[1])
+                O = space.options.size
+                stages = [(a, b, o % O) for a, b, o in res[1]]
+                variants = [cls[o // O] for _, _, o in res[1]]
+                best_T, best = res[0], (variants, p, d, placement, stages)
                 if log:
-                    log(f"  better: T={best_T:.6g} s  {v.key} p={p} d={d} {placement}")
+                    log(f"  better: T={best_T:.6g} s  {'/'.join(v.key for v in variants)} p={p} "
+                        f"d={d} {placement}")
     stats = {"candidates": num_candidates, "visited": visited}
     return best_T, best, stats
 
 
-def candidate_optimum(problem: Problem, space: SearchSpace, v: Variant, p: int, d: int) -> float:
-    """The exact optimum time per batch of one candidate over every cut, option and placement of
-    the space (inf if nothing fits): what every bound of nest.solver.bounds must not exceed."""
-    lt = layer_table(problem, v, space.recompute_modes)
+def candidate_optimum(problem: Problem, space: SearchSpace, cls, p: int, d: int) -> float:
+    """The exact optimum time per batch of one candidate (a variant, or a class of variants the
+    stages pick from) over every cut, option and placement of the space (inf if nothing fits):
+    what every bound of nest.solver.bounds must not exceed."""
+    cls = [cls] if isinstance(cls, Variant) else list(cls)
+    lts = [layer_table(problem, v, space.recompute_modes) for v in cls]
     best = math.inf
     for placement in space.placements:
-        arr = stage_arrays(problem, space, lt, v, p, d, placement)
+        arr = class_arrays(problem, space, lts, p, d, placement)
         res = solve_fixed(arr, arr.num_microbatches + p - 1, best)
         if res is not None:
             best = min(best, res[0])
     return best
+
+
+def plan_of(problem: Problem, space: SearchSpace, planner: str, best):
+    """The plan of a `search` result."""
+    variants, p, d, placement, stages = best
+    cuts = [(a, b) for a, b, _ in stages]
+    zero = [space.options.decode(o)[0] for _, _, o in stages]
+    rec = [space.options.decode(o)[1] for _, _, o in stages]
+    return make_plan(problem, planner, variants[0], p, d, cuts, zero, rec, placement,
+                     variants if len(set(variants)) > 1 else None)
 
 
 def plan(problem: Problem, settings: dict):
@@ -142,11 +158,7 @@ def plan(problem: Problem, settings: dict):
             best_T, best, problem, space = T, found, other, declare(other, settings.get("space"))
     if best is None:
         raise NoPlan(infeasibility_reason(problem, space))
-    v, p, d, placement, stages = best
-    cuts = [(a, b) for a, b, _ in stages]
-    zero = [space.options.decode(o)[0] for _, _, o in stages]
-    rec = [space.options.decode(o)[1] for _, _, o in stages]
-    out = make_plan(problem, "nest", v, p, d, cuts, zero, rec, placement)
+    out = plan_of(problem, space, "nest", best)
     return out.with_(predicted_time_per_batch_s=best_T, solve_time_s=time.perf_counter() - t0,
                      notes=f"visited {stats['visited']} of {stats['candidates']} (variant, p, d)"
                            f" candidates x placements")

@@ -56,19 +56,33 @@ class StageArrays:
 
 def stage_arrays(problem: Problem, space: SearchSpace, la: LayerTable, v: Variant, p: int,
                  d: int, placement: str) -> StageArrays:
-    L = la.num_layers
+    """One variant for every stage."""
+    return class_arrays(problem, space, [la], p, d, placement)
+
+
+def class_arrays(problem: Problem, space: SearchSpace, lts: list[LayerTable], p: int, d: int,
+                 placement: str) -> StageArrays:
+    """Every stage picks a variant of the class (same width and ep, so the same devices per
+    position) as part of its option: o = variant_index * Z * R + z_index * R + r_index, and
+    u[..., variant_index * Z + z_index]."""
+    v, L = lts[0].variant, lts[0].num_layers
     opts = space.options
     m = problem.num_microbatches(d, v.ep)
-    ids = place(p, d, v.width, placement)
+    ids = place(p, d, v.width, placement, tp=v.tp, cp=v.cp, ep=v.ep)
     valid_LL = np.tril(np.ones((L, L), dtype=bool))[..., None]  # a <= b
     hbm = problem.cluster.hardware.hbm_bytes
     t_J, u_J, ok_J = [], [], []
     for j in range(p):
-        c = stage_cost(problem, la, ids[j], d, opts, min(p - j, m),
-                       next_stage=(la, ids[j + 1]) if j + 1 < p else None,
-                       prev_stage=(la, ids[j - 1]) if j > 0 else None,
-                       tied_partner=ids[p - 1 - j] if p > 1 and j in (0, p - 1) else None)
-        t_J.append(c.t.reshape(L, L, -1))
-        ok_J.append((c.mem <= hbm).reshape(L, L, -1) & valid_LL)
-        u_J.append(c.u)
+        ts, us, oks = [], [], []
+        for la in lts:
+            c = stage_cost(problem, la, ids[j], d, opts, min(p - j, m),
+                           next_stage=(la, ids[j + 1]) if j + 1 < p else None,
+                           prev_stage=(la, ids[j - 1]) if j > 0 else None,
+                           tied_partner=ids[p - 1 - j] if p > 1 and j in (0, p - 1) else None)
+            ts.append(c.t.reshape(L, L, -1))
+            oks.append((c.mem <= hbm).reshape(L, L, -1) & valid_LL)
+            us.append(c.u)
+        t_J.append(ts[0] if len(ts) == 1 else np.concatenate(ts, axis=-1))
+        ok_J.append(oks[0] if len(oks) == 1 else np.concatenate(oks, axis=-1))
+        u_J.append(us[0] if len(us) == 1 else np.concatenate(us, axis=-1))
     return StageArrays(np.stack(t_J), np.stack(u_J), np.stack(ok_J), ids, m, opts)

@@ -59,21 +59,27 @@ def collective_floor_LR(problem: Problem, lt: LayerTable, space: SearchSpace) ->
     return best
 
 
-def floor_LR(problem: Problem, lt: LayerTable, space: SearchSpace) -> np.ndarray:
+def floor_LR(problem: Problem, lts, space: SearchSpace) -> np.ndarray:
     """Per layer and mode, a floor on its share of any stage's time per micro-batch: its compute
-    (exact) plus `collective_floor_LR`."""
-    return lt.comp_LR + collective_floor_LR(problem, lt, space)
+    (exact) plus `collective_floor_LR`, the least over the class's variants (`lts`: one layer
+    table per variant a stage may pick)."""
+    return np.min([lt.comp_LR + collective_floor_LR(problem, lt, space) for lt in _seq(lts)],
+                  axis=0)
 
 
-def p2p_floor(problem: Problem, lt: LayerTable, space: SearchSpace):
+def _seq(lts) -> list:
+    return list(lts) if isinstance(lts, (list, tuple)) else [lts]
+
+
+def p2p_floor(problem: Problem, lts, space: SearchSpace):
     """Floors on a stage's pipeline sends, per boundary layer (forward: by its last layer b,
     backward: by its first layer a). Relaxation: the devices of consecutive stages are at least
     `stride` ids apart (stage-major: width, replica-major: d * width >= width; an order string:
     the product of the degrees faster than pp, d counted as 1), so a pair meets at the lowest
     level whose groups hold more than `stride` ids, or above; the cheapest of those levels
     prices the transfer (no monotonicity of levels assumed)."""
-    cl, v = problem.cluster, lt.variant
-    stride = min(_pp_stride(pl, v) for pl in space.placements)
+    cl, lts = problem.cluster, _seq(lts)
+    stride = min(_pp_stride(pl, lt.variant) for pl in space.placements for lt in lts)
     levels = [i for i, lv in enumerate(cl.levels) if lv.devices_per_group > stride] or [
         len(cl.levels) - 1]
 
@@ -82,7 +88,8 @@ def p2p_floor(problem: Problem, lt: LayerTable, space: SearchSpace):
                    axis=0)
         return np.where(nbytes > 0, t, 0.0)
 
-    return floor(lt.out_L), floor(np.concatenate([[0.0], lt.out_L[:-1]]))
+    out_L = np.min([lt.out_L for lt in lts], axis=0)  # each stage sends in its own layout
+    return floor(out_L), floor(np.concatenate([[0.0], out_L[:-1]]))
 
 
 def _pp_stride(placement: str, v: Variant) -> int:
@@ -98,25 +105,29 @@ def largest_dp(problem: Problem, v: Variant, p: int) -> int:
                       problem.training.global_batch // (problem.mbs * v.ep)))
 
 
-def memory_aware_bound(problem: Problem, space: SearchSpace, lt: LayerTable, p: int,
+def memory_aware_bound(problem: Problem, space: SearchSpace, lts, p: int,
                        floor_LLR: np.ndarray, send_floors) -> float:
     """X_lb(p): a lower bound on the bottleneck stage time max_j t_j of any plan with p stages
     and any d. Relaxation: stage j's time is at least its floor (`floor_LR` + `p2p_floor`) with
     the cheapest recomputation mode that fits at its position under the most favourable d (the
     largest: the most ZeRO sharding and the fewest micro-batches to stash; fewer replicas only
     need more memory) and the most favourable ZeRO stage; a min-max DP over the cuts."""
-    v, L = lt.variant, lt.num_layers
+    from nest.costs.memory import allocatable
+
+    lts = _seq(lts)
+    v, L = lts[0].variant, lts[0].num_layers
     hw = problem.cluster.hardware
     d = largest_dp(problem, v, p)
     m = problem.num_microbatches(d, v.ep)
-    fixed = fixed_bytes(problem, lt, d, Options(space.zero_stages, lt.modes)).min(axis=2)
-    from nest.costs.memory import allocatable
-
-    room = allocatable(hw) * (1 + 1e-9) - fixed  # slack keeps the bound valid
     valid = np.tril(np.ones((L, L), dtype=bool))[..., None]
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        n = np.floor(room / lt.act_LLR)
-    max_stash_LLR = np.where(valid & (room >= 0), np.where(np.isnan(n), np.inf, n), -1)
+    max_stash_LLR = None
+    for lt in lts:  # the most any variant of the class can stash, per mode
+        fixed = fixed_bytes(problem, lt, d, Options(space.zero_stages, lt.modes)).min(axis=2)
+        room = allocatable(hw) * (1 + 1e-9) - fixed  # slack keeps the bound valid
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            n = np.floor(room / lt.act_LLR)
+        n = np.where(valid & (room >= 0), np.where(np.isnan(n), np.inf, n), -1)
+        max_stash_LLR = n if max_stash_LLR is None else np.maximum(max_stash_LLR, n)
     send_fwd_L, send_bwd_L = send_floors
     f = None
     for j in range(p):
@@ -133,19 +144,25 @@ def memory_aware_bound(problem: Problem, space: SearchSpace, lt: LayerTable, p: 
     return float(f[L - 1])
 
 
-def weight_bound(problem: Problem, space: SearchSpace, lt: LayerTable, p: int, d: int) -> float:
+def weight_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int) -> float:
     """A lower bound from the weights alone. Relaxation: some stage k holds at least 1/p of the
     dense parameters (and some stage, maybe another, 1/p of the expert ones); T >= (m + p - 1)
     t_k + u_k >= (m + p - 1) * its per-micro-batch ZeRO collectives + its sync + its optimizer
     step, all non-decreasing in its bytes, priced with k's ZeRO stage on k's data-parallel groups;
-    k, its ZeRO stage and the placement are unknown, so the minimum over all of them."""
+    k, its ZeRO stage, its variant (of the class `lts`) and the placement are unknown, so the
+    minimum over all of them."""
+    return max(min(_weight_bound(problem, space, lt, p, d)[part] for lt in _seq(lts))
+               for part in ("dense", "expert"))
+
+
+def _weight_bound(problem: Problem, space: SearchSpace, lt: LayerTable, p: int, d: int) -> dict:
     v, tr, hw = lt.variant, problem.training, problem.cluster.hardware
     m = problem.num_microbatches(d, v.ep)
     total_dense = lt.pd_LL[-1, 0] if p == 1 else lt.dense_L.sum()
     best = {"dense": math.inf, "expert": math.inf}
     shares = {"dense": (total_dense / p, 0.0), "expert": (0.0, lt.expert_L.sum() / p)}
     for placement in space.placements:
-        ids = place(p, d, v.width, placement)
+        ids = place(p, d, v.width, placement, tp=v.tp, cp=v.cp, ep=v.ep)
         seen = set()
         for j in range(p):
             gt = group_terms(problem, lt, ids[j], d)
@@ -167,13 +184,13 @@ def weight_bound(problem: Problem, space: SearchSpace, lt: LayerTable, p: int, d
                     x = ((m + p - 1) * sum(per_mb.values()) + sum(sync.values())
                          + optimizer_step_s(per_device(pd, pe, d, v.ep, v.cp, z >= 1), tr, hw))
                     best[part] = min(best[part], x)
-    return max(best.values())
+    return best
 
 
-def compute_bounds(problem: Problem, space: SearchSpace, lt: LayerTable, max_pp: int):
+def compute_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
     """X_lb[p] for every p from the floors alone (no memory): min over cuts into p stages of the
     largest stage floor (index 0 unused); and the floor table [b, a, r] for refinements."""
     from nest.solver.dp import lower_bounds
 
-    floor = floor_LR(problem, lt, space)
+    floor = floor_LR(problem, lts, space)
     return lower_bounds(range_sum(floor.min(axis=1)), max_pp), range_sum(floor)
