@@ -1,7 +1,9 @@
 """Benchmark: NEST solver time and peak memory, one solve per point, full search space.
 
-    python benchmarks/bench_solver.py            # the issue's points + scaling
-Prints one line per point: model, devices, layers, solve seconds, peak RSS, plan, T.
+    python benchmarks/bench_solver.py            # the slowest points + scaling
+    python benchmarks/bench_solver.py --figures  # every point of Figures 5 and 7
+Each solve runs in its own process (quiet, cold caches). Prints one line per point: model,
+devices, layers, solve seconds, peak RSS of that process, plan, T.
 """
 
 from __future__ import annotations
@@ -52,20 +54,39 @@ def one(model: str, cluster: str, n: int, layers: int | None = None) -> None:
           f"rss={rss_mb():7.0f}MB  {desc}  [{p.notes if p else ''}]", flush=True)
 
 
+FIGURE_POINTS = [(m, c, n) for c, sizes in (("tpuv4_fattree", (64, 128, 256, 512, 1024)),
+                                             ("h100_spineleaf", (128, 1024)))
+                 for m in ("bert_large", "llama2_7b", "llama3_70b", "gpt3_175b", "mixtral_8x7b")
+                 for n in sizes]
+
+
+def isolated(model: str, cluster: str, n: int, layers: int | None = None) -> None:
+    """One solve in a fresh, quiet process (its own peak RSS, no warm caches)."""
+    import subprocess
+    import sys
+
+    code = (f"import benchmarks.bench_solver as b; b.one({model!r}, {cluster!r}, {n}, "
+            f"{layers!r})")
+    subprocess.run([sys.executable, "-c", code], check=False)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="only the two target points")
+    ap.add_argument("--quick", action="store_true", help="only the two slowest points")
+    ap.add_argument("--figures", action="store_true", help="every point of Figures 5 and 7")
     a = ap.parse_args()
-    one("llama2_7b", "tpuv4_fattree", 1024)  # target: < 2 s
-    one("gpt3_175b", "tpuv4_fattree", 1024)  # target: < 10 s (tp in {1, 4, 8}, sp)
     if a.quick:
+        isolated("llama3_70b", "h100_spineleaf", 1024)
+        isolated("gpt3_175b", "tpuv4_fattree", 1024)
         return
-    for m in ("bert_large", "llama3_70b", "mixtral_8x7b"):
-        one(m, "tpuv4_fattree", 1024)
-    for n in (256, 1024, 4096, 16384):
-        one("llama2_7b", "big_superpod", n)
-    one("gpt3_175b", "big_superpod", 4096)
-    one("llama2_7b", "tpuv4_fattree", 1024, layers=198)  # a 200-layer model
+    if a.figures:
+        for m, c, n in FIGURE_POINTS:
+            isolated(m, c, n)
+        return
+    isolated("llama3_70b", "h100_spineleaf", 1024)
+    isolated("gpt3_175b", "tpuv4_fattree", 1024)
+    isolated("llama2_7b", "big_superpod", 16384)  # target: <= 20 s
+    isolated("llama2_7b", "tpuv4_fattree", 1024, layers=198)  # a 200-layer model
 
 
 if __name__ == "__main__":

@@ -46,6 +46,19 @@ class SearchSpace:
             out.setdefault((v.width, v.ep), []).append(v)
         return tuple(tuple(vs) for vs in out.values())
 
+    def placements_for(self, v: Variant, p: int, d: int) -> tuple[str, ...]:
+        """The placements of a candidate: the space's, with "orders" expanded to every rank order
+        a launcher can express for these degrees (nest.placement.launcher_orders), duplicates of
+        the same device layout dropped."""
+        from nest.placement import launcher_orders, stage_device_ids
+
+        out: dict = {}
+        for pl in self.placements:
+            for name in (launcher_orders(v.tp, v.cp, v.ep, d, p) if pl == "orders" else (pl,)):
+                key = tuple(stage_device_ids(p, d, v.tp, v.cp, v.ep, name))
+                out.setdefault(key, name)
+        return tuple(out.values())
+
     @property
     def options(self) -> Options:
         """The per-stage knobs, encoded o = z_index * R + r_index (nest.costs.stage.Options)."""
@@ -97,8 +110,9 @@ def count_plans(problem: Problem, space: SearchSpace) -> int:
     for cls in space.classes:
         v = cls[0]
         per_stage = len(space.zero_stages) * len(space.recompute_modes) * len(cls)
-        for p, _d in pp_dp_options(problem, space, v):
-            total += math.comb(n - 1, p - 1) * per_stage**p * len(space.placements)
+        for p, d in pp_dp_options(problem, space, v):
+            total += (math.comb(n - 1, p - 1) * per_stage**p
+                      * len(space.placements_for(v, p, d)))
     return total
 
 
@@ -128,7 +142,7 @@ def enumerate_plans(problem: Problem, space: SearchSpace, planner: str = "exhaus
     for cls in space.classes:
         v = cls[0]
         for p, d in pp_dp_options(problem, space, v):
-            for placement in space.placements:
+            for placement in space.placements_for(v, p, d):
                 for cuts in cut_options(n, p):
                     for vs in itertools.product(cls, repeat=p):
                         for zero in itertools.product(space.zero_stages, repeat=p):

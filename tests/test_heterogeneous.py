@@ -83,3 +83,20 @@ def test_plan_json_round_trip_keeps_stage_variants(tmp_path):
     mixed.write(tmp_path / "p.json")
     back = Plan.read(tmp_path / "p.json")
     assert back == mixed and back.stage_variant(1) == cp
+
+
+@pytest.mark.parametrize("model,n,batch", [("tiny_moe", 8, 16), ("tiny_gpt", 8, 8)])
+def test_solver_equals_exhaustive_over_every_launcher_order(model, n, batch):
+    """placements: [orders] searches every rank order megatron-core accepts (nest.placement);
+    the solver's optimum equals exhaustive search over the same orders, and is never worse than
+    over the two CLI orders alone."""
+    pr = problem(model, n, batch, 6e8)
+    space = {**SMALL, "max_pp": 2, "placements": ["orders"], "heterogeneous_stages": False}
+    assert count_plans(pr, declare(pr, space)) < 60_000
+    nest = run_planner("nest", pr, {"space": space})
+    ex = run_planner("exhaustive", pr, {"space": space, "max_plans": 60_000})
+    assert nest.evaluation.time_per_batch_s == pytest.approx(ex.evaluation.time_per_batch_s,
+                                                             rel=1e-9)
+    two, _, _ = search(pr, declare(pr, {**space, "placements": ["replica_major",
+                                                                "stage_major"]}))
+    assert nest.evaluation.time_per_batch_s <= two * (1 + 1e-12)

@@ -103,7 +103,7 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True):
                         weight_bound(problem, space, lts[ci], p, d))
             heapq.heappush(heap, (bound, True, ci, p, d))
             continue
-        for placement in space.placements:
+        for placement in space.placements_for(cls[0], p, d):
             arr = class_arrays(problem, space, lts[ci], p, d, placement)
             visited += 1
             res = solve_fixed(arr, arr.num_microbatches + p - 1, best_T)
@@ -126,7 +126,7 @@ def candidate_optimum(problem: Problem, space: SearchSpace, cls, p: int, d: int)
     cls = [cls] if isinstance(cls, Variant) else list(cls)
     lts = [layer_table(problem, v, space.recompute_modes) for v in cls]
     best = math.inf
-    for placement in space.placements:
+    for placement in space.placements_for(cls[0], p, d):
         arr = class_arrays(problem, space, lts, p, d, placement)
         res = solve_fixed(arr, arr.num_microbatches + p - 1, best)
         if res is not None:

@@ -32,7 +32,7 @@ ALIGNED = ("replica_major", "stage_major")  # placements whose replicas are alig
 def replica_blocks_aligned(space: SearchSpace) -> bool:
     """Whether every placement of the space puts each replica on an aligned block of `width`
     consecutive ids (true for Megatron orders whose three fastest dimensions are tp, cp, ep)."""
-    return all(pl in ALIGNED or set(pl.split("-")[:3]) == {"tp", "cp", "ep"}
+    return all(pl in ALIGNED or pl != "orders" and set(pl.split("-")[:3]) == {"tp", "cp", "ep"}
                for pl in space.placements)
 
 
@@ -95,6 +95,8 @@ def p2p_floor(problem: Problem, lts, space: SearchSpace):
 def _pp_stride(placement: str, v: Variant) -> int:
     if placement in ALIGNED:
         return v.width
+    if placement == "orders":  # any launcher order: pp may be the fastest dimension
+        return 1
     size = {"tp": v.tp, "cp": v.cp, "ep": v.ep, "dp": 1, "pp": 1}
     dims = placement.split("-")
     return max(1, math.prod(size[k] for k in dims[:dims.index("pp")]))
@@ -161,7 +163,7 @@ def _weight_bound(problem: Problem, space: SearchSpace, lt: LayerTable, p: int, 
     total_dense = lt.pd_LL[-1, 0] if p == 1 else lt.dense_L.sum()
     best = {"dense": math.inf, "expert": math.inf}
     shares = {"dense": (total_dense / p, 0.0), "expert": (0.0, lt.expert_L.sum() / p)}
-    for placement in space.placements:
+    for placement in space.placements_for(v, p, d):
         ids = place(p, d, v.width, placement, tp=v.tp, cp=v.cp, ep=v.ep)
         seen = set()
         for j in range(p):
