@@ -1,8 +1,9 @@
 """Hypothesis strategies for random tiny planning instances (tests/test_bounds.py).
 
 A strategy draws a plain dict (`instance_specs`): a cluster dict shaped like config/clusters/*.yaml,
-the device count, a tiny model with its overrides (tied / untied embeddings, number of blocks),
-global batch, micro-batch size, HBM and the search-space overrides. `build(spec)` turns it into
+the device count, a tiny model with its overrides (tied / untied embeddings, number of blocks,
+extra tp=2 variants), global batch, micro-batch size, HBM and the search-space overrides
+(placements incl. rank orders, heterogeneous stages). `build(spec)` turns it into
 (Problem, SearchSpace). Hypothesis prints the dict of a falsifying example, so every failure is a
 self-contained reproducer: `build({...})`.
 """
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from nest.costs.table import CostTable
 from nest.graph import build_graph
+from nest.graph.layer_graph import Variant
 from nest.problem import Problem
 from nest.settings import TrainingSettings
 from nest.space import SearchSpace, declare
@@ -61,6 +63,11 @@ def cluster_dicts(draw, max_devices: int = MAX_DEVICES):
 
 
 MODELS = {"tiny_gpt": (1, 2, 4), "tiny_llama": (1, 2, 4), "tiny_moe": (1, 2)}
+# legacy names, every launcher order, and order strings with pp fastest (consecutive stages on
+# neighbouring devices) or dp fastest (replicas interleaved: not aligned id blocks)
+PLACEMENTS = (["replica_major"], ["stage_major"], ["replica_major", "stage_major"], ["orders"],
+              ["pp-tp-cp-ep-dp"], ["dp-tp-cp-ep-pp", "stage_major"])
+TP2 = (Variant(tp=2), Variant(tp=2, sp=True))
 
 
 @st.composite
@@ -80,9 +87,10 @@ def instance_specs(draw, max_devices: int = MAX_DEVICES):
                                          unique=True).map(sorted)),
             "recompute_modes": draw(st.lists(st.sampled_from(("none", "selective", "full")),
                                              min_size=1, max_size=3, unique=True)),
-            "placements": draw(st.sampled_from((["replica_major"], ["stage_major"],
-                                                ["replica_major", "stage_major"]))),
+            "placements": draw(st.sampled_from(PLACEMENTS)),
+            "heterogeneous_stages": draw(st.booleans()),
         },
+        "tp2_variants": draw(st.booleans()),
     }
 
 
@@ -94,5 +102,7 @@ def build(spec: dict) -> tuple[Problem, SearchSpace]:
     tr = TrainingSettings(global_batch=spec["global_batch"])
     g = build_graph(m, spec["mbs"], tr.graph_source)
     pr = Problem(m, cluster, g, CostTable(g, cluster.hardware), tr, m.name, cluster.name)
+    if spec.get("tp2_variants"):  # tiny_llama / tiny_moe: a class {tp2, tp2+sp(, cp2)}
+        pr = pr.with_variants(TP2)
     pr = pr.with_hardware(hbm_bytes=spec["hbm_GB"] * 1e9)
     return pr, declare(pr, spec["space"])

@@ -1,13 +1,14 @@
 """The solver's bounds (nest.solver.bounds) are valid lower bounds: none ever exceeds the exact
-optimum of its candidate (variant, p, d), so branch and bound is exact; the pruned search returns
-the unpruned optimum. Random instances: tests/strategies.py (clusters of 2-4 levels, node sizes
-that d need not be a multiple of, oversubscribed and flattened levels; tiny GPT / Llama / MoE,
-tied and untied; tight and roomy HBM)."""
+optimum of its candidate (class of variants, p, d), so branch and bound is exact; the pruned
+search returns the unpruned optimum. Random instances: tests/strategies.py (clusters of 2-4
+levels, node sizes that d need not be a multiple of, oversubscribed and flattened levels; tiny
+GPT / Llama / MoE, tied and untied; tight and roomy HBM; legacy placements and rank orders;
+homogeneous and heterogeneous stages)."""
 
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 
 from nest.costs.stage import layer_table
 from nest.network.collectives import flattened
@@ -23,43 +24,57 @@ HYPOTHESIS = dict(derandomize=True, deadline=None, database=None,
 
 
 def candidate_bounds(problem, space):
-    """(variant, p, d, {bound name: value}) for every candidate of the space, each bound as the
-    solver uses it (times per batch)."""
-    for v in space.variants:
-        lt = layer_table(problem, v, space.recompute_modes)
-        options = list(pp_dp_options(problem, space, v))
+    """(class, p, d, {bound name: value}) for every candidate of the space (a class: the variants
+    a stage may pick, one variant unless heterogeneous), each bound as the solver uses it (times
+    per batch)."""
+    for cls in space.classes:
+        lts = [layer_table(problem, v, space.recompute_modes) for v in cls]
+        options = list(pp_dp_options(problem, space, cls[0]))
         if not options:
             continue
-        x_lb, floor_LLR = bounds.compute_bounds(problem, space, lt, max(p for p, _ in options))
-        sends = bounds.p2p_floor(problem, lt, space)
+        x_lb, floor_LLR = bounds.compute_bounds(problem, space, lts, max(p for p, _ in options))
+        sends = bounds.p2p_floor(problem, lts, space)
         memory = {}
         for p, d in options:
-            m = problem.num_microbatches(d, v.ep)
+            m = problem.num_microbatches(d, cls[0].ep)
             if p not in memory:
-                memory[p] = bounds.memory_aware_bound(problem, space, lt, p, floor_LLR, sends)
-            yield v, p, d, {"compute_bounds": (m + p - 1) * x_lb[p],
-                            "memory_aware_bound": (m + p - 1) * memory[p],
-                            "weight_bound": bounds.weight_bound(problem, space, lt, p, d)}
+                memory[p] = bounds.memory_aware_bound(problem, space, lts, p, floor_LLR, sends)
+            yield cls, p, d, {"compute_bounds": (m + p - 1) * x_lb[p],
+                              "memory_aware_bound": (m + p - 1) * memory[p],
+                              "weight_bound": bounds.weight_bound(problem, space, lts, p, d)}
 
 
 def assert_bounds_valid(problem, space):
     """Every bound of every candidate <= the candidate's exact optimum (inf if nothing fits);
     returns the number of candidates checked."""
     n = 0
-    for v, p, d, got in candidate_bounds(problem, space):
-        opt = candidate_optimum(problem, space, v, p, d)
+    for cls, p, d, got in candidate_bounds(problem, space):
+        opt = candidate_optimum(problem, space, cls, p, d)
         for name, lb in got.items():
             assert lb <= opt * (1 + REL), (
                 f"{name} = {lb!r} exceeds the exact optimum {opt!r} of candidate "
-                f"{v.key} p={p} d={d} (ratio {lb / opt:.6g})")
+                f"{'/'.join(v.key for v in cls)} p={p} d={d} (ratio {lb / opt:.6g})")
         n += 1
     return n
 
 
-@settings(max_examples=70, **HYPOTHESIS)
+# Gradient sync on a 1 GB/s network dominates a tiny model on an H100: the weight bound of
+# p=1, d=8 is within 6% of the optimum there (it is loose on most random instances), so this
+# example makes the test catch an inflated weight bound.
+SYNC_BOUND = {"cluster": {"name": "slow", "hardware": "h100_sxm", "source": "test", "levels": [
+    {"name": "node", "devices_per_group": 2, "bandwidth_GBps": 1.0, "latency_us": 1.0},
+    {"name": "top", "devices_per_group": 8, "bandwidth_GBps": 1.0, "latency_us": 1.0}]},
+    "num_devices": 8, "model": "tiny_gpt", "tied": False, "num_layers": 1, "global_batch": 8,
+    "mbs": 1, "hbm_GB": 80.0, "space": {"max_pp": 2, "zero_stages": [0, 1, 2, 3],
+                                        "recompute_modes": ["none"],
+                                        "placements": ["replica_major"]}}
+
+
+@settings(max_examples=150, **HYPOTHESIS)
 @given(instance_specs())
+@example(SYNC_BOUND)
 def test_every_bound_is_at_most_the_candidate_optimum(spec):
-    """For every candidate (variant, p, d) of a random instance, each of the three bounds the
+    """For every candidate (class, p, d) of a random instance, each of the three bounds the
     solver uses ((m+p-1) X_lb[p] from compute_bounds, (m+p-1) memory_aware_bound, weight_bound)
     is at most the candidate's exact optimum over all cuts, options and placements (1e-9 rel);
     a bound of inf (claimed infeasible) only where nothing fits."""
@@ -67,7 +82,7 @@ def test_every_bound_is_at_most_the_candidate_optimum(spec):
     assert_bounds_valid(problem, space)
 
 
-@settings(max_examples=50, **HYPOTHESIS)
+@settings(max_examples=100, **HYPOTHESIS)
 @given(instance_specs())
 def test_pruned_search_equals_unpruned(spec):
     """Branch and bound is exact: the pruned search returns the same optimum time as the search
@@ -78,8 +93,9 @@ def test_pruned_search_equals_unpruned(spec):
     assert (best is None) == (best_all is None)
     if best_all is not None:
         assert T == pytest.approx(T_all, rel=REL)
-        v, p, d = best[:3]
-        assert T == pytest.approx(candidate_optimum(problem, space, v, p, d), rel=REL)
+        variants, p, d = best[:3]
+        cls = next(c for c in space.classes if variants[0] in c)
+        assert T == pytest.approx(candidate_optimum(problem, space, cls, p, d), rel=REL)
     assert stats["visited"] <= stats_all["visited"]
 
 
@@ -103,7 +119,7 @@ def test_spine_leaf_groups_across_nodes(model, n, batch, network):
         pr = pr.with_cluster(flattened(pr.cluster, bw))
     pr = pr.with_hardware(hbm_bytes=1.6e9)
     space = declare(pr, SPINE_LEAF_SPACE)
-    ds = {d for v in space.variants for _, d in pp_dp_options(pr, space, v)}
+    ds = {d for cls in space.classes for _, d in pp_dp_options(pr, space, cls[0])}
     assert {3, 9} & ds
     assert assert_bounds_valid(pr, space) > 0
     T, best, _ = search(pr, space)

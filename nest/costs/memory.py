@@ -4,7 +4,7 @@ Peak memory of a stage (Rajbhandari et al. 2020 for the ZeRO sharding; Narayanan
 for the 1F1B stash; Korthikanti et al. 2022 for activations and recomputation):
     weights            w * P / shards(z >= 3)         w bytes per parameter (BF16: 2)
     gradients          g * P / shards(z >= 2)         g bytes per parameter (FP32: 4)
-    optimizer_states   o * P / shards(z >= 1)         Adam: 16 (master copy + two moments)
+    optimizer_states   o * P / shards(z >= 1)         Adam: 12 (FP32 master copy + two moments)
     activations        stash * act                    micro-batches held at the peak
     working            max layer (act(none) - act(r)) + (z == 3: one layer's gathered weights)
     allocated          the sum of the above

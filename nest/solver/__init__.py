@@ -2,10 +2,13 @@
 
 Search space (nest.space, declared once; with settings {mbs_options: [1, 2, 4, 8]} also the
 micro-batch size, one DP per size): the sub-graph variant (tp, sp, ep, cp) shared by all
-stages; the number of stages p; the data-parallel degree d with p * d * tp*ep*cp <= N (devices may
+stages, or with heterogeneous_stages one per stage among a class of variants of the same width and
+ep (the variant is then part of each stage's option); the number of stages p; the data-parallel degree d with p * d * tp*ep*cp <= N (devices may
 stay idle; m = ceil(global_batch / (mbs * d * ep)) micro-batches); contiguous cuts anywhere
 between layers (uneven stages); per stage a ZeRO stage and a recomputation mode; the placement of
-stages and replicas on the hierarchy (replica-major or stage-major, nest.plan.place).
+stages and replicas on the hierarchy (the space's placements: replica-major, stage-major, any rank
+order, or every order a launcher can express, nest.placement). Every cost is the stage kernel's
+(nest.costs.stage) on the whole grid of cuts, through nest.solver.arrays.
 
 Objective: exactly the shared evaluator's time per batch,
     T = (m + p - 1) * max_j t_j + max_j u_j,
@@ -24,9 +27,10 @@ walks that frontier with two bottleneck DPs (nest.solver.dp): X_k = min max t s.
 U_k = min max u s.t. t <= X_k, then cap = just below U_k; every frontier point is visited and
 T = C X + U is minimised over them (epsilon-constraint method, Haimes et al. 1971).
 
-Speed: (variant, p, d) triples are visited in order of a lower bound (m + p - 1) * X_lb(p), X_lb
-from a compute-only DP, and the search stops when the bound reaches the best time found (branch and
-bound: exact, since the bound never exceeds the true time).
+Speed: (class, p, d) candidates are visited in order of lower bounds (nest.solver.bounds, each
+relaxation stated there and property-tested against the exact optimum of every candidate), and the
+search stops when the next bound reaches the best time found (branch and bound: exact, since no
+bound exceeds its candidate's optimum; search(prune=False) visits everything, for tests).
 """
 
 from __future__ import annotations
