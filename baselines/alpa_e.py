@@ -21,19 +21,31 @@ each of Alpa's autosharding configs (`zero_stages` x `recompute_modes`: weight-u
 ZeRO-3, remat) and the fastest config that fits is kept; none fits: infinity ("post hoc": the
 sharding was chosen without looking at memory).
 
-Mapping into the plan contract, which holds one sub-graph variant and one stage size:
-  1. Alpa's optimum (per-stage submeshes, per-layer shardings), if every stage has the same
-     submesh and one variant reaches every stage's ILP optimum;
-  2. else, if its stages share a submesh size: the same search with the ILP restricted to one
-     variant per stage, if that result is representable;
-  3. else the best single-variant plan of the same algorithm: for every variant v and split D,
-     the DP restricted to v (stages of D * tp * cp devices, p = N / (D * tp * cp), dp = D / ep),
-     ranked by Alpa's objective. The notes then describe Alpa's optimum and say that the
-     contract needs per-stage variants / stage sizes to hold it.
-Stage j runs on the j-th contiguous block of devices, tp fastest then the replicas
-(`replica_major`), as Alpa assigns submeshes. The chosen plan is checked with the shared
-evaluator; if it is out of memory the next one in Alpa's order is taken (pick the fastest, check
-memory, fall back).
+Mapping into the plan contract (nest.plan: one sub-graph variant per stage, per-stage device
+counts). Alpa's data parallelism maps onto it exactly: a pipeline micro-batch is D slices of mbs
+sequences, a stage running variant v_j on D * tp_j * cp_j devices is data-parallel over
+d_j = D / ep_j replicas (ep_j divides D by construction), and the plan's dp * ep = D micro-batch
+streams are the same for every stage (plan.dp = D / ep_0, stage_dp(j) = D / ep_j, m = B).
+  1. Alpa's optimum (per-stage submeshes, per-layer shardings), whenever every stage's layers use
+     one sharding option: stage j gets its own variant and its own submesh (per-stage tp, sp, ep,
+     cp where they differ from stage 0's). Where the ILP's sharding of a stage mixes options but a
+     single option reaches the same ILP objective (a tie, e.g. expert-parallel degree on layers
+     without experts), that option is taken and the stage's latency and Alpa's objective are
+     re-estimated for it (the notes count such stages);
+  2. else (a stage mixes shardings across its layers: per-layer resharding inside a stage is not
+     expressible in the contract) the same search with the ILP restricted to one variant per
+     stage (per-stage variants and submeshes as in 1);
+  3. only when those plans fail the evaluator's memory check or the search is capped: the best
+     single-variant plan of the same algorithm: for every variant v and split D, the DP
+     restricted to v (stages of D * tp * cp devices, p = N / (D * tp * cp), dp = D / ep), ranked
+     by Alpa's objective.
+The notes say which case happened and describe Alpa's optimum. Submeshes are placed as Alpa
+covers the mesh (section 5.2): stage j on a contiguous block of devices, replicas of width
+tp_j * ep_j * cp_j consecutive (tp fastest), the blocks in stage order when no submesh then
+straddles a node, else whole-node submeshes on whole nodes and the (1, 2^k) ones packed into the
+remaining nodes, largest first. Homogeneous plans are the contract's `replica_major` layout,
+heterogeneous ones `custom`. The chosen plan is checked with the shared evaluator; if it is out
+of memory the next one in Alpa's order is taken (pick the fastest, check memory, fall back).
 
 Deliberate deviations from Alpa:
 * Layer granularity: the ILP's nodes are layers and its options the model's sub-graph variants
@@ -61,6 +73,8 @@ Deliberate deviations from Alpa:
 * Operator clustering (Alpa section 5.2) is not needed: the layer graph is already layers.
 * The search is capped (`time_limit_s`, default 60 s); a capped run says so in the plan's notes
   (the single-variant search always completes, so a capped run still returns a plan).
+* Alpa's ILP may reshard between layers inside a stage; the contract holds one variant per stage,
+  so such an optimum is replaced by the search with one variant per stage (case 2 above).
 """
 
 from __future__ import annotations
@@ -71,13 +85,14 @@ import time
 
 import numpy as np
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from baselines.alpa_e_ilp import (mesh_view, range_tables, sharding_of, sharding_table,
-                                  solve_ilp, submesh_sizes)
+                                  solve_ilp, stage_cost, submesh_sizes)
 from nest.costs.memory import peak
 from nest.errors import SpecError
 from nest.evaluate import Problem, evaluate
+from nest.plan import Plan
 from nest.planners import NoPlan
 from nest.space import make_plan
 
@@ -229,6 +244,15 @@ def _splits(problem: Problem, settings) -> list[int]:
 
 
 @dataclass
+class Uniform:
+    """A Result held by the contract: one variant per stage, Alpa's objective for it."""
+
+    variants: list  # per stage
+    T: float  # Alpa's objective (the Result's, re-estimated where a tie changed a stage)
+    ties: int  # stages whose mixed ILP sharding was replaced by an equally good single option
+
+
+@dataclass
 class Result:
     """Alpa's optimum for one D and one set of sharding options."""
 
@@ -243,27 +267,49 @@ class Result:
         k, i, xi, s = self.stages[j]
         return knobs[self.groups[xi][3][k, i, s - 1]]
 
-    def common_variant(self):
-        """The one variant every stage can run at its ILP optimum, or None (the contract holds
-        one variant and one stage size)."""
-        if len({xi for _, _, xi, _ in self.stages}) != 1:
-            return None
-        xi = self.stages[0][2]
-        vs, _, rt, o_KIS = self.groups[xi]
-        mask = -1
-        for k, i, _, s in self.stages:
-            mask &= int(rt.uniform_OKI[o_KIS[k, i, s - 1], k, i])
-        return next((v for b, v in enumerate(vs) if mask >> b & 1), None)
+    def stage_time(self, j: int) -> float:
+        """t_intra of stage j: the estimated latency of the ILP's sharding (Alpa's Eq. 2 term)."""
+        k, i, xi, s = self.stages[j]
+        _, _, rt, o_KIS = self.groups[xi]
+        return float(rt.time_OKI[o_KIS[k, i, s - 1], k, i])
 
-    def describe(self) -> str:
-        """Runs of stages with the same submesh and shardings: '3 x [32 dev: tp4_sp0_ep1_cp1]'."""
-        runs: list[list] = []
-        for k, i, xi, s in self.stages:
-            vs, _, rt, o_KIS = self.groups[xi]
+    def uniform(self, tiebreak: float) -> "Uniform | None":
+        """Each stage's one variant, if every stage's layers use one sharding option at the ILP's
+        optimum (the contract's per-stage variant); None when some stage mixes options (per-layer
+        resharding inside a stage, which the contract cannot hold). A stage whose ILP sharding
+        mixes options while a single option reaches the same objective (a tie) takes that option,
+        with its latency re-estimated (`stage_cost`, the reference of the range tables)."""
+        vs_out, ts, ties = [], [], 0
+        for j, (k, i, xi, s) in enumerate(self.stages):
+            vs, tab, rt, o_KIS = self.groups[xi]
             o = int(o_KIS[k, i, s - 1])
+            used = set(sharding_of(rt, o, k, i))
+            if len(used) == 1:
+                vs_out.append(vs[used.pop()])
+                ts.append(self.stage_time(j))
+                continue
             mask = int(rt.uniform_OKI[o, k, i])
-            keys = ([next(v.key for b, v in enumerate(vs) if mask >> b & 1)] if mask else
-                    sorted({vs[a].key for a in sharding_of(rt, o, k, i)}))
+            if not mask:
+                return None
+            b = next(b for b in range(len(vs)) if mask >> b & 1)
+            vs_out.append(vs[b])
+            ts.append(stage_cost(tab, o, k, i, [b] * (i - k + 1), tiebreak)[1])
+            ties += 1
+        T = sum(ts) + (self.B - 1) * max(ts) if ties else self.T
+        return Uniform(vs_out, T, ties)
+
+    def describe(self, variants=None) -> str:
+        """Runs of stages with the same submesh and shardings: '3 x [32 dev: tp4_sp0_ep1_cp1]'
+        (a stage mixing options lists them joined by '+'); `variants`: each stage's variant in
+        place of the ILP's sharding."""
+        runs: list[list] = []
+        for j, (k, i, xi, s) in enumerate(self.stages):
+            vs, _, rt, o_KIS = self.groups[xi]
+            if variants is not None:
+                keys = [variants[j].key]
+            else:
+                o = int(o_KIS[k, i, s - 1])
+                keys = [vs[a].key for a in dict.fromkeys(sharding_of(rt, o, k, i))]
             key = f"{self.D * self.xs[xi]} dev: {'+'.join(keys)}"
             if runs and runs[-1][1] == key:
                 runs[-1][0] += 1
@@ -369,20 +415,83 @@ def verify_with_highs(r: Result, tiebreak: float) -> tuple[int, int]:
     return n, bad
 
 
-def to_plan(problem: Problem, r: Result, v, knobs):
+def submesh_offsets(sizes: list[int], per_node: int) -> tuple[list[int], bool]:
+    """First device of each stage's contiguous submesh (module docstring): in stage order when no
+    submesh then straddles a node, else Alpa's covering (whole-node submeshes on whole nodes, the
+    smaller ones packed into the remaining nodes, largest first). Returns (offsets, whether every
+    submesh sits inside one node or on whole nodes, as Alpa's shapes do); False only when the
+    sizes cannot be packed so (a node size that is not a power of two), the offsets then in stage
+    order."""
+    M = per_node
+    order = list(itertools.accumulate([0, *sizes[:-1]]))
+    if all(o // M == (o + n - 1) // M or (o % M == 0 and n % M == 0)
+           for o, n in zip(order, sizes)):
+        return order, True
+    out, nxt = [0] * len(sizes), 0
+    for j, n in enumerate(sizes):
+        if n % M == 0:  # (n, M): whole nodes
+            out[j], nxt = nxt, nxt + n
+    nodes: list[list[int]] = []  # [first device, devices taken] of the shared nodes
+    for j in sorted((j for j, n in enumerate(sizes) if n % M), key=lambda j: (-sizes[j], j)):
+        node = next((nd for nd in nodes if nd[1] + sizes[j] <= M), None)
+        if node is None:
+            node = [nxt, 0]
+            nodes.append(node)
+            nxt += M
+        out[j] = node[0] + node[1]
+        node[1] += sizes[j]
+    if nxt != sum(sizes):
+        return order, False
+    return out, True
+
+
+def contract_gap(problem: Problem, r: Result, u: Uniform) -> str:
+    """Why the contract cannot hold Alpa's data parallelism for this result ('' when it can):
+    every stage must run the same D = dp * ep micro-batch streams, stage j data-parallel over
+    D / ep_j replicas on its submesh of D * tp_j * cp_j devices, all devices used."""
+    sizes = [r.D * v.tp * v.cp for v in u.variants]
+    for j, ((_, _, xi, _), v) in enumerate(zip(r.stages, u.variants)):
+        if r.D % v.ep:
+            return f"stage {j}: ep={v.ep} does not divide D={r.D}"
+        if sizes[j] != r.D * r.xs[xi]:
+            return f"stage {j}: {sizes[j]} devices for a submesh of {r.D * r.xs[xi]}"
+    if sum(sizes) != problem.num_devices:
+        return f"the submeshes hold {sum(sizes)} of {problem.num_devices} devices"
+    return ""
+
+
+def to_plan(problem: Problem, r: Result, u: Uniform, knobs) -> tuple[Plan, str]:
+    """The plan of a result with one variant per stage, and a note ('' if none). Plan-level
+    variant = stage 0's, dp = D / ep_0 (so dp * ep = D streams for every stage, m = B)."""
+    vs = u.variants
     cuts = [(k, i) for k, i, _, _ in r.stages]
     ks = [r.knob(j, knobs) for j in range(len(r.stages))]
-    return make_plan(problem, "alpa_e", v, len(cuts), r.D // v.ep, cuts, [z for z, _ in ks],
-                     [m for _, m in ks], "replica_major")
+    v0, p = vs[0], len(cuts)
+    out = make_plan(problem, "alpa_e", v0, p, r.D // v0.ep, cuts, [z for z, _ in ks],
+                    [m for _, m in ks], "replica_major")
+    if all(v == v0 for v in vs):
+        return out, ""
+    sizes = [r.D * v.tp * v.cp for v in vs]
+    offs, aligned = submesh_offsets(sizes, problem.cluster.levels[0].devices_per_group)
+    stages = tuple(
+        replace(s, num_devices=n, device_ids=tuple(range(o, o + n)),
+                **({} if v == v0 else dict(tp=v.tp, sp=v.sp, ep=v.ep, cp=v.cp)))
+        for s, v, n, o in zip(out.stages, vs, sizes, offs))
+    note = "" if aligned else "a submesh straddles nodes (the node size is not a power of two)"
+    return out.with_(stages=stages, placement="custom"), note
 
 
 def _first_feasible(problem: Problem, order, knobs, failed: list):
-    for r, v, what in order:
-        out = to_plan(problem, r, v, knobs)
+    for r, u, what in order:
+        gap = contract_gap(problem, r, u)
+        if gap:
+            failed.append(f"{what} D={r.D}: not expressible in the plan contract ({gap})")
+            continue
+        out, note = to_plan(problem, r, u, knobs)
         ev = evaluate(out, problem)
         if ev.feasible:
-            return out, r, what
-        failed.append(f"{what} {v.key} D={r.D}: {ev.reason}")
+            return out, r, u, what, note
+        failed.append(f"{what} D={r.D} [{r.describe(u.variants)}]: {ev.reason}")
     return None
 
 
@@ -398,29 +507,29 @@ def plan(problem: Problem, settings: dict):
     M = cl.levels[0].devices_per_group
     if N > M and N % M:
         raise NoPlan(f"Alpa's 2-D mesh needs whole nodes: {N} devices, {M} per node")
-    mesh, knobs = mesh_view(cl), _knobs(cfg)
+    mesh, knobs, tb = mesh_view(cl), _knobs(cfg), cfg["compute_tiebreak"]
     notes, order, capped = [], [], False
     # 1. Alpa itself: per-stage submeshes, per-layer shardings
     try:
         own = alpa(problem, cfg, mesh, False, deadline)
         if own is not None:
-            v = own.common_variant()
-            n, bad = verify_with_highs(own, cfg["compute_tiebreak"])
+            n, bad = verify_with_highs(own, tb)
             notes.append(f"HiGHS re-solved {n} stage ILP(s) of Alpa's optimum"
                          + (f" ({bad} disagree with the chain DP)" if bad else ""))
-            if v is not None:
-                order.append((own, v, "Alpa's optimum"))
+            u = own.uniform(tb)
+            if u is not None:
+                order.append((own, u, "Alpa's optimum"))
             else:
-                notes.append(f"Alpa's optimum (objective {own.T:.6g} s, B={own.B}) does not fit "
-                             f"the contract (one variant, one stage size): {own.describe()}")
-            if v is None and len({xi for *_, xi, _ in own.stages}) == 1:
-                # 2. the ILP restricted to one variant per stage
+                # 2. a stage mixes shardings: the ILP restricted to one variant per stage
+                notes.append(f"Alpa's optimum (objective {own.T:.6g} s, B={own.B}, D={own.D}: "
+                             f"{own.describe()}) mixes sharding options across the layers of a "
+                             f"stage: per-layer resharding inside a stage is not expressible in "
+                             f"the plan contract (one variant per stage)")
                 one = alpa(problem, cfg, mesh, True, deadline)
-                v = one.common_variant() if one is not None else None
-                if v is not None:
-                    order.append((one, v, "Alpa with one variant per stage"))
-            if v is None:
-                notes.append("the contract needs per-stage variants / stage sizes to hold it")
+                if one is not None:
+                    order.append((one, one.uniform(tb), "Alpa with one variant per stage"))
+                else:
+                    notes.append("Alpa with one variant per stage finds no plan that fits memory")
     except Capped:
         capped = True
         notes.append(f"Alpa's DP over submeshes capped at {cfg['time_limit_s']} s")
@@ -431,7 +540,7 @@ def plan(problem: Problem, settings: dict):
     if chosen is None:
         singles, shapes = single_variant(problem, cfg, mesh)
         singles.sort(key=lambda r: (r.T, r.D, r.groups[0][0][0].key))
-        order = [(r, r.groups[0][0][0], "best single-variant plan") for r in singles]
+        order = [(r, r.uniform(tb), "best single-variant plan") for r in singles]
         chosen = _first_feasible(problem, order, knobs, failed)
         if chosen is None and not shapes:
             raise NoPlan(f"Alpa-E: no submesh shape and micro-batch split lets one pipeline of "
@@ -443,9 +552,19 @@ def plan(problem: Problem, settings: dict):
             raise NoPlan(f"Alpa-E: no slicing of the model onto submeshes covering all {N} "
                          f"devices fits memory (checked after sharding; configs ZeRO "
                          f"{cfg['zero_stages']} x remat {cfg['recompute_modes']})")
-    out, r, what = chosen
+    out, r, u, what, note = chosen
     if failed:
-        notes.append(f"{len(failed)} faster plan(s) failed the memory check")
-    notes.insert(0, f"{what}: objective {r.T:.6g} s, B={r.B}, D={r.D}")
-    return out.with_(predicted_time_per_batch_s=r.T, solve_time_s=time.perf_counter() - t0,
+        notes.append(f"{len(failed)} faster plan(s) failed the evaluator's check: "
+                     + "; ".join(failed[:3]))
+    shape = ("heterogeneous stages (per-stage variants / submeshes): " + r.describe(u.variants)
+             if out.heterogeneous or len({s.num_devices for s in out.stages}) > 1 else
+             f"one variant and one submesh size for every stage: {r.describe(u.variants)}")
+    head = f"{what}: objective {u.T:.6g} s, B={r.B}, D={r.D}; {shape}"
+    if u.ties:
+        head += (f"; {u.ties} stage(s) whose ILP sharding mixes options run a single option of "
+                 f"equal ILP objective (latency re-estimated)")
+    if note:
+        head += f"; {note}"
+    notes.insert(0, head)
+    return out.with_(predicted_time_per_batch_s=u.T, solve_time_s=time.perf_counter() - t0,
                      notes=("CAPPED: " if capped else "") + "; ".join(notes))

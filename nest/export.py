@@ -37,20 +37,44 @@ its device (node = id // devices per node), so a launcher can pin it.
 
 What Megatron cannot express is projected and re-scored, never hidden: stage-wise recomputation or
 ZeRO stages become the strongest mode any stage uses (it needs no more memory), GPipe becomes 1F1B,
-an unlaunchable placement becomes the best expressible order; each projection is a warning, and the
-projected plan's time per batch under the shared evaluator is reported beside the original's.
+heterogeneous stages become one uniform variant (below), an unlaunchable placement becomes the best
+expressible order; each projection is a warning, and the projected plan's time per batch under the
+shared evaluator is reported beside the original's.
+
+Heterogeneous stages (a stage with its own tp / sp / ep / cp, nest.plan.Stage): Megatron-LM runs
+one set of tensor / sequence / expert / context-parallel degrees for the whole model. "Nearest
+runnable plan", the decision: the plan with the same cuts, schedule, chunks, micro-batch size and
+micro-batch streams (dp x ep, so the same number of micro-batches per pipeline), the per-stage
+ZeRO / recomputation projected as above, and ONE of the plan's own stage variants u on every stage
+(data parallelism dp_u = dp x ep / ep_u), on no more devices than the plan uses. Candidates: every
+distinct stage variant u, each on
+    (a) the plan's own device ids, where every stage of the plan has dp_u x width_u devices (then
+        no device moves; only the meaning of the inner ranks changes), and
+    (b) the regular placements (rank = device id) of the plan's placement name, if it is a rank
+        order or legacy name, and of every order the launcher expresses for u's degrees
+        (launch_candidates), each device layout once.
+Each candidate is resolved to a launch order exactly as any plan is (steps 1-3 above) and scored by
+nest.evaluate.evaluate; the export keeps the fastest one that fits in memory (ties: the stage-0
+variant, then the stage order of first use, then (a) before (b)). A warning names the variants,
+the chosen one and both times per batch. If no candidate fits (or can be scored), the export
+raises a PlanError naming the plan and every candidate's reason: there is then no uniform plan
+of the same shape to run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from nest.errors import PlanError
 from nest.evaluate import Problem, evaluate
+from nest.graph.layer_graph import Variant
 from nest.placement import (
     CLI_ORDERS,
     DEFAULT_ORDER,
+    canonical_order,
     expressible,
     harness_groups,
+    is_order,
     launcher_orders,
     megatron_groups,
     stage_device_ids,
@@ -146,10 +170,93 @@ def _project(plan: Plan, warnings: list[str]) -> Plan:
     return out
 
 
+def _uniform(plan: Plan, u: Variant, ids: list[tuple[int, ...]], placement: str) -> Plan:
+    """`plan` with variant u on every stage, stage j (chunk j of an interleaved plan) on ids[j % pp]
+    (the same dp x ep micro-batch streams: dp = dp x ep / ep_u)."""
+    d = plan.dp * plan.ep // u.ep
+    stages = tuple(replace(s, tp=None, sp=None, ep=None, cp=None, num_devices=d * u.width,
+                           device_ids=tuple(ids[j % plan.pp])) for j, s in enumerate(plan.stages))
+    return plan.with_(tp=u.tp, sp=u.sp, ep=u.ep, cp=u.cp, dp=d, stages=stages,
+                      placement=placement)
+
+
+def uniform_candidates(plan: Plan) -> list[tuple[str, Plan]]:
+    """The uniform plans a heterogeneous `plan` may be exported as (module docstring: (a), (b)),
+    in preference order, each with a short description."""
+    p = plan.pp
+    variants = list(dict.fromkeys(plan.stage_variant(j) for j in range(len(plan.stages))))
+    own = [tuple(s.device_ids) for s in plan.stages[:p]]
+    out = []
+    for u in variants:
+        d = plan.dp * plan.ep // u.ep
+        n = d * u.width
+        if n * p > plan.devices_used:
+            continue  # more devices than the plan uses: not a projection of it
+        names = [plan.placement] if is_order(plan.placement) else []
+        names += _launch_orders(u.tp, u.cp, u.ep, d, p)[0]
+        regular = {}
+        for o in names:
+            regular.setdefault(tuple(stage_device_ids(p, d, u.tp, u.cp, u.ep, o)), o)
+        layouts: dict[tuple, str] = {}
+        if all(len(ids) == n for ids in own):
+            layouts[tuple(own)] = regular.get(tuple(own), "custom")
+        for ids, o in regular.items():
+            layouts.setdefault(ids, o)
+        for ids, name in layouts.items():
+            where = f"{name} ({canonical_order(name)})" if name != "custom" else ""
+            if ids == tuple(own):
+                where = "the plan's devices" + (f", {where}" if where else "")
+            out.append((f"{u.key} on {where}", _uniform(plan, u, list(ids), name)))
+    return out
+
+
+def _project_variants(plan: Plan, problem: Problem, per_node: int, original_s: float,
+                      warnings: list[str]) -> Plan:
+    """A heterogeneous plan -> the fastest feasible uniform candidate (module docstring)."""
+    variants = {plan.stage_variant(j) for j in range(len(plan.stages))}
+    keys = sorted(u.key for u in variants)
+    who = f"plan '{plan.planner}' for {plan.model} on {plan.cluster}"
+    scored, failed = [], []
+    for u in sorted(variants, key=lambda u: u.key):
+        n = plan.pp * plan.dp * plan.ep // u.ep * u.width
+        if n > plan.devices_used:
+            failed.append(f"{u.key} on every stage needs {n} devices, the plan uses "
+                          f"{plan.devices_used}")
+    for what, q in uniform_candidates(plan):
+        try:
+            r, _, _ = _resolve_order(q, problem, per_node, [])
+            ev = evaluate(r, problem)
+        except PlanError as e:
+            failed.append(f"{what}: {e}")
+            continue
+        if ev.feasible:
+            scored.append((ev.time_per_batch_s, len(scored), what, q))
+        else:
+            failed.append(f"{what}: {ev.reason}")
+    if not scored:
+        why = "; ".join(failed)
+        raise PlanError(f"{who}: stages use variants {', '.join(keys)}, but Megatron-LM runs one "
+                        f"set of tensor / sequence / expert / context-parallel degrees for the "
+                        f"whole model, and no uniform projection (one of these variants on every "
+                        f"stage, same cuts and micro-batch streams, no more devices) fits: {why}")
+    t, _, what, q = min(scored)
+    warnings.append(f"stages use variants {', '.join(keys)}; Megatron-LM runs one set of tensor / "
+                    f"sequence / expert / context-parallel degrees for the whole model: exported "
+                    f"{what} on every stage (dp {q.dp}, {q.devices_used} devices), the fastest "
+                    f"feasible of {len(scored) + len(failed)} uniform projections: {t:.4f} s per "
+                    f"batch vs {original_s:.4f} s planned"
+                    + (f" (not runnable: {'; '.join(failed)})" if failed else ""))
+    return q
+
+
 def launch_candidates(plan: Plan) -> tuple[list[str], bool]:
     """Orders the export may launch `plan` with, preferred first, and whether Megatron-LM's CLI
     expresses them (else they need megatron-core's `order` argument)."""
-    deg = (plan.tp, plan.cp, plan.ep, plan.dp, plan.pp)
+    return _launch_orders(plan.tp, plan.cp, plan.ep, plan.dp, plan.pp)
+
+
+def _launch_orders(tp: int, cp: int, ep: int, dp: int, pp: int) -> tuple[list[str], bool]:
+    deg = (tp, cp, ep, dp, pp)
     cli = [o for o in CLI_ORDERS if expressible(*deg, o)]
     return (cli, True) if cli else (list(launcher_orders(*deg)), False)
 
@@ -216,6 +323,8 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
     original = evaluate(plan, problem)
     out = _project(plan, warnings)
     hw_per_node = problem.cluster.levels[0].devices_per_group
+    if out.heterogeneous:
+        out = _project_variants(out, problem, hw_per_node, original.time_per_batch_s, warnings)
     out, order, ranks = _resolve_order(out, problem, hw_per_node, warnings)
     projected = out != plan
     ev = evaluate(out, problem) if projected else original
@@ -302,6 +411,7 @@ def check_against_plan(exp: MegatronExport) -> None:
     launch order (nest.placement.megatron_groups) mapped through the rank map, equal the groups
     the evaluator prices from the stages' device ids (nest.evaluate.inner_groups); raise if not."""
     plan = exp.plan
+    assert not plan.heterogeneous, "Megatron-LM runs one variant on every stage"
     dev = {r["rank"]: r["device"] for r in exp.rank_map}
     assert len(set(dev.values())) == len(exp.rank_map), "a device used twice"
     stages = [s.device_ids for s in plan.stages[:plan.pp]]

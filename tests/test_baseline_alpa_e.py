@@ -9,13 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import baselines.alpa_e as alpa_e
 from baselines.alpa_e import (DEFAULTS, _options, brute_force_inter_op, inter_op_dp,
-                              split_tables)
+                              split_tables, submesh_offsets)
 from baselines.alpa_e_ilp import (brute_force_ilp, mesh_view, range_tables, sharding_of,
                                   sharding_table, solve_ilp, stage_cost, submesh_sizes)
 from nest.evaluate import evaluate, make_problem
 from nest.graph.layer_graph import Variant
-from nest.plan import check_structure
+from nest.plan import Plan, check_structure
 from nest.planners import run_planner
 from nest.settings import TrainingSettings
 from nest.specs import load_cluster
@@ -175,17 +176,22 @@ def test_dp_over_submeshes_equals_brute_force_on_a_tiny_mesh(gpt8, moe8, which):
 def _check_estimates(pr, plan):
     """Alpa's post-hoc memory check is the evaluator's peak memory; its stage latency is the
     evaluator's on the 2-D mesh without the pipeline transfers, with the gradient sync and the
-    optimizer step amortised over the B micro-batches."""
+    optimizer step amortised over the B micro-batches; stage by stage with the stage's own
+    variant and submesh (heterogeneous plans), on D = dp * ep micro-batch streams. Returns
+    Alpa's objective sum t + (B - 1) max t of those latencies."""
     mesh = mesh_view(pr.cluster)
-    v = Variant(plan.tp, plan.sp, plan.ep, plan.cp)
     B = plan.num_microbatches
+    D = plan.dp * plan.ep
     knobs = sorted({(s.zero_stage, s.recompute) for s in plan.stages})
-    tab = sharding_table(pr, mesh, plan.dp * plan.ep, plan.tp * plan.cp, [v], knobs, B)
-    rt = range_tables(tab, 1e-3)
     ev = evaluate(plan, pr)
     ev_mesh = evaluate(plan, replace(pr, cluster=mesh))
     hw = pr.cluster.hardware
+    ts = []
     for j, s in enumerate(plan.stages):
+        v = plan.stage_variant(j)
+        assert plan.stage_dp(j) == D // v.ep and s.num_devices == D * v.tp * v.cp
+        tab = sharding_table(pr, mesh, D, v.tp * v.cp, [v], knobs, B)
+        rt = range_tables(tab, 1e-3)
         o = knobs.index((s.zero_stage, s.recompute))
         a, b = s.first_layer, s.last_layer
         alloc = rt.fixed_OKI[o, a, b] + min(plan.pp - j, B) * rt.act_OKI[o, a, b]
@@ -196,6 +202,8 @@ def _check_estimates(pr, plan):
         sync = sm.sync_s - sm.sync_breakdown_s.get("tied_embedding_all_reduce", 0.0)
         want = sm.time_per_microbatch_s - p2p + (sync + sm.optimizer_s) / B
         assert math.isclose(rt.time_OKI[o, a, b], want, rel_tol=1e-9)
+        ts.append(want)
+    return sum(ts) + (B - 1) * max(ts)
 
 
 # ---- plans ---------------------------------------------------------------------------------------
@@ -244,3 +252,87 @@ def test_no_better_than_nest_on_real_points(model, n):
     assert ours.evaluation.feasible
     assert ours.evaluation.time_per_batch_s >= nest.evaluation.time_per_batch_s * (1 - 1e-9)
     _check_estimates(make_problem(model, "tpuv4_fattree", n), ours.plan)
+
+
+# ---- heterogeneous stages: Alpa's own optimum in the contract ----------------------------------
+
+
+def test_submesh_offsets_follow_alpas_covering():
+    # in stage order when no submesh straddles a node
+    assert submesh_offsets([2, 4, 2], 2) == ([0, 2, 6], True)
+    assert submesh_offsets([4, 4, 8, 16], 8) == ([0, 4, 8, 16], True)
+    # else whole-node submeshes on whole nodes, the small ones packed, largest first
+    assert submesh_offsets([1, 2, 1], 2) == ([2, 0, 3], True)
+    assert submesh_offsets([4, 8, 4], 8) == ([8, 0, 12], True)
+    assert submesh_offsets([1, 2, 2, 1], 2) == ([4, 0, 2, 5], True)
+    assert submesh_offsets([2, 1, 4, 1], 4) == ([4, 6, 0, 7], True)
+    # a node of 6 cannot hold two submeshes of 4: stage order, flagged
+    assert submesh_offsets([4, 4, 4], 6) == ([0, 4, 8], False)
+
+
+# (model, devices, global batch, Alpa's B, extra variants): Alpa's optimum has stages with
+# different submeshes and / or variants, every stage's layers on one sharding option
+HETERO = [
+    ("tiny_gpt", 6, 8, 4, ()),  # 4 devices tp2 + 2 devices tp1
+    ("tiny_gpt", 8, 8, 8, (Variant(4, False), Variant(4, True))),  # 2 / 4 / 2 devices, tp2/4/2
+    ("tiny_moe", 6, 16, 16, ()),  # 1 / 2 / 2 / 1 devices: in stage order a 2-device submesh
+    # would straddle two nodes, so Alpa's covering places them
+    ("tiny_moe", 6, 8, 4, ()),  # ep 2 on 2 and 4 devices; stages with an equal-objective tie
+    ("tiny_moe", 16, 8, 4, ()),  # one width, ep 1 / 2 / 2 / 1: stage dp 2 / 1 / 1 / 2
+]
+
+
+@pytest.mark.parametrize("model,n,gb,B,extra", HETERO)
+def test_heterogeneous_optimum_is_returned(model, n, gb, B, extra, tmp_path):
+    """Alpa's optimum with per-stage submeshes and variants is returned as is: a valid,
+    feasible heterogeneous plan whose stages are Alpa's submeshes (every device used, whole-node
+    or inside one node), D = dp * ep micro-batch streams in every stage, and whose predicted
+    time is Alpa's objective sum t + (B - 1) max t over the evaluator's stage latencies on Alpa's
+    2-D mesh (`_check_estimates`: each stage latency and peak memory equal the evaluator's)."""
+    pr = make_problem(model, "tiny_cluster", n, training=TrainingSettings(global_batch=gb),
+                      variants=list(extra))
+    out = run_planner("alpa_e", pr, {"num_microbatches": B})
+    assert out.plan is not None, out.reason
+    p = out.plan
+    check_structure(p, pr.graph.num_layers, pr.cluster.max_devices)
+    assert out.evaluation.feasible
+    assert p.notes.startswith("Alpa's optimum") and "heterogeneous stages" in p.notes
+    assert p.heterogeneous or len({s.num_devices for s in p.stages}) > 1
+    assert p.placement == "custom" and p.num_microbatches == B
+    M = pr.cluster.levels[0].devices_per_group
+    D = p.dp * p.ep
+    assert sum(s.num_devices for s in p.stages) == n  # Alpa's submeshes cover every device
+    v0 = p.stage_variant(0)
+    assert (p.tp, p.sp, p.ep, p.cp) == (v0.tp, v0.sp, v0.ep, v0.cp)
+    for j, s in enumerate(p.stages):
+        v = p.stage_variant(j)
+        assert D % v.ep == 0 and p.stage_dp(j) == D // v.ep
+        assert s.num_devices == D * v.tp * v.cp
+        assert s.num_devices in submesh_sizes(n, M)
+        a = s.device_ids[0]
+        assert s.device_ids == tuple(range(a, a + s.num_devices))
+        assert a // M == (a + s.num_devices - 1) // M or (a % M == 0 and s.num_devices % M == 0)
+        assert (s.tp is None) == (v == v0)  # per-stage fields only where they differ
+    T = _check_estimates(pr, p)
+    assert math.isclose(p.predicted_time_per_batch_s, T, rel_tol=1e-9)
+    p.write(tmp_path / "plan.json")  # the schema holds it, and it reads back the same
+    assert Plan.read(tmp_path / "plan.json") == p
+
+
+def test_mixed_shardings_inside_a_stage_fall_back_to_one_variant_per_stage(gpt8, monkeypatch):
+    """Random communication and resharding costs make Alpa's ILP mix options across a stage's
+    layers: not expressible in the contract (one variant per stage), so the planner returns Alpa
+    restricted to one variant per stage, per-stage submeshes kept, and says so."""
+    real = alpa_e.sharding_table
+    monkeypatch.setattr(alpa_e, "sharding_table",
+                        lambda *a, **k: _random_table(real(*a, **k), 1))
+    out = run_planner("alpa_e", gpt8, {"num_microbatches": 4})
+    p = out.plan
+    assert out.evaluation.feasible
+    check_structure(p, gpt8.graph.num_layers, gpt8.cluster.max_devices)
+    assert p.notes.startswith("Alpa with one variant per stage")
+    assert "mixes sharding options across the layers of a stage" in p.notes
+    assert "not expressible" in p.notes
+    assert p.heterogeneous  # tp2 with and without sequence parallelism, one per stage
+    T = _check_estimates(gpt8, p)  # latencies and memory do not depend on the ILP's costs
+    assert math.isclose(p.predicted_time_per_batch_s, T, rel_tol=1e-9)

@@ -111,3 +111,103 @@ def test_interleaved_example(name):
     assert _flag(exp.args, "--num-virtual-stages-per-pipeline-rank") == "6"
     assert "--pipeline-model-parallel-layout" not in exp.args  # 2 blocks per chunk: the default
     assert exp.world_size == 128 and exp.identity_placement()
+
+
+def _hetero(problem, variants, zero=(0, 0), rec=("none", "none"), placement="replica_major"):
+    L = problem.graph.num_layers
+    return make_plan(problem, "h", variants[0], 2, 2, [(0, 2), (3, L - 1)], list(zero), list(rec),
+                     placement, stage_variants=list(variants))
+
+
+def _uniform_args(exp):
+    """The one set of degrees the arguments name."""
+    a = exp.args
+    assert a.count("--tensor-model-parallel-size") == 1
+    assert a.count("--context-parallel-size") <= 1 and a.count("--sequence-parallel") <= 1
+    return (int(_flag(a, "--tensor-model-parallel-size")), "--sequence-parallel" in a,
+            int(_flag(a, "--context-parallel-size")) if "--context-parallel-size" in a else 1)
+
+
+@pytest.mark.parametrize("case", ["tp2_sp", "moe_tp2_cp2"])
+def test_heterogeneous_stages_are_projected_to_one_variant(case, tmp_path):
+    """Megatron-LM runs one tp / sp / ep / cp for the whole model: a heterogeneous plan exports
+    as the fastest feasible uniform plan made of one of its own stage variants (same cuts, same
+    dp x ep streams), re-scored by the shared evaluator, with both times in a warning."""
+    from nest.export import uniform_candidates
+
+    if case == "tp2_sp":
+        pr = make_problem("tiny_gpt", "tiny_cluster", 8)
+        plan = _hetero(pr, [Variant(tp=2), Variant(tp=2, sp=True)], zero=(0, 1),
+                       rec=("none", "full"))
+    else:
+        pr = make_problem("tiny_moe", "tiny_cluster", 8).with_variants([Variant(tp=2)])
+        plan = _hetero(pr, [Variant(tp=2), Variant(cp=2)], placement="stage_major")
+    assert plan.heterogeneous
+    exp = to_megatron(plan, pr)
+    out = exp.plan
+    assert not out.heterogeneous
+    assert out.stage_variant(0) in {plan.stage_variant(j) for j in range(plan.pp)}
+    assert _uniform_args(exp) == (out.tp, out.sp, out.cp)
+    assert [(s.first_layer, s.last_layer) for s in out.stages] == [
+        (s.first_layer, s.last_layer) for s in plan.stages]
+    assert out.dp * out.ep == plan.dp * plan.ep and out.num_microbatches == plan.num_microbatches
+    assert exp.world_size == len(exp.rank_map) <= plan.devices_used
+    ev, orig = evaluate(out, pr), evaluate(plan, pr)
+    assert ev.feasible and exp.time_per_batch_s == ev.time_per_batch_s
+    assert exp.original_time_per_batch_s == orig.time_per_batch_s
+    w = next(x for x in exp.warnings if "stages use variants" in x)
+    assert f"{ev.time_per_batch_s:.4f} s" in w and f"{orig.time_per_batch_s:.4f} s planned" in w
+    assert out.stage_variant(0).key in w
+    assert "exported vs" in exp.warnings[-1]
+    # the fastest of the candidates (those on regular placements launch as they are)
+    best = min(evaluate(q, pr).time_per_batch_s for _, q in uniform_candidates(_fold(plan))
+               if q.placement != "custom")
+    assert exp.time_per_batch_s <= best
+    if case == "tp2_sp":  # the per-stage knobs are projected as before
+        assert {s.recompute for s in out.stages} == {"full"}
+        assert {s.zero_stage for s in out.stages} == {1}
+        assert "--use-distributed-optimizer" in exp.args
+        f = tmp_path / "plan.json"  # the CLI prints the projection and writes it to launch.sh
+        plan.write(f)
+        r = subprocess.run([sys.executable, "-m", "nest.cli", "export", str(f), "-o",
+                            str(tmp_path / "out")], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert "warning: stages use variants" in r.stderr
+        assert f"predicted {exp.time_per_batch_s:.4f} s per batch" in r.stdout
+        launch = (tmp_path / "out" / "launch.sh").read_text()
+        assert "# warning: stages use variants" in launch
+        assert launch.count("--tensor-model-parallel-size") == 1
+
+
+def _fold(plan):
+    from nest.export import _project
+
+    return _project(plan, [])
+
+
+def test_heterogeneous_widths_project_onto_fewer_devices():
+    """A stage on fewer devices (tp 1 beside tp 2): a uniform tp 2 would need more devices than
+    the plan uses, so the projection runs tp 1 on fewer devices and says why tp 2 was not."""
+    from nest.plan import Stage
+
+    pr = make_problem("tiny_gpt", "tiny_cluster", 8)
+    L = pr.graph.num_layers
+    base = make_plan(pr, "h", Variant(2), 2, 2, [(0, 2), (3, L - 1)], [0, 0], ["none", "none"],
+                     "replica_major")
+    plan = base.with_(stages=(base.stages[0], Stage(3, L - 1, 2, (4, 6), tp=1)))
+    assert plan.heterogeneous and plan.devices_used == 6
+    exp = to_megatron(plan, pr)
+    assert _uniform_args(exp) == (1, False, 1) and exp.world_size == 4
+    assert exp.time_per_batch_s == evaluate(exp.plan, pr).time_per_batch_s
+    w = next(x for x in exp.warnings if "stages use variants" in x)
+    assert "tp2_sp0_ep1_cp1 on every stage needs 8 devices, the plan uses 6" in w
+
+
+def test_heterogeneous_plan_without_a_runnable_projection_is_a_plan_error(tmp_path):
+    from nest.errors import PlanError
+
+    pr = make_problem("tiny_gpt", "tiny_cluster", 8).with_hardware(hbm_bytes=1e6)
+    plan = _hetero(pr, [Variant(tp=2), Variant(tp=2, sp=True)])
+    with pytest.raises(PlanError, match=r"plan 'h' for tiny_gpt .*no uniform projection.*"
+                                        r"out of memory"):
+        to_megatron(plan, pr)
