@@ -41,7 +41,10 @@ each rank to its device (nest.export). Custom (non-order) device lists are outsi
 
 from __future__ import annotations
 
+from functools import lru_cache
 from itertools import permutations
+
+import numpy as np
 
 from nest.errors import PlanError
 
@@ -82,17 +85,16 @@ def stage_device_ids(pp: int, dp: int, tp: int, cp: int, ep: int,
                      order: str) -> list[tuple[int, ...]]:
     """Device ids of every pipeline stage when rank = device id and ranks follow `order`; each
     stage's ids in the canonical listing (dp, ep, cp, tp), tp fastest."""
+    return [tuple(row) for row in _stage_ids(pp, dp, tp, cp, ep, canonical_order(order)).tolist()]
+
+
+@lru_cache(maxsize=4096)
+def _stage_ids(pp: int, dp: int, tp: int, cp: int, ep: int, order: str) -> np.ndarray:
     st = strides(pp, dp, tp, cp, ep, order)
-    out = []
-    for p in range(pp):
-        ids = []
-        for d in range(dp):
-            for e in range(ep):
-                for c in range(cp):
-                    base = p * st["pp"] + d * st["dp"] + e * st["ep"] + c * st["cp"]
-                    ids.extend(base + t * st["tp"] for t in range(tp))
-        out.append(tuple(ids))
-    return out
+    grid = sum(np.arange(n).reshape([-1 if i == k else 1 for i in range(5)]) * st[name]
+               for k, (name, n) in enumerate((("pp", pp), ("dp", dp), ("ep", ep), ("cp", cp),
+                                               ("tp", tp))))
+    return grid.reshape(pp, -1)
 
 
 def _nontrivial(order: str, sizes: dict[str, int]) -> list[str]:

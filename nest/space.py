@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from functools import lru_cache
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -50,14 +51,7 @@ class SearchSpace:
         """The placements of a candidate: the space's, with "orders" expanded to every rank order
         a launcher can express for these degrees (nest.placement.launcher_orders), duplicates of
         the same device layout dropped."""
-        from nest.placement import launcher_orders, stage_device_ids
-
-        out: dict = {}
-        for pl in self.placements:
-            for name in (launcher_orders(v.tp, v.cp, v.ep, d, p) if pl == "orders" else (pl,)):
-                key = tuple(stage_device_ids(p, d, v.tp, v.cp, v.ep, name))
-                out.setdefault(key, name)
-        return tuple(out.values())
+        return _placements_for(self.placements, v.tp, v.cp, v.ep, p, d)
 
     @property
     def options(self) -> Options:
@@ -66,6 +60,19 @@ class SearchSpace:
 
     def with_(self, **kw) -> "SearchSpace":
         return replace(self, **kw)
+
+
+@lru_cache(maxsize=65536)
+def _placements_for(placements: tuple[str, ...], tp: int, cp: int, ep: int, p: int,
+                    d: int) -> tuple[str, ...]:
+    from nest.placement import _stage_ids, canonical_order, launcher_orders
+
+    out: dict = {}
+    for pl in placements:
+        for name in (launcher_orders(tp, cp, ep, d, p) if pl == "orders" else (pl,)):
+            key = _stage_ids(p, d, tp, cp, ep, canonical_order(name)).tobytes()
+            out.setdefault(key, name)
+    return tuple(out.values())
 
 
 def declare(problem: Problem, overrides: dict | None = None) -> SearchSpace:

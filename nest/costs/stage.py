@@ -28,8 +28,8 @@ import numpy as np
 from nest.costs.memory import (optimizer_step_s, peak, per_device, state_bytes,
                                tied_embedding_params, with_overheads, working_bytes)
 from nest.graph.layer_graph import Variant
-from nest.network.collectives import (collective_time, group_lines, lines_time, pairs,
-                                      send_time, shifted, span_level)
+from nest.network.collectives import (collective_time, group_lines, group_lines_by_kind,
+                                      lines_time, pairs, send_time, shifted, span_level)
 
 GROUP_CACHE_ENTRIES = 256  # each entry holds O(K L) floats; bounded so memory stays small
 SYNC_KINDS = ("all_reduce", "reduce_scatter", "all_gather")
@@ -246,11 +246,8 @@ def group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
     total_L = x_LK.sum(axis=1)
     fwd_L = x_LK[:, fwd_K].sum(axis=1) if K else np.zeros(L)
     tot_LR = total_L[:, None] + np.where(full_R, fwd_L[:, None], 0.0)
-    dp = {part: {kind: group_lines(cl, kind, groups["dp_" + part]) for kind in SYNC_KINDS}
-          for part in ("dense", "expert")}
-    dg = groups["dp_dense"]
-    out = GroupTerms(names, fwd_K, prefix(x_LK), prefix(tot_LR), dp,
-                     level_name(cl, dg[0]) if dg.shape[1] > 1 else "local")
+    dp, dp_level = dp_lines(problem, lt, ids, d, groups)
+    out = GroupTerms(names, fwd_K, prefix(x_LK), prefix(tot_LR), dp, dp_level)
     lt.group_cache[key] = out
     if len(lt.group_cache) > GROUP_CACHE_ENTRIES:
         lt.group_cache.popitem(last=False)
@@ -260,6 +257,25 @@ def group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
 # --------------------------------------------------------------------------------------------
 # The ZeRO schedule and the stage kernel
 # --------------------------------------------------------------------------------------------
+
+
+def dp_lines(problem, lt: LayerTable, ids, d: int, groups=None):
+    """Alpha-beta lines of a stage's data-parallel groups ({"dense" | "expert": {kind: lines}})
+    and the level name of its dense group (cached per (d, shifted ids))."""
+    cl, v = problem.cluster, lt.variant
+    key = ("dp", d, shifted(cl, ids))
+    hit = lt.group_cache.get(key)
+    if hit is not None:
+        return hit
+    if groups is None:
+        groups = inner_groups(ids, v.tp, v.cp, v.ep, d)
+    dp = {part: group_lines_by_kind(cl, SYNC_KINDS, groups["dp_" + part])
+          for part in ("dense", "expert")}
+    dg = groups["dp_dense"]
+    out = lt.group_cache[key] = (dp, level_name(cl, dg[0]) if dg.shape[1] > 1 else "local")
+    if len(lt.group_cache) > GROUP_CACHE_ENTRIES:
+        lt.group_cache.popitem(last=False)
+    return out
 
 
 def zero_schedule(z: int, coll) -> tuple[dict, dict]:

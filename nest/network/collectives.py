@@ -83,9 +83,15 @@ def pair_levels(cluster: ClusterSpec, src: tuple, dst: tuple) -> tuple[int, ...]
 def group_lines(cluster: ClusterSpec, kind: str, groups) -> list:
     """Alpha-beta lines of one representative per distinct group shape (`distinct`); [] when the
     groups are single devices."""
+    return group_lines_by_kind(cluster, (kind,), groups)[kind]
+
+
+def group_lines_by_kind(cluster: ClusterSpec, kinds, groups) -> dict:
+    """`group_lines` for several kinds of collective on the same groups (one `distinct`)."""
     if len(groups) == 0 or len(groups[0]) <= 1:
-        return []
-    return [coefficients(cluster, kind, g) for g in distinct(cluster, groups)]
+        return {k: [] for k in kinds}
+    reps = distinct(cluster, groups)
+    return {k: [coefficients(cluster, k, g) for g in reps] for k in kinds}
 
 
 def lines_time(lines_per_group: list, nbytes):
@@ -183,8 +189,10 @@ def distinct(cluster: ClusterSpec, groups) -> list[tuple[int, ...]]:
         size = np.where(lo // lv.devices_per_group == hi // lv.devices_per_group,
                         lv.devices_per_group, size)
     canon = g - (lo // size * size)[:, None]
-    _, idx = np.unique(canon, axis=0, return_index=True)
-    return [tuple(int(x) for x in g[i]) for i in sorted(idx)]
+    seen: dict[bytes, int] = {}
+    for i, row in enumerate(np.ascontiguousarray(canon)):
+        seen.setdefault(row.tobytes(), i)
+    return [tuple(int(x) for x in g[i]) for i in sorted(seen.values())]
 
 
 def coefficients(cluster: ClusterSpec, kind: str, group: tuple[int, ...]

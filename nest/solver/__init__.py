@@ -103,8 +103,9 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True):
                 refined[(ci, p)] = memory_aware_bound(problem, space, lts[ci], p, floors[ci],
                                                       sends[ci])
             m = problem.num_microbatches(d, cls[0].ep)
-            bound = max((m + p - 1) * refined[(ci, p)],
-                        weight_bound(problem, space, lts[ci], p, d))
+            bound = (m + p - 1) * refined[(ci, p)]
+            if bound < best_T:  # else pruned already; the weight bound is the costlier one
+                bound = max(bound, weight_bound(problem, space, lts[ci], p, d))
             heapq.heappush(heap, (bound, True, ci, p, d))
             continue
         for placement in space.placements_for(cls[0], p, d):

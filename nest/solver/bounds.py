@@ -17,9 +17,9 @@ import math
 
 import numpy as np
 
-from nest.costs.memory import optimizer_step_s, per_device
-from nest.costs.stage import (LayerTable, Options, bytes_per_param, fixed_bytes, group_terms,
-                              range_sum, zero_schedule)
+from nest.costs.memory import allocatable, optimizer_step_s, per_device, state_bytes
+from nest.costs.stage import (LayerTable, Options, bytes_per_param, dp_lines, fixed_bytes,
+                              group_terms, range_sum, zero_schedule)
 from nest.graph.layer_graph import Variant
 from nest.network.collectives import lines_time, path_bandwidth
 from nest.plan import place
@@ -114,8 +114,6 @@ def memory_aware_bound(problem: Problem, space: SearchSpace, lts, p: int,
     the cheapest recomputation mode that fits at its position under the most favourable d (the
     largest: the most ZeRO sharding and the fewest micro-batches to stash; fewer replicas only
     need more memory) and the most favourable ZeRO stage; a min-max DP over the cuts."""
-    from nest.costs.memory import allocatable
-
     lts = _seq(lts)
     v, L = lts[0].variant, lts[0].num_layers
     hw = problem.cluster.hardware
@@ -150,7 +148,9 @@ def weight_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int) -> f
     """A lower bound from the weights alone. Relaxation: some stage k holds at least 1/p of the
     dense parameters (and some stage, maybe another, 1/p of the expert ones); T >= (m + p - 1)
     t_k + u_k >= (m + p - 1) * its per-micro-batch ZeRO collectives + its sync + its optimizer
-    step, all non-decreasing in its bytes, priced with k's ZeRO stage on k's data-parallel groups;
+    step, all non-decreasing in its bytes, priced with k's ZeRO stage on k's data-parallel groups,
+    a ZeRO stage being possible only if the weights, gradients and optimizer states it leaves on
+    the device (also non-decreasing in the bytes) fit in HBM on their own;
     k, its ZeRO stage, its variant (of the class `lts`) and the placement are unknown, so the
     minimum over all of them."""
     return max(min(_weight_bound(problem, space, lt, p, d)[part] for lt in _seq(lts))
@@ -160,6 +160,7 @@ def weight_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int) -> f
 def _weight_bound(problem: Problem, space: SearchSpace, lt: LayerTable, p: int, d: int) -> dict:
     v, tr, hw = lt.variant, problem.training, problem.cluster.hardware
     m = problem.num_microbatches(d, v.ep)
+    room = allocatable(hw) * (1 + 1e-9)  # slack keeps the bound valid
     total_dense = lt.pd_LL[-1, 0] if p == 1 else lt.dense_L.sum()
     best = {"dense": math.inf, "expert": math.inf}
     shares = {"dense": (total_dense / p, 0.0), "expert": (0.0, lt.expert_L.sum() / p)}
@@ -167,21 +168,23 @@ def _weight_bound(problem: Problem, space: SearchSpace, lt: LayerTable, p: int, 
         ids = place(p, d, v.width, placement, tp=v.tp, cp=v.cp, ep=v.ep)
         seen = set()
         for j in range(p):
-            gt = group_terms(problem, lt, ids[j], d)
-            if id(gt) in seen:
+            lines, _ = dp_lines(problem, lt, ids[j], d)
+            if id(lines) in seen:
                 continue
-            seen.add(id(gt))
+            seen.add(id(lines))
             for part, (pd, pe) in shares.items():
                 if not pd and not pe:
                     best[part] = 0.0
                     continue
 
-                def coll(kind: str, which: str, pd=pd, pe=pe, gt=gt):
+                def coll(kind: str, which: str, pd=pd, pe=pe, lines=lines):
                     n = bytes_per_param(tr, which)
-                    return float(lines_time(gt.dp_lines["dense"][kind], n * pd)
-                                 + lines_time(gt.dp_lines["expert"][kind], n * pe))
+                    return float(lines_time(lines["dense"][kind], n * pd)
+                                 + lines_time(lines["expert"][kind], n * pe))
 
                 for z in space.zero_stages:
+                    if sum(state_bytes(pd, pe, d, v.ep, v.cp, z, tr).values()) > room:
+                        continue  # its states alone overflow: z is not an option for stage k
                     per_mb, sync = zero_schedule(z, coll)
                     x = ((m + p - 1) * sum(per_mb.values()) + sum(sync.values())
                          + optimizer_step_s(per_device(pd, pe, d, v.ep, v.cp, z >= 1), tr, hw))
