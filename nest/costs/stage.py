@@ -13,26 +13,24 @@ d data-parallel replicas, at a pipeline position that stashes `stash` micro-batc
             and the working set (nest.costs.memory)
 `stage_cost` evaluates it on one cell (a, b) or on the whole [b, a] grid of every cut at once
 (the same arithmetic, NumPy broadcasting); `Options` is the one encoding of the per-stage knobs
-(o = z_index * R + r_index). Legend: L layers (b: last, a: first), K collective terms,
+(o = z_index * R + r_index). Its parts: nest.costs.layers (per-layer vectors and range tables),
+nest.costs.groups (device groups and their collectives), nest.costs.memory (the memory model). Legend: L layers (b: last, a: first), K collective terms,
 Z ZeRO stages, R recomputation modes.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from nest.costs.memory import (optimizer_step_s, peak, per_device, state_bytes,
-                               tied_embedding_params, with_overheads, working_bytes)
-from nest.graph.layer_graph import Variant
-from nest.network.collectives import (collective_time, group_lines, group_lines_by_kind,
-                                      lines_time, pairs, send_time, shifted, span_level)
-
-GROUP_CACHE_ENTRIES = 256  # each entry holds O(K L) floats; bounded so memory stays small
-SYNC_KINDS = ("all_reduce", "reduce_scatter", "all_gather")
+from nest.costs.groups import GroupTerms, dp_lines, group_terms, inner_groups  # noqa: F401
+from nest.costs.layers import (LayerTable, layer_table, prefix, problem_cache,  # noqa: F401
+                               range_max, range_sum)
+from nest.costs.memory import (optimizer_step_s, peak, per_device, state_bytes, with_overheads,
+                               working_bytes)
+from nest.network.collectives import collective_time, lines_time, pairs, send_time
 
 
 @dataclass(frozen=True)
@@ -60,222 +58,6 @@ class Options:
     def per_option(self, x_Z: np.ndarray) -> np.ndarray:
         """An array over ZeRO stages (last axis) spread over the options (last axis O)."""
         return np.repeat(x_Z, len(self.recompute_modes), axis=-1)
-
-
-# --------------------------------------------------------------------------------------------
-# Per-variant layer tables
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class LayerTable:
-    """Per-layer vectors of one variant and their range tables over every stage a..b."""
-
-    variant: Variant
-    modes: tuple[str, ...]
-    fwd_L: np.ndarray  # forward compute per layer, seconds
-    bwd_L: np.ndarray
-    rec_LR: np.ndarray  # recomputed forward per layer and mode
-    act_LR: np.ndarray  # bytes saved for backward per micro-batch
-    work_LR: np.ndarray  # act(none) - act(r): working set of a recomputed layer
-    dense_L: np.ndarray
-    expert_L: np.ndarray
-    out_L: np.ndarray  # boundary activation bytes per device (the layer's output)
-    costs: list  # LayerCost per layer
-    tied: float  # tied embedding parameters per device (nest.costs.memory)
-    # [b, a] range tables: sums (maxima for work / maxpar) over layers a..b
-    pd_LL: np.ndarray = None
-    pe_LL: np.ndarray = None
-    comp_LLR: np.ndarray = None
-    act_LLR: np.ndarray = None
-    work_LLR: np.ndarray = None
-    maxpar_LL: np.ndarray = None
-    cum: dict = field(default_factory=dict)  # prefix sums for one-cell breakdowns
-    group_cache: OrderedDict = field(default_factory=OrderedDict)
-
-    @property
-    def num_layers(self) -> int:
-        return len(self.dense_L)
-
-    @property
-    def comp_LR(self) -> np.ndarray:
-        return (self.fwd_L + self.bwd_L)[:, None] + self.rec_LR
-
-
-def layer_table(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
-    """The variant's table (cached on the problem; the problem must hold the variant)."""
-    key = ("layer_table", v, tuple(modes))
-    cache = problem_cache(problem)
-    if key in cache:
-        return cache[key]
-    g = problem.graph
-    if not problem.has_variant(v):
-        raise KeyError(f"the problem's layer graph has no variant {v.key}: "
-                       f"use problem.with_variants([...]) first")
-    costs = [la.costs[v.key] for la in g.layers]
-    times = [problem.costs.times(i, v.key) for i in range(g.num_layers)]
-    lt = LayerTable(
-        v, tuple(modes), np.array([t.fwd_s for t in times]), np.array([t.bwd_s for t in times]),
-        np.array([[t.recompute_s[r] for r in modes] for t in times]),
-        np.array([[c.act_bytes[r] for r in modes] for c in costs]),
-        np.array([[c.act_bytes["none"] - c.act_bytes[r] for r in modes] for c in costs]),
-        np.array([c.dense_params for c in costs]), np.array([c.expert_params for c in costs]),
-        np.array([c.output_bytes for c in costs]), costs,
-        tied_embedding_params(problem.model, g, v.tp))
-    L = g.num_layers
-    lt.pd_LL = range_sum(lt.dense_L)
-    lt.pd_LL[L - 1, 0] -= lt.tied  # one stage holding embedding and head keeps one copy
-    lt.pe_LL = range_sum(lt.expert_L)
-    lt.comp_LLR = range_sum(lt.comp_LR)
-    lt.act_LLR = range_sum(lt.act_LR)
-    lt.work_LLR = range_max(lt.work_LR)
-    lt.maxpar_LL = range_max(lt.dense_L + lt.expert_L)
-    for name in ("fwd_L", "bwd_L", "rec_LR"):
-        lt.cum[name] = prefix(getattr(lt, name))
-    cache[key] = lt
-    return lt
-
-
-def problem_cache(problem) -> dict:
-    """A per-problem cache dict (problems are frozen and never change, so entries stay valid)."""
-    c = problem.__dict__.get("_kernel_cache")
-    if c is None:
-        c = {}
-        object.__setattr__(problem, "_kernel_cache", c)
-    return c
-
-
-def prefix(x_L: np.ndarray) -> np.ndarray:
-    return np.concatenate([np.zeros((1,) + x_L.shape[1:]), np.cumsum(x_L, axis=0)])
-
-
-def range_sum(x_L: np.ndarray) -> np.ndarray:
-    """S[b, a] = sum x[a..b] (valid for a <= b)."""
-    c = prefix(x_L)
-    return c[1:, None] - c[None, :-1]
-
-
-def range_max(x_L: np.ndarray) -> np.ndarray:
-    """M[b, a] = max x[a..b] (valid for a <= b); x may carry trailing axes."""
-    n = x_L.shape[0]
-    out = np.zeros((n, n) + x_L.shape[1:])  # a > b cells are masked later; values >= 0
-    for a in range(n):
-        out[a:, a] = np.maximum.accumulate(x_L[a:], axis=0)
-    return out
-
-
-# --------------------------------------------------------------------------------------------
-# Device groups of a stage
-# --------------------------------------------------------------------------------------------
-
-
-def inner_groups(ids, tp: int, cp: int, ep: int, dp: int) -> dict[str, np.ndarray]:
-    """tp / cp / ep groups of every replica, and the data-parallel groups of the stage, as 2-D
-    arrays (one group per row). Replica r holds ids[r*w:(r+1)*w], inner rank = (e*cp + c)*tp + t:
-    dense weights are replicated over the dp, ep and cp ranks; experts over dp and cp ranks."""
-    a = np.asarray(ids).reshape(dp, ep, cp, tp)
-    return {
-        "tp": a.reshape(-1, tp),
-        "cp": a.transpose(0, 1, 3, 2).reshape(-1, cp),
-        "ep": a.transpose(0, 2, 3, 1).reshape(-1, ep),
-        "dp_dense": a.transpose(3, 0, 1, 2).reshape(tp, -1),
-        "dp_expert": a.transpose(3, 1, 0, 2).reshape(tp * ep, -1),
-    }
-
-
-def level_name(cluster, group) -> str:
-    lvl = span_level(cluster, tuple(int(x) for x in group))
-    return cluster.levels[lvl].name if lvl >= 0 else "local"
-
-
-@dataclass
-class GroupTerms:
-    """What a stage's device set decides: its variant collectives per layer (K named terms) and
-    the alpha-beta lines of its data-parallel groups."""
-
-    names: list[str]  # "<group>_<kind>.<level>"
-    fwd_K: np.ndarray  # bool: the term runs in the forward pass
-    cum_LK: np.ndarray  # prefix sums over layers, [L + 1, K]
-    cum_LR: np.ndarray  # prefix sums of the total per recompute mode (full re-runs fwd terms)
-    dp_lines: dict  # {"dense" | "expert": {kind: lines per distinct group}}
-    dp_level: str
-    grid: dict = field(default_factory=dict)  # stage_cost's [b, a] terms per (d, options)
-
-
-def group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
-    cl, v = problem.cluster, lt.variant
-    key = (d, shifted(cl, ids))
-    hit = lt.group_cache.get(key)
-    if hit is not None:
-        lt.group_cache.move_to_end(key)
-        return hit
-    groups = inner_groups(ids, v.tp, v.cp, v.ep, d)
-    lines: dict = {}
-
-    def time(kind: str, name: str, nbytes: float) -> float:
-        if (kind, name) not in lines:
-            lines[(kind, name)] = group_lines(cl, kind, groups[name])
-        return float(lines_time(lines[(kind, name)], nbytes))
-
-    names: list[str] = []
-    fwd: list[bool] = []
-    col_of: dict[tuple, int] = {}
-    rows: dict[int, list[tuple[int, float]]] = {}
-    for c in lt.costs:
-        if id(c) in rows:
-            continue
-        row = []
-        for col in c.collectives:
-            x = time(col.kind, col.group, col.bytes) * col.count
-            if not x:
-                continue
-            name = f"{col.group}_{col.kind}.{level_name(cl, groups[col.group][0])}"
-            k = col_of.setdefault((name, col.phase == "fwd"), len(names))
-            if k == len(names):
-                names.append(name)
-                fwd.append(col.phase == "fwd")
-            row.append((k, x))
-        rows[id(c)] = row
-    L, K = lt.num_layers, len(names)
-    x_LK = np.zeros((L, K))
-    for li, c in enumerate(lt.costs):
-        for k, x in rows[id(c)]:
-            x_LK[li, k] += x
-    fwd_K = np.array(fwd, dtype=bool)
-    full_R = np.array([r == "full" for r in lt.modes])
-    total_L = x_LK.sum(axis=1)
-    fwd_L = x_LK[:, fwd_K].sum(axis=1) if K else np.zeros(L)
-    tot_LR = total_L[:, None] + np.where(full_R, fwd_L[:, None], 0.0)
-    dp, dp_level = dp_lines(problem, lt, ids, d, groups)
-    out = GroupTerms(names, fwd_K, prefix(x_LK), prefix(tot_LR), dp, dp_level)
-    lt.group_cache[key] = out
-    if len(lt.group_cache) > GROUP_CACHE_ENTRIES:
-        lt.group_cache.popitem(last=False)
-    return out
-
-
-# --------------------------------------------------------------------------------------------
-# The ZeRO schedule and the stage kernel
-# --------------------------------------------------------------------------------------------
-
-
-def dp_lines(problem, lt: LayerTable, ids, d: int, groups=None):
-    """Alpha-beta lines of a stage's data-parallel groups ({"dense" | "expert": {kind: lines}})
-    and the level name of its dense group (cached per (d, shifted ids))."""
-    cl, v = problem.cluster, lt.variant
-    key = ("dp", d, shifted(cl, ids))
-    hit = lt.group_cache.get(key)
-    if hit is not None:
-        return hit
-    if groups is None:
-        groups = inner_groups(ids, v.tp, v.cp, v.ep, d)
-    dp = {part: group_lines_by_kind(cl, SYNC_KINDS, groups["dp_" + part])
-          for part in ("dense", "expert")}
-    dg = groups["dp_dense"]
-    out = lt.group_cache[key] = (dp, level_name(cl, dg[0]) if dg.shape[1] > 1 else "local")
-    if len(lt.group_cache) > GROUP_CACHE_ENTRIES:
-        lt.group_cache.popitem(last=False)
-    return out
 
 
 def zero_schedule(z: int, coll) -> tuple[dict, dict]:

@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-jax.config.update("jax_enable_x64", True)  # ties and exactness: float64 like the evaluator
+# Ties and exactness need float64 like the evaluator: `bottleneck` runs its kernel inside
+# jax.enable_x64(True), scoped, so importing the solver changes no global JAX setting.
 
 INF = float("inf")
 
@@ -57,17 +58,18 @@ def bottleneck(primary_JLLO, secondary_JLLO, ok_JLLO, cap: float):
     """(value, stages) with stages = [(first_layer, last_layer, option)] or None if infeasible."""
     J, L = primary_JLLO.shape[0], primary_JLLO.shape[1]
     P, S, K = primary_JLLO, secondary_JLLO, ok_JLLO
-    f, opt = _first(P[0], S[0], K[0], cap)
-    args, opts = [], [opt]
-    for j in range(1, J):
-        f, arg, opt = _step(f, P[j], S[j], K[j], cap)
-        args.append(arg)
-        opts.append(opt)
-    value = float(f[L - 1])
-    if not math.isfinite(value):
-        return value, None
-    args_np = [np.asarray(a) for a in args]
-    opts_np = [np.asarray(o) for o in opts]
+    with jax.enable_x64(True):
+        f, opt = _first(P[0], S[0], K[0], cap)
+        args, opts = [], [opt]
+        for j in range(1, J):
+            f, arg, opt = _step(f, P[j], S[j], K[j], cap)
+            args.append(arg)
+            opts.append(opt)
+        value = float(f[L - 1])
+        if not math.isfinite(value):
+            return value, None
+        args_np = [np.asarray(a) for a in args]
+        opts_np = [np.asarray(o) for o in opts]
     stages, b = [], L - 1
     for j in range(J - 1, 0, -1):
         a = int(args_np[j - 1][b])

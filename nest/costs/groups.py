@@ -1,0 +1,123 @@
+"""A stage's device ids -> its tp / cp / ep / data-parallel groups and what they cost.
+
+Part of the stage kernel (nest.costs.stage): the variant's collectives per layer on the stage's
+groups (named terms per network level), and the alpha-beta lines of its data-parallel groups,
+cached per (d, ids shifted to the origin): stages that sit alike in the hierarchy share them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nest.costs.layers import LayerTable, prefix
+from nest.network.collectives import (group_lines, group_lines_by_kind, lines_time, shifted,
+                                      span_level)
+
+GROUP_CACHE_ENTRIES = 256  # each entry holds O(K L) floats; bounded so memory stays small
+SYNC_KINDS = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def inner_groups(ids, tp: int, cp: int, ep: int, dp: int) -> dict[str, np.ndarray]:
+    """tp / cp / ep groups of every replica, and the data-parallel groups of the stage, as 2-D
+    arrays (one group per row). Replica r holds ids[r*w:(r+1)*w], inner rank = (e*cp + c)*tp + t:
+    dense weights are replicated over the dp, ep and cp ranks; experts over dp and cp ranks."""
+    a = np.asarray(ids).reshape(dp, ep, cp, tp)
+    return {
+        "tp": a.reshape(-1, tp),
+        "cp": a.transpose(0, 1, 3, 2).reshape(-1, cp),
+        "ep": a.transpose(0, 2, 3, 1).reshape(-1, ep),
+        "dp_dense": a.transpose(3, 0, 1, 2).reshape(tp, -1),
+        "dp_expert": a.transpose(3, 1, 0, 2).reshape(tp * ep, -1),
+    }
+
+
+def level_name(cluster, group) -> str:
+    lvl = span_level(cluster, tuple(int(x) for x in group))
+    return cluster.levels[lvl].name if lvl >= 0 else "local"
+
+
+@dataclass
+class GroupTerms:
+    """What a stage's device set decides: its variant collectives per layer (K named terms) and
+    the alpha-beta lines of its data-parallel groups."""
+
+    names: list[str]  # "<group>_<kind>.<level>"
+    fwd_K: np.ndarray  # bool: the term runs in the forward pass
+    cum_LK: np.ndarray  # prefix sums over layers, [L + 1, K]
+    cum_LR: np.ndarray  # prefix sums of the total per recompute mode (full re-runs fwd terms)
+    dp_lines: dict  # {"dense" | "expert": {kind: lines per distinct group}}
+    dp_level: str
+    grid: dict = field(default_factory=dict)  # stage_cost's [b, a] terms per (d, options)
+
+
+def group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
+    cl, v = problem.cluster, lt.variant
+    key = (d, shifted(cl, ids))
+    hit = lt.group_cache.get(key)
+    if hit is not None:
+        lt.group_cache.move_to_end(key)
+        return hit
+    groups = inner_groups(ids, v.tp, v.cp, v.ep, d)
+    lines: dict = {}
+
+    def time(kind: str, name: str, nbytes: float) -> float:
+        if (kind, name) not in lines:
+            lines[(kind, name)] = group_lines(cl, kind, groups[name])
+        return float(lines_time(lines[(kind, name)], nbytes))
+
+    names: list[str] = []
+    fwd: list[bool] = []
+    col_of: dict[tuple, int] = {}
+    rows: dict[int, list[tuple[int, float]]] = {}
+    for c in lt.costs:
+        if id(c) in rows:
+            continue
+        row = []
+        for col in c.collectives:
+            x = time(col.kind, col.group, col.bytes) * col.count
+            if not x:
+                continue
+            name = f"{col.group}_{col.kind}.{level_name(cl, groups[col.group][0])}"
+            k = col_of.setdefault((name, col.phase == "fwd"), len(names))
+            if k == len(names):
+                names.append(name)
+                fwd.append(col.phase == "fwd")
+            row.append((k, x))
+        rows[id(c)] = row
+    L, K = lt.num_layers, len(names)
+    x_LK = np.zeros((L, K))
+    for li, c in enumerate(lt.costs):
+        for k, x in rows[id(c)]:
+            x_LK[li, k] += x
+    fwd_K = np.array(fwd, dtype=bool)
+    full_R = np.array([r == "full" for r in lt.modes])
+    total_L = x_LK.sum(axis=1)
+    fwd_L = x_LK[:, fwd_K].sum(axis=1) if K else np.zeros(L)
+    tot_LR = total_L[:, None] + np.where(full_R, fwd_L[:, None], 0.0)
+    dp, dp_level = dp_lines(problem, lt, ids, d, groups)
+    out = GroupTerms(names, fwd_K, prefix(x_LK), prefix(tot_LR), dp, dp_level)
+    lt.group_cache[key] = out
+    if len(lt.group_cache) > GROUP_CACHE_ENTRIES:
+        lt.group_cache.popitem(last=False)
+    return out
+
+
+def dp_lines(problem, lt: LayerTable, ids, d: int, groups=None):
+    """Alpha-beta lines of a stage's data-parallel groups ({"dense" | "expert": {kind: lines}})
+    and the level name of its dense group (cached per (d, shifted ids))."""
+    cl, v = problem.cluster, lt.variant
+    key = ("dp", d, shifted(cl, ids))
+    hit = lt.group_cache.get(key)
+    if hit is not None:
+        return hit
+    if groups is None:
+        groups = inner_groups(ids, v.tp, v.cp, v.ep, d)
+    dp = {part: group_lines_by_kind(cl, SYNC_KINDS, groups["dp_" + part])
+          for part in ("dense", "expert")}
+    dg = groups["dp_dense"]
+    out = lt.group_cache[key] = (dp, level_name(cl, dg[0]) if dg.shape[1] > 1 else "local")
+    if len(lt.group_cache) > GROUP_CACHE_ENTRIES:
+        lt.group_cache.popitem(last=False)
+    return out
