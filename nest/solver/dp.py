@@ -10,6 +10,9 @@ i.e. the least achievable max over stages of `primary`, among cuts into J contig
 stages whose every stage respects memory and keeps `secondary` under the cap. Infeasible cells are
 +inf. `bottleneck_reference` is exactly this loop in plain Python; `bottleneck` runs it with a
 jitted JAX step (one cell b as a pure function, vmapped over b), once compiled per (L, O).
+The stage loop stays in Python rather than lax.scan: a scan compiles once per J as well (~1 s
+each, and J takes every value up to L) and ran no faster on 2 CPU cores (J=8, L=82, O=12:
+5.2 ms per call looped vs 9.5 ms scanned; J=16, L=98: 27 vs 33 ms).
 """
 
 from __future__ import annotations
