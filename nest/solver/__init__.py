@@ -46,7 +46,8 @@ from nest.costs.stage import Options, fixed_bytes, layer_table
 from nest.graph.layer_graph import Variant
 from nest.problem import Problem, with_mbs
 from nest.solver.arrays import StageArrays, class_arrays
-from nest.solver.bounds import compute_bounds, memory_aware_bound, p2p_floor, weight_bound
+from nest.solver.bounds import (compute_bounds, joint_bound, memory_aware_bound, p2p_floor,
+                                weight_bound)
 from nest.solver.dp import bottleneck
 from nest.space import SearchSpace, declare, make_plan, pp_dp_options
 
@@ -106,6 +107,9 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True):
             bound = (m + p - 1) * refined[(ci, p)]
             if bound < best_T:  # else pruned already; the weight bound is the costlier one
                 bound = max(bound, weight_bound(problem, space, lts[ci], p, d))
+            if bound < best_T:  # the joint bound costs about a tenth of a visit
+                bound = max(bound, joint_bound(problem, space, lts[ci], p, d, floors[ci],
+                                               sends[ci]))
             heapq.heappush(heap, (bound, True, ci, p, d))
             continue
         for placement in space.placements_for(cls[0], p, d):

@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from nest.costs.memory import allocatable, optimizer_step_s, per_device, state_bytes
+from nest.costs.groups import GROUP_CACHE_ENTRIES
 from nest.costs.stage import (LayerTable, Options, bytes_per_param, dp_lines, fixed_bytes,
                               group_terms, range_sum, zero_schedule)
 from nest.graph.layer_graph import Variant
@@ -199,3 +200,89 @@ def compute_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
 
     floor = floor_LR(problem, lts, space)
     return lower_bounds(range_sum(floor.min(axis=1)), max_pp), range_sum(floor)
+
+
+def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,
+                floor_LLR: np.ndarray, send_floors) -> float:
+    """A lower bound of one candidate that couples time, sync and memory per stage.
+    Relaxation: T = (m + p - 1) max_j t_j + max_j u_j >= max_j [(m + p - 1) t_j + u_j], and for
+    stage j covering a..b with ZeRO stage z and mode r (which must fit at position j with this
+    candidate's d and stash min(p - j, m): the kernel's memory model, exact),
+        (m + p - 1) t_j + u_j >= (m + p - 1) (floor[a..b, r] + sends + ZeRO per micro-batch[z])
+                                 + sync[z] + optimizer step[z],
+    the collectives priced at the fastest algorithm of the fastest data-parallel group that any
+    stage position of any placement has (each stage's slowest group is at least that). Then the
+    least over (z, r) that fit, and a min-max DP over the cuts. Every stage may pick any variant
+    of the class `lts`."""
+    lts = _seq(lts)
+    v0, L = lts[0].variant, lts[0].num_layers
+    tr, hw = problem.training, problem.cluster.hardware
+    m = problem.num_microbatches(d, v0.ep)
+    C = m + p - 1
+    valid = np.tril(np.ones((L, L), dtype=bool))
+    send_fwd_L, send_bwd_L = send_floors
+    cost_J = [np.full((L, L), np.inf) for _ in range(p)]
+    for lt in lts:
+        v = lt.variant
+        max_stash = _max_stash(problem, space, lt, d)  # [b, a, z, r]
+        pd, pe = lt.pd_LL, lt.pe_LL
+        union: dict = {}  # every line of every dp group of every stage position and placement
+        for placement in space.placements_for(v, p, d):
+            ids = place(p, d, v.width, placement, tp=v.tp, cp=v.cp, ep=v.ep)
+            for j in range(p):
+                lines, _ = dp_lines(problem, lt, ids[j], d)
+                for part, by_kind in lines.items():
+                    for kind, groups in by_kind.items():
+                        union.setdefault((part, kind), set()).update(
+                            ln for g in groups for ln in g)
+        fastest = {k: [tuple(sorted(x))] if x else [] for k, x in union.items()}
+
+        def coll(kind: str, which: str, fastest=fastest, pd=pd, pe=pe):
+            n = bytes_per_param(tr, which)
+            return (lines_time(fastest.get(("dense", kind), []), n * pd)
+                    + lines_time(fastest.get(("expert", kind), []), n * pe))
+
+        per_z = []
+        for z in space.zero_stages:
+            per_mb, sync = zero_schedule(z, coll)
+            per_z.append(C * sum(per_mb.values(), np.zeros((L, L))) + sum(sync.values(), 0.0)
+                         + optimizer_step_s(per_device(pd, pe, d, v.ep, v.cp, z >= 1), tr, hw))
+        zc_LLZ = np.stack(per_z, axis=-1)
+        base_LLZR = C * floor_LLR[:, :, None, :] + zc_LLZ[..., None]
+        by_stash: dict = {}
+        for j in range(p):
+            s = min(p - j, m)
+            if s not in by_stash:
+                by_stash[s] = np.where(max_stash >= s, base_LLZR, np.inf).min(axis=(2, 3))
+            cost_J[j] = np.minimum(cost_J[j], by_stash[s])
+    f = None
+    for j in range(p):
+        cost = np.where(valid, cost_J[j], np.inf)
+        if j < p - 1:
+            cost = cost + C * send_fwd_L[:, None]
+        if j > 0:
+            cost = cost + C * send_bwd_L[None, :]
+        if f is None:
+            f = cost[:, 0].copy()
+        else:
+            prev = np.concatenate([[np.inf], f[:-1]])
+            f = np.min(np.maximum(cost, prev[None, :]), axis=1)
+    return float(f[L - 1])
+
+
+def _max_stash(problem: Problem, space: SearchSpace, lt: LayerTable, d: int) -> np.ndarray:
+    """Micro-batches a stage a..b can stash with (z, r) and d replicas and still fit (-1: none),
+    [b, a, z, r] (the kernel's memory model; cached per table and d)."""
+    key = ("max_stash", d, space.zero_stages)
+    hit = lt.group_cache.get(key)
+    if hit is not None:
+        return hit
+    room = allocatable(problem.cluster.hardware) * (1 + 1e-9) - fixed_bytes(
+        problem, lt, d, Options(space.zero_stages, lt.modes))
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        n = np.floor(room / lt.act_LLR[:, :, None, :])
+    out = np.where(room >= 0, np.where(np.isnan(n), np.inf, n), -1)
+    lt.group_cache[key] = out
+    if len(lt.group_cache) > GROUP_CACHE_ENTRIES:
+        lt.group_cache.popitem(last=False)
+    return out
