@@ -41,7 +41,9 @@ def candidate_bounds(problem, space):
                 memory[p] = bounds.memory_aware_bound(problem, space, lts, p, floor_LLR, sends)
             yield cls, p, d, {"compute_bounds": (m + p - 1) * x_lb[p],
                               "memory_aware_bound": (m + p - 1) * memory[p],
-                              "weight_bound": bounds.weight_bound(problem, space, lts, p, d)}
+                              "weight_bound": bounds.weight_bound(problem, space, lts, p, d),
+                              "joint_bound": bounds.joint_bound(problem, space, lts, p, d,
+                                                                floor_LLR, sends)}
 
 
 def assert_bounds_valid(problem, space):
