@@ -37,7 +37,8 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from nest.costs.memory import optimizer_step_s, per_device, state_bytes, tied_embedding_params
+from nest.costs.memory import (gathered_bytes, optimizer_step_for, state_bytes,
+                               tied_embedding_params)
 from nest.costs.stage import bytes_per_param, inner_groups, zero_schedule
 from nest.network.collectives import worst
 from nest.problem import Problem
@@ -242,7 +243,7 @@ def sharding_table(problem: Problem, mesh: ClusterSpec, D: int, x: int,
             dense[li, vi], expert[li, vi], params[li, vi] = c.dense_params, c.expert_params, c.params
 
             def step(pd, pe, z, d=d, v=v) -> float:
-                return optimizer_step_s(per_device(pd, pe, d, v.ep, v.cp, z >= 1), tr, hw)
+                return optimizer_step_for(pd, pe, d, v.ep, v.cp, z, tr, hw)
 
             for oi, (z, r) in enumerate(knobs):
                 coll[li, vi, oi] = own + (own_fwd if r == "full" else 0.0)  # remat re-runs fwd
@@ -291,8 +292,8 @@ def stage_cost(tab: ShardingTable, o: int, k: int, i: int, choice,
     t = sum(tab.comp_LVO[li, a, o] + tab.coll_LVO[li, a, o] for li, a in zip(layers, choice))
     fixed = (sum(tab.states_LVO[li, a, o] for li, a in zip(layers, choice))
              + max(tab.work_LVO[li, a, o] for li, a in zip(layers, choice)))
-    if tab.knobs[o][0] == 3:  # evaluator: + one layer's gathered parameters
-        fixed += tab.bytes_per_param[0] * max(tab.params_LV[li, a] for li, a in zip(layers, choice))
+    fixed += gathered_bytes(max(tab.params_LV[li, a] for li, a in zip(layers, choice)),
+                            tab.knobs[o][0], tab.bytes_per_param[0])
     act = sum(tab.act_LVO[li, a, o] for li, a in zip(layers, choice))
     for vi in sorted(set(choice)):
         pd = sum(tab.dense_LV[li, a] for li, a in zip(layers, choice) if a == vi)
@@ -365,7 +366,7 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
                                   tab.work_LVO[:, :, o])
         # path state per (first layer k, option b of the current layer i); rows k <= i live
         f, t, st, ac, wk, pm, first = (np.full((L, V), np.inf) for _ in range(7))
-        gathered = tab.bytes_per_param[0] if tab.knobs[o][0] == 3 else 0.0
+        gathered = gathered_bytes(1.0, tab.knobs[o][0], tab.bytes_per_param[0])  # per parameter
         pd, pe = np.zeros((L, V, V)), np.zeros((L, V, V))  # [k, b, option]: parameter sums
         ptrs = []
         pd_KIV, pe_KIV = np.zeros((L, L, V)), np.zeros((L, L, V))
@@ -432,8 +433,8 @@ def _per_stage_tables(tab: ShardingTable, tiebreak: float) -> RangeTables:
             pd = range_sum(tab.dense_LV[:, v])
             pd[0, L - 1] -= tab.tied_V[v]
             fixed = range_sum(tab.states_LVO[:, v, o]) + range_max(tab.work_LVO[:, v, o])
-            if tab.knobs[o][0] == 3:
-                fixed += tab.bytes_per_param[0] * range_max(tab.params_LV[:, v])
+            fixed += gathered_bytes(range_max(tab.params_LV[:, v]), tab.knobs[o][0],
+                                    tab.bytes_per_param[0])
             fixed[0, L - 1] -= tab.tied_states_VO[v, o]
             tv = (range_sum(tab.coll_LVO[:, v, o] + tab.comp_LVO[:, v, o])
                   + bucket_time(tab, v, o, pd, range_sum(tab.expert_LV[:, v])))

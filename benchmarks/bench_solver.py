@@ -31,7 +31,8 @@ def big_superpod(n: int):
     return cluster_from_dict(d, str(path), n)
 
 
-def one(model: str, cluster: str, n: int, layers: int | None = None) -> None:
+def one(model: str, cluster: str, n: int, layers: int | None = None,
+        space: dict | None = None) -> None:
     if cluster == "big_superpod":
         pr = make_problem(model, "dgx_h100_superpod", 64).with_cluster(big_superpod(n))
     else:
@@ -44,7 +45,7 @@ def one(model: str, cluster: str, n: int, layers: int | None = None) -> None:
     if n > pr.cluster.max_devices:
         raise SystemExit(f"{cluster} holds at most {pr.cluster.max_devices}")
     t0 = time.perf_counter()
-    out = run_planner("nest", pr)
+    out = run_planner("nest", pr, {"space": space} if space else None)
     dt = time.perf_counter() - t0
     p = out.plan
     desc = (f"p={p.pp} d={p.dp} t={p.tp} sp={int(p.sp)} e={p.ep} c={p.cp} {p.placement} "
@@ -60,13 +61,16 @@ FIGURE_POINTS = [(m, c, n) for c, sizes in (("tpuv4_fattree", (64, 128, 256, 512
                  for n in sizes]
 
 
+SPACE: dict = {}  # search-space overrides of this run (--heterogeneous, --orders)
+
+
 def isolated(model: str, cluster: str, n: int, layers: int | None = None) -> None:
     """One solve in a fresh, quiet process (its own peak RSS, no warm caches)."""
     import subprocess
     import sys
 
     code = (f"import benchmarks.bench_solver as b; b.one({model!r}, {cluster!r}, {n}, "
-            f"{layers!r})")
+            f"{layers!r}, {SPACE or None!r})")
     subprocess.run([sys.executable, "-c", code], check=False)
 
 
@@ -74,7 +78,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="only the two slowest points")
     ap.add_argument("--figures", action="store_true", help="every point of Figures 5 and 7")
+    ap.add_argument("--heterogeneous", action="store_true", help="heterogeneous-stage space")
+    ap.add_argument("--orders", action="store_true", help="every launcher rank order")
     a = ap.parse_args()
+    if a.heterogeneous:
+        SPACE["heterogeneous_stages"] = True
+    if a.orders:
+        SPACE["placements"] = ["orders"]
     if a.quick:
         isolated("llama3_70b", "h100_spineleaf", 1024)
         isolated("gpt3_175b", "tpuv4_fattree", 1024)

@@ -49,7 +49,12 @@ def state_bytes(p_dense, p_expert, dp: int, ep: int, cp: int, z: int, training) 
 
 def working_bytes(work, max_layer_params, z: int, training):
     """The recomputation working set of one layer, plus one layer's gathered weights (ZeRO-3)."""
-    return work + (training.weight_bytes_per_param * max_layer_params if z == 3 else 0.0)
+    return work + gathered_bytes(max_layer_params, z, training.weight_bytes_per_param)
+
+
+def gathered_bytes(max_layer_params, z: int, weight_bytes_per_param: float):
+    """ZeRO-3 all-gathers one layer's weights at a time (Rajbhandari et al. 2020, section 5.3)."""
+    return weight_bytes_per_param * max_layer_params if z == 3 else 0.0
 
 
 def peak(allocated, hw):
@@ -73,6 +78,11 @@ def optimizer_step_s(params_per_device, training, hw):
     """The optimizer step: HBM-bound, optimizer_step_bytes moved per parameter it updates."""
     return (training.optimizer_step_bytes * params_per_device
             / (hw.hbm_bytes_per_s * hw.memory_efficiency))
+
+
+def optimizer_step_for(p_dense, p_expert, dp: int, ep: int, cp: int, z: int, training, hw):
+    """The optimizer step of a stage: ZeRO (z >= 1) shards the update over the replicas."""
+    return optimizer_step_s(per_device(p_dense, p_expert, dp, ep, cp, z >= 1), training, hw)
 
 
 def tied_embedding_params(model, graph, tp: int) -> float:

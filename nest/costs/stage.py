@@ -28,9 +28,9 @@ import numpy as np
 from nest.costs.groups import GroupTerms, dp_lines, group_terms, inner_groups  # noqa: F401
 from nest.costs.layers import (LayerTable, layer_table, prefix, problem_cache,  # noqa: F401
                                range_max, range_sum)
-from nest.costs.memory import (optimizer_step_s, peak, per_device, state_bytes, with_overheads,
+from nest.costs.memory import (optimizer_step_for, peak, state_bytes, with_overheads,
                                working_bytes)
-from nest.network.collectives import collective_time, lines_time, pairs, send_time
+from nest.network.collectives import lines_time, pairs, send_time, worst
 
 
 @dataclass(frozen=True)
@@ -111,8 +111,8 @@ def tied_sync_s(problem, lt: LayerTable, ids, partner) -> float:
 
 @lru_cache(maxsize=4096)
 def _pairwise_all_reduce(cluster, ids: tuple, partner: tuple, nbytes: float) -> float:
-    return max(collective_time(cluster, "all_reduce", (a, b), nbytes)
-               for a, b in pairs(ids, partner))
+    """All pairs at once: the slowest distinct pair shape (nest.network.collectives.worst)."""
+    return worst(cluster, "all_reduce", np.array(pairs(ids, partner)), nbytes)
 
 
 def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
@@ -206,7 +206,7 @@ def _terms(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options, cell)
         pm, sy = parts[z] = zero_schedule(z, coll)
         per_mb_Z.append(sum(pm.values(), zero))
         sync_Z.append(sum(sy.values(), zero)
-                      + optimizer_step_s(per_device(pd, pe, d, v.ep, v.cp, z >= 1), tr, hw))
+                      + optimizer_step_for(pd, pe, d, v.ep, v.cp, z, tr, hw))
     fixed = fixed_bytes(problem, lt, d, opts, cell)
     return (base_R, np.stack(per_mb_Z, axis=-1), np.stack(sync_Z, axis=-1), fixed,
             take(lt.act_LLR)[..., ri], parts)
@@ -255,7 +255,6 @@ def _detail(problem, lt, gt, d, opts, stash, a, b, parts, send_fwd, send_bwd, ti
     mem = with_overheads(mem, hw)
     rec = sum(x for k, x in bd.items() if k.startswith("recompute"))
     return {"breakdown_s": bd, "fwd_s": fwd, "sync_breakdown_s": sync,
-            "optimizer_s": float(optimizer_step_s(per_device(pd, pe, d, v.ep, v.cp, z >= 1),
-                                                  tr, hw)),
+            "optimizer_s": float(optimizer_step_for(pd, pe, d, v.ep, v.cp, z, tr, hw)),
             "memory_bytes": mem, "send_fwd_s": send_fwd, "send_bwd_s": send_bwd,
             "recompute_s": rec, "num_params": float(pd + pe)}

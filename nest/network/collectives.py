@@ -128,22 +128,23 @@ def _multi_ring(cluster: ClusterSpec, kind: str, group: tuple[int, ...]) -> tupl
     S / (k bw) across nodes, the node's k NICs together, which is what NCCL-tests show on
     multi-node DGX systems (test_network); a node with fewer members is the bottleneck."""
     n = len(group)
-    g = sorted(group)
+    g = np.sort(np.asarray(group, dtype=np.int64))
     node = cluster.levels[0].devices_per_group
     steps = 2 * (n - 1) if kind == "all_reduce" else n - 1
-    members: dict[int, int] = {}
-    exit_level: dict[int, int] = {}
-    for i, a in enumerate(g):
-        members[a // node] = members.get(a // node, 0) + 1
-        lvl = cluster.level_of(a, g[(i + 1) % n])
-        if lvl > 0:
-            exit_level[a // node] = lvl
-    load = 0.0
-    for blk, k in members.items():
-        leaves = blk in exit_level  # a ring inside one node never leaves it: k hops inside
-        load = max(load, (k - leaves) / k / path_bandwidth(cluster, 0))
-        if leaves:
-            load = max(load, 1 / k / path_bandwidth(cluster, exit_level[blk]))
+    nxt = np.roll(g, -1)  # the ring's next member (sorted ids, wrapping around)
+    lvl = np.full(n, len(cluster.levels) - 1)
+    for i in reversed(range(len(cluster.levels))):  # the lowest level joining each hop
+        size = cluster.levels[i].devices_per_group
+        lvl = np.where(g // size == nxt // size, i, lvl)
+    blocks, inv, members = np.unique(g // node, return_inverse=True, return_counts=True)
+    exit_level = np.full(len(blocks), -1)
+    hops_out = lvl > 0  # the block's last member leaves it (one exit per block in id order)
+    exit_level[inv[hops_out]] = lvl[hops_out]
+    leaves = exit_level > 0  # a ring inside one node never leaves it: k hops inside
+    bw = np.array([path_bandwidth(cluster, i) for i in range(len(cluster.levels))])
+    load = float(np.max((members - leaves) / members / bw[0]))
+    if leaves.any():
+        load = max(load, float(np.max(1 / members[leaves] / bw[exit_level[leaves]])))
     top = span_level(cluster, group)
     return steps * cluster.levels[top].latency_s, steps / n * load
 

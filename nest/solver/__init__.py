@@ -105,11 +105,11 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True):
                                                       sends[ci])
             m = problem.num_microbatches(d, cls[0].ep)
             bound = (m + p - 1) * refined[(ci, p)]
-            if bound < best_T:  # else pruned already; the weight bound is the costlier one
-                bound = max(bound, weight_bound(problem, space, lts[ci], p, d))
-            if bound < best_T:  # the joint bound costs about a tenth of a visit
+            if bound < best_T:  # else pruned already; cheaper bounds first
                 bound = max(bound, joint_bound(problem, space, lts[ci], p, d, floors[ci],
                                                sends[ci]))
+            if bound < best_T:
+                bound = max(bound, weight_bound(problem, space, lts[ci], p, d))
             heapq.heappush(heap, (bound, True, ci, p, d))
             continue
         for placement in space.placements_for(cls[0], p, d):

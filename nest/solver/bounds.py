@@ -17,12 +17,12 @@ import math
 
 import numpy as np
 
-from nest.costs.memory import allocatable, optimizer_step_s, per_device, state_bytes
-from nest.costs.groups import GROUP_CACHE_ENTRIES
+from nest.costs.memory import allocatable, optimizer_step_for, state_bytes
+from nest.costs.groups import GROUP_CACHE_ENTRIES, SYNC_KINDS, inner_groups
 from nest.costs.stage import (LayerTable, Options, bytes_per_param, dp_lines, fixed_bytes,
                               group_terms, range_sum, zero_schedule)
 from nest.graph.layer_graph import Variant
-from nest.network.collectives import lines_time, path_bandwidth
+from nest.network.collectives import group_lines_by_kind, lines_time, path_bandwidth
 from nest.plan import place
 from nest.problem import Problem
 from nest.space import SearchSpace
@@ -188,7 +188,7 @@ def _weight_bound(problem: Problem, space: SearchSpace, lt: LayerTable, p: int, 
                         continue  # its states alone overflow: z is not an option for stage k
                     per_mb, sync = zero_schedule(z, coll)
                     x = ((m + p - 1) * sum(per_mb.values()) + sum(sync.values())
-                         + optimizer_step_s(per_device(pd, pe, d, v.ep, v.cp, z >= 1), tr, hw))
+                         + optimizer_step_for(pd, pe, d, v.ep, v.cp, z, tr, hw))
                     best[part] = min(best[part], x)
     return best
 
@@ -228,13 +228,13 @@ def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,
         pd, pe = lt.pd_LL, lt.pe_LL
         union: dict = {}  # every line of every dp group of every stage position and placement
         for placement in space.placements_for(v, p, d):
-            ids = place(p, d, v.width, placement, tp=v.tp, cp=v.cp, ep=v.ep)
-            for j in range(p):
-                lines, _ = dp_lines(problem, lt, ids[j], d)
-                for part, by_kind in lines.items():
-                    for kind, groups in by_kind.items():
-                        union.setdefault((part, kind), set()).update(
-                            ln for g in groups for ln in g)
+            ids = np.array(place(p, d, v.width, placement, tp=v.tp, cp=v.cp, ep=v.ep))
+            for part in ("dense", "expert"):
+                groups = np.concatenate([inner_groups(row, v.tp, v.cp, v.ep, d)["dp_" + part]
+                                         for row in ids])
+                for kind, lines in group_lines_by_kind(problem.cluster, SYNC_KINDS,
+                                                       groups).items():
+                    union.setdefault((part, kind), set()).update(ln for g in lines for ln in g)
         fastest = {k: [tuple(sorted(x))] if x else [] for k, x in union.items()}
 
         def coll(kind: str, which: str, fastest=fastest, pd=pd, pe=pe):
@@ -246,7 +246,7 @@ def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,
         for z in space.zero_stages:
             per_mb, sync = zero_schedule(z, coll)
             per_z.append(C * sum(per_mb.values(), np.zeros((L, L))) + sum(sync.values(), 0.0)
-                         + optimizer_step_s(per_device(pd, pe, d, v.ep, v.cp, z >= 1), tr, hw))
+                         + optimizer_step_for(pd, pe, d, v.ep, v.cp, z, tr, hw))
         zc_LLZ = np.stack(per_z, axis=-1)
         base_LLZR = C * floor_LLR[:, :, None, :] + zc_LLZ[..., None]
         by_stash: dict = {}
