@@ -128,8 +128,8 @@ class Scorer:
         p = s.p
         opts = Options((sp.zero_stages[s.zero[j]],), (sp.recompute_modes[s.rec[j]],))
         c = stage_cost(self.problem, la, ids[j], s.d, opts, min(p - j, m), cell=(a, b),
-                       next_stage=(la, ids[j + 1]) if j + 1 < p else None,
-                       prev_stage=(la, ids[j - 1]) if j > 0 else None,
+                       next_ids=ids[j + 1] if j + 1 < p else None,
+                       prev_ids=ids[j - 1] if j > 0 else None,
                        tied_partner=ids[p - 1 - j] if p > 1 and j in (0, p - 1) else None)
         mem = float(c.mem[0, 0])
         return float(c.t[0, 0]), float(c.u[0]), (mem / self.hbm - 1.0 if mem > self.hbm else 0.0)

@@ -298,14 +298,13 @@ def _per_device(chunks: list[StageResult], p: int, hw) -> list[StageResult]:
 def _stage(plan: Plan, problem: Problem, j: int, m: int, stash: float) -> StageResult:
     """Stage j priced as one cell of the stage kernel (nest.costs.stage) with its own knobs."""
     st, last = plan.stages[j], len(plan.stages) - 1
-    lts = _tables(plan, problem)
-    lt = lts[j]
+    lt = layer_table(problem, plan.stage_variant(j), ("none", "selective", "full"))
     opts = Options((st.zero_stage,), (st.recompute,))
-    nxt = (lts[j + 1], plan.stages[j + 1].device_ids) if j < last else None
-    prv = (lts[j - 1], plan.stages[j - 1].device_ids) if j > 0 else None
+    nxt = plan.stages[j + 1].device_ids if j < last else None
+    prv = plan.stages[j - 1].device_ids if j > 0 else None
     partner = plan.stages[last - j].device_ids if last > 0 and j in (0, last) else None
     c = stage_cost(problem, lt, st.device_ids, plan.stage_dp(j), opts, stash,
-                   cell=(st.first_layer, st.last_layer), next_stage=nxt, prev_stage=prv,
+                   cell=(st.first_layer, st.last_layer), next_ids=nxt, prev_ids=prv,
                    tied_partner=partner, detail=True)
     x = c.detail
     return StageResult(j, st.first_layer, st.last_layer, float(c.t[0, 0]), float(c.mem[0, 0]),
@@ -313,11 +312,6 @@ def _stage(plan: Plan, problem: Problem, j: int, m: int, stash: float) -> StageR
                                                                       .values())),
                        x["sync_breakdown_s"], x["optimizer_s"], x["fwd_s"], x["send_fwd_s"],
                        x["send_bwd_s"], x["recompute_s"], x["num_params"])
-
-
-def _tables(plan: Plan, problem: Problem) -> list:
-    modes = ("none", "selective", "full")
-    return [layer_table(problem, plan.stage_variant(j), modes) for j in range(len(plan.stages))]
 
 
 def simulate_plan(ev: Evaluation, training: TrainingSettings | None = None):

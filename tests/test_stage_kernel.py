@@ -37,8 +37,8 @@ def test_one_cell_equals_the_grid(model, p, d, placement, seed):
     L = lt.num_layers
     ids = place(p, d, v.width, placement, tp=v.tp, cp=v.cp, ep=v.ep)
     j = int(rng.integers(p))
-    kw = dict(next_stage=(lt, ids[j + 1]) if j + 1 < p else None,
-              prev_stage=(lt, ids[j - 1]) if j > 0 else None,
+    kw = dict(next_ids=ids[j + 1] if j + 1 < p else None,
+              prev_ids=ids[j - 1] if j > 0 else None,
               tied_partner=ids[p - 1 - j] if p > 1 and j in (0, p - 1) else None)
     grid = stage_cost(pr, lt, ids[j], d, ALL, 2, **kw)
     a = int(rng.integers(L))

@@ -116,16 +116,16 @@ def _pairwise_all_reduce(cluster, ids: tuple, partner: tuple, nbytes: float) -> 
 
 
 def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
-               cell: tuple[int, int] | None = None, next_stage=None, prev_stage=None,
+               cell: tuple[int, int] | None = None, next_ids=None, prev_ids=None,
                tied_partner=None, detail: bool = False) -> StageCost:
     """Price a stage. `cell` = (first_layer, last_layer) for one stage, None for the whole [b, a]
-    grid. next_stage / prev_stage: (LayerTable, ids) of the neighbours (None at the ends); each
-    transfer carries the sending stage's own per-device boundary tensor (its output forward, the
-    gradient of its input backward, in its own variant's layout) over
-    `nest.network.collectives.pairs`; a receiver of another variant re-lays it out locally
-    (not priced), so a stage's time depends only on its own variant and its neighbours' devices. tied_partner: ids of the stage at the other end of the
-    pipeline for the first and last stage of a tied model. `stash` may be an array over cells.
-    detail (one cell only): the breakdown the evaluator reports."""
+    grid. next_ids / prev_ids: the neighbours' devices (None at the ends); each transfer carries
+    the sending stage's own per-device boundary tensor (its output forward, the gradient of its
+    input backward, in its own variant's layout) over `nest.network.collectives.pairs`; a
+    receiver of another variant re-lays it out locally (not priced), so a stage's time depends
+    only on its own variant and its neighbours' devices. tied_partner: ids of the stage at the
+    other end of the pipeline for the first and last stage of a tied model. `stash` may be an
+    array over cells. detail (one cell only): the breakdown the evaluator reports."""
     cl, hw, L = problem.cluster, problem.cluster.hardware, lt.num_layers
     gt = group_terms(problem, lt, ids, d)
     if cell is None:
@@ -140,14 +140,12 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
     base_R, per_mb_Z, sync_Z, fixed_ZR, act_R, parts = terms
     send = 0.0
     send_fwd = send_bwd = 0.0
-    if next_stage is not None:
-        _, nids = next_stage
-        send_fwd = send_time(cl, ids, nids, lt.out_L[b])
+    if next_ids is not None:
+        send_fwd = send_time(cl, ids, next_ids, lt.out_L[b])
         send = send + send_fwd
-    if prev_stage is not None:  # the gradient of layer a-1's output, back to the previous stage
-        _, pids = prev_stage
+    if prev_ids is not None:  # the gradient of layer a-1's output, back to the previous stage
         prev_out = np.concatenate([[0.0], lt.out_L[:-1]])
-        send_bwd = send_time(cl, ids, pids, prev_out[a])
+        send_bwd = send_time(cl, ids, prev_ids, prev_out[a])
         send = send + send_bwd
     tied = tied_sync_s(problem, lt, ids, tied_partner)
     t = base_R[..., None, :] + per_mb_Z[..., None] + np.asarray(send)[..., None, None]

@@ -76,8 +76,8 @@ def class_arrays(problem: Problem, space: SearchSpace, lts: list[LayerTable], p:
         ts, us, oks = [], [], []
         for la in lts:
             c = stage_cost(problem, la, ids[j], d, opts, min(p - j, m),
-                           next_stage=(la, ids[j + 1]) if j + 1 < p else None,
-                           prev_stage=(la, ids[j - 1]) if j > 0 else None,
+                           next_ids=ids[j + 1] if j + 1 < p else None,
+                           prev_ids=ids[j - 1] if j > 0 else None,
                            tied_partner=ids[p - 1 - j] if p > 1 and j in (0, p - 1) else None)
             ts.append(c.t.reshape(L, L, -1))
             oks.append((c.mem <= hbm).reshape(L, L, -1) & valid_LL)
