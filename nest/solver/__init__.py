@@ -78,8 +78,9 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True):
 
     Candidates (class, p, d) -- a class is the variants a stage may pick (nest.space) -- are
     popped from a heap by lower bound (nest.solver.bounds): first the compute-only bound (one DP
-    for all p), refined on first pop by the memory-aware bound of (class, p) and the weight bound
-    of (class, p, d). prune=False visits every candidate (for tests: the same optimum)."""
+    for all p), refined on first pop by the memory-aware bound of (class, p), then, while still
+    below the best time, the joint and weight bounds of (class, p, d). prune=False visits every
+    candidate (for tests: the same optimum)."""
     best_T, best = math.inf, None
     heap: list = []
     lts, refined, floors, sends = {}, {}, {}, {}
