@@ -32,8 +32,10 @@ ALIGNED = ("replica_major", "stage_major")  # placements whose replicas are alig
 
 def replica_blocks_aligned(space: SearchSpace) -> bool:
     """Whether every placement of the space puts each replica on an aligned block of `width`
-    consecutive ids (true for Megatron orders whose three fastest dimensions are tp, cp, ep)."""
-    return all(pl in ALIGNED or pl != "orders" and set(pl.split("-")[:3]) == {"tp", "cp", "ep"}
+    consecutive ids, in the canonical inner order (tp fastest, then cp, then ep), as the legacy
+    placements and the orders starting tp-cp-ep do; a stage of any variant of the class then
+    splits each block the way `collective_floor_LR` prices it."""
+    return all(pl in ALIGNED or pl != "orders" and pl.split("-")[:3] == ["tp", "cp", "ep"]
                for pl in space.placements)
 
 
