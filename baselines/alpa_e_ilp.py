@@ -39,7 +39,8 @@ from scipy.sparse import coo_matrix
 
 from nest.costs.memory import (gathered_bytes, optimizer_step_for, state_bytes,
                                tied_embedding_params)
-from nest.costs.stage import bytes_per_param, inner_groups, zero_schedule
+from nest.costs.groups import inner_groups
+from nest.costs.stage import bytes_per_param, zero_schedule
 from nest.network.collectives import worst
 from nest.problem import Problem
 from nest.graph.layer_graph import Variant

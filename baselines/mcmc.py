@@ -54,7 +54,8 @@ import random
 import time
 from dataclasses import dataclass, replace
 
-from nest.costs.stage import Options, layer_table, stage_cost
+from nest.costs.layers import layer_table
+from nest.costs.stage import Options, stage_cost
 from nest.evaluate import Problem, evaluate
 from nest.graph.layer_graph import Variant
 from nest.plan import place

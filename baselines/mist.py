@@ -64,7 +64,9 @@ from nest.costs.memory import peak
 from nest.problem import Problem
 from nest.network.collectives import flattened
 from nest.planners import NoPlan
-from nest.solver.arrays import fixed_memory, layer_arrays, stage_arrays
+from nest.costs.layers import layer_table
+from nest.costs.stage import Options, fixed_bytes
+from nest.solver.arrays import stage_arrays
 from nest.solver.dp import lower_bounds
 from nest.space import SearchSpace, declare, make_plan, pp_dp_options
 
@@ -136,7 +138,7 @@ def stage_table(flat: Problem, space: SearchSpace, la, v, p: int, d: int) -> Sta
     R = len(space.recompute_modes)
     arr = stage_arrays(flat, space, la, v, p, d, PLACEMENT)
     m = arr.num_microbatches
-    fixed_LLO = fixed_memory(flat, la, v, d, space.zero_stages).reshape(L, L, -1)
+    fixed_LLO = fixed_bytes(flat, la, d, Options(space.zero_stages, la.modes)).reshape(L, L, -1)
     act_LLO = np.tile(la.act_LLR, (1, 1, len(space.zero_stages)))
     O = fixed_LLO.shape[-1]
     zi_O = np.arange(O) // R
@@ -296,7 +298,7 @@ def candidates(problem: Problem, flat: Problem, space: SearchSpace, full_device_
     for vi, v in enumerate(space.variants):
         if v.width > N:
             continue
-        la = layer_arrays(flat, v, space.recompute_modes)
+        la = layer_table(flat, v, space.recompute_modes)
         las[vi] = la
         options = list(pp_dp_options(problem, space, v))  # the declared space's (p, d)
         if not options:

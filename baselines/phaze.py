@@ -73,12 +73,12 @@ import numpy as np
 
 from nest.errors import SpecError
 from nest.costs.memory import peak, state_bytes
+from nest.costs.layers import layer_table
 from nest.costs.stage import Options, fixed_bytes
 from nest.problem import Problem
 from nest.network.collectives import flattened
 from nest.plan import PLACEMENTS
 from nest.solver import plan_of, search
-from nest.solver.arrays import layer_arrays
 from nest.space import SearchSpace
 
 DEFAULTS = {
@@ -159,7 +159,7 @@ def _infeasibility_reason(problem: Problem, space: SearchSpace) -> str:
     for v in space.variants:
         if v.width > problem.num_devices:
             continue
-        la = layer_arrays(problem, v, space.recompute_modes)
+        la = layer_table(problem, v, space.recompute_modes)
         i = np.arange(la.num_layers)
         alloc = fixed_bytes(problem, la, 1, Options((0,), la.modes), (i, i))[:, 0, :]
         mem = peak(alloc + la.act_LLR[i, i], hw).min(axis=1)

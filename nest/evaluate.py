@@ -36,10 +36,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 
-from nest.costs.memory import per_device, shard_sizes, with_overheads  # noqa: F401
-from nest.costs.stage import Options, inner_groups, layer_table, stage_cost  # noqa: F401
+from nest.costs.layers import layer_table
+from nest.costs.memory import with_overheads
+from nest.costs.stage import Options, stage_cost
 from nest.errors import PlanError
-from nest.network.collectives import worst  # noqa: F401  (re-exported)
 from nest.plan import Plan, check_structure
 from nest.problem import Problem, make_problem, with_mbs  # noqa: F401  (re-exported)
 from nest.schedule import dp_sync_tail_s, stash_microbatches, time_1f1b_s, time_gpipe_s

@@ -85,11 +85,12 @@ def stage_device_ids(pp: int, dp: int, tp: int, cp: int, ep: int,
                      order: str) -> list[tuple[int, ...]]:
     """Device ids of every pipeline stage when rank = device id and ranks follow `order`; each
     stage's ids in the canonical listing (dp, ep, cp, tp), tp fastest."""
-    return [tuple(row) for row in _stage_ids(pp, dp, tp, cp, ep, canonical_order(order)).tolist()]
+    return [tuple(row) for row in stage_id_array(pp, dp, tp, cp, ep, canonical_order(order)).tolist()]
 
 
 @lru_cache(maxsize=4096)
-def _stage_ids(pp: int, dp: int, tp: int, cp: int, ep: int, order: str) -> np.ndarray:
+def stage_id_array(pp: int, dp: int, tp: int, cp: int, ep: int, order: str) -> np.ndarray:
+    """`stage_device_ids` as a [pp, ids] array for a canonical order string (cached)."""
     st = strides(pp, dp, tp, cp, ep, order)
     grid = sum(np.arange(n).reshape([-1 if i == k else 1 for i in range(5)]) * st[name]
                for k, (name, n) in enumerate((("pp", pp), ("dp", dp), ("ep", ep), ("cp", cp),

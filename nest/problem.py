@@ -10,7 +10,7 @@ Layer graphs come from nest.graph.build_graph's per-process cache and are shared
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from nest.costs.table import CostTable
 from nest.errors import PlanError
@@ -31,6 +31,8 @@ class Problem:
     training: TrainingSettings
     model_ref: str = ""  # how the plan names the model (catalog name or path)
     cluster_ref: str = ""
+    # derived tables of this problem (nest.costs.layers.layer_table); a new problem starts empty
+    cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def mbs(self) -> int:

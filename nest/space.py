@@ -65,12 +65,12 @@ class SearchSpace:
 @lru_cache(maxsize=65536)
 def _placements_for(placements: tuple[str, ...], tp: int, cp: int, ep: int, p: int,
                     d: int) -> tuple[str, ...]:
-    from nest.placement import _stage_ids, canonical_order, launcher_orders
+    from nest.placement import stage_id_array, canonical_order, launcher_orders
 
     out: dict = {}
     for pl in placements:
         for name in (launcher_orders(tp, cp, ep, d, p) if pl == "orders" else (pl,)):
-            key = _stage_ids(p, d, tp, cp, ep, canonical_order(name)).tobytes()
+            key = stage_id_array(p, d, tp, cp, ep, canonical_order(name)).tobytes()
             out.setdefault(key, name)
     return tuple(out.values())
 

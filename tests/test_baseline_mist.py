@@ -16,7 +16,7 @@ from nest.graph.layer_graph import Variant
 from nest.network.collectives import flattened
 from nest.planners import run_planner
 from nest.settings import TrainingSettings
-from nest.solver.arrays import layer_arrays
+from nest.costs.layers import layer_table
 from nest.space import cut_options, declare
 
 SMALL = {"zero_stages": [0, 3], "recompute_modes": ["none", "full"]}
@@ -72,7 +72,7 @@ def test_milp_equals_brute_force_on_tiny_problems(model, n, batch):
     space = declare(pr, {**SMALL, "max_pp": 3}).with_(placements=(mist.PLACEMENT,))
     checked = 0
     for v in space.variants[:2]:
-        la = layer_arrays(pr, v, space.recompute_modes)
+        la = layer_table(pr, v, space.recompute_modes)
         for p in range(1, 4):
             for d in range(1, n // (p * v.width) + 1):
                 tab = mist.stage_table(pr, space, la, v, p, d)
@@ -141,7 +141,7 @@ def test_pareto_pruning_keeps_the_optimum():
     pr = tiny("tiny_gpt", 8, 16, flat=True)
     space = declare(pr).with_(placements=(mist.PLACEMENT,))
     v = Variant(2, True)
-    tab = mist.stage_table(pr, space, layer_arrays(pr, v, space.recompute_modes), v, 2, 2)
+    tab = mist.stage_table(pr, space, layer_table(pr, v, space.recompute_modes), v, 2, 2)
     sub = mist.prune(tab)
     assert sum(map(len, sub.n)) < sum(map(len, tab.n))
     for j in range(sub.p):  # every kept candidate fits and is not dominated within its count

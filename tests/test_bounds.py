@@ -10,7 +10,7 @@ import math
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
-from nest.costs.stage import layer_table
+from nest.costs.layers import layer_table
 from nest.network.collectives import flattened
 from nest.problem import make_problem
 from nest.settings import TrainingSettings

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nest.costs.memory import peak, shard_sizes
-from nest.costs.stage import Options, layer_table, stage_cost, zero_schedule
+from nest.costs.layers import layer_table
+from nest.costs.stage import Options, stage_cost, zero_schedule
 from nest.evaluate import make_problem
 from nest.graph.layer_graph import Variant
 from nest.plan import place

@@ -55,7 +55,7 @@ class LayerTable:
 def layer_table(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
     """The variant's table (cached on the problem; the problem must hold the variant)."""
     key = ("layer_table", v, tuple(modes))
-    cache = problem_cache(problem)
+    cache = problem.cache
     if key in cache:
         return cache[key]
     g = problem.graph
@@ -84,15 +84,6 @@ def layer_table(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
         lt.cum[name] = prefix(getattr(lt, name))
     cache[key] = lt
     return lt
-
-
-def problem_cache(problem) -> dict:
-    """A per-problem cache dict (problems are frozen and never change, so entries stay valid)."""
-    c = problem.__dict__.get("_kernel_cache")
-    if c is None:
-        c = {}
-        object.__setattr__(problem, "_kernel_cache", c)
-    return c
 
 
 def prefix(x_L: np.ndarray) -> np.ndarray:

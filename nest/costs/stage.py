@@ -25,9 +25,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from nest.costs.groups import GroupTerms, dp_lines, group_terms, inner_groups  # noqa: F401
-from nest.costs.layers import (LayerTable, layer_table, prefix, problem_cache,  # noqa: F401
-                               range_max, range_sum)
+from nest.costs.groups import GroupTerms, group_terms
+from nest.costs.layers import LayerTable
 from nest.costs.memory import (optimizer_step_for, peak, state_bytes, with_overheads,
                                working_bytes)
 from nest.network.collectives import lines_time, pairs, send_time, worst
@@ -44,16 +43,9 @@ class Options:
     def size(self) -> int:
         return len(self.zero_stages) * len(self.recompute_modes)
 
-    def encode(self, zero_stage: int, recompute: str) -> int:
-        return (self.zero_stages.index(zero_stage) * len(self.recompute_modes)
-                + self.recompute_modes.index(recompute))
-
     def decode(self, o: int) -> tuple[int, str]:
         R = len(self.recompute_modes)
         return self.zero_stages[o // R], self.recompute_modes[o % R]
-
-    def zero_index(self, o):
-        return o // len(self.recompute_modes)
 
     def per_option(self, x_Z: np.ndarray) -> np.ndarray:
         """An array over ZeRO stages (last axis) spread over the options (last axis O)."""

@@ -42,7 +42,8 @@ import time
 import numpy as np
 
 from nest.costs.memory import peak
-from nest.costs.stage import Options, fixed_bytes, layer_table
+from nest.costs.layers import layer_table
+from nest.costs.stage import Options, fixed_bytes
 from nest.graph.layer_graph import Variant
 from nest.problem import Problem, with_mbs
 from nest.solver.arrays import StageArrays, class_arrays

@@ -5,7 +5,7 @@ position j of a fixed placement:
     t[j, b, a, o]    time per micro-batch of stage j covering layers a..b with option o
     u[j, b, a, z]    time after the flush: gradient sync + optimizer step (+ tied embedding)
     ok[j, b, a, o]   a <= b and the stage's peak memory fits in HBM
-with o = Options.encode(z, r) = z_index * R + r_index over the space's ZeRO stages and
+with o = z_index * R + r_index (nest.costs.stage.Options) over the space's ZeRO stages and
 recomputation modes. Array legend: J stage positions, L layers (b: last layer, a: first layer),
 O options, Z ZeRO stages, R recomputation modes. Reductions run over the last axes (fast on CPU).
 """
@@ -16,32 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nest.costs.memory import allocatable
-from nest.costs.stage import (LayerTable, Options, fixed_bytes, layer_table, range_max,  # noqa: F401
-                              range_sum, stage_cost)
+from nest.costs.layers import LayerTable
+from nest.costs.stage import Options, stage_cost
 from nest.graph.layer_graph import Variant
 from nest.plan import place
 from nest.problem import Problem
 from nest.space import SearchSpace
-
-
-def layer_arrays(problem: Problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
-    """The kernel's per-variant layer table (nest.costs.stage.layer_table)."""
-    return layer_table(problem, v, tuple(modes))
-
-
-def fixed_memory(problem: Problem, la: LayerTable, v: Variant, d: int, zeros) -> np.ndarray:
-    """Allocated bytes of a stage a..b that do not depend on its pipeline position, [b, a, z, r]
-    (nest.costs.stage.fixed_bytes over the table's recomputation modes)."""
-    return fixed_bytes(problem, la, d, Options(tuple(zeros), la.modes))
-
-
-def max_stash(problem: Problem, fixed_LLZR: np.ndarray, act_LLR: np.ndarray) -> np.ndarray:
-    """The most micro-batches a stage can stash and still fit, [b, a, z, r] (-1: not even 0)."""
-    room = allocatable(problem.cluster.hardware) * (1 + 1e-12) - fixed_LLZR
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        n = np.floor(room / act_LLR[:, :, None, :])
-    return np.where(room >= 0, np.where(np.isnan(n), np.inf, n), -1)
 
 
 @dataclass

@@ -17,10 +17,10 @@ import math
 
 import numpy as np
 
+from nest.costs.groups import GROUP_CACHE_ENTRIES, SYNC_KINDS, dp_lines, group_terms, inner_groups
+from nest.costs.layers import LayerTable, range_sum
 from nest.costs.memory import allocatable, optimizer_step_for, state_bytes
-from nest.costs.groups import GROUP_CACHE_ENTRIES, SYNC_KINDS, inner_groups
-from nest.costs.stage import (LayerTable, Options, bytes_per_param, dp_lines, fixed_bytes,
-                              group_terms, range_sum, zero_schedule)
+from nest.costs.stage import Options, bytes_per_param, fixed_bytes, zero_schedule
 from nest.graph.layer_graph import Variant
 from nest.network.collectives import group_lines_by_kind, lines_time, path_bandwidth
 from nest.plan import place
@@ -66,12 +66,7 @@ def floor_LR(problem: Problem, lts, space: SearchSpace) -> np.ndarray:
     """Per layer and mode, a floor on its share of any stage's time per micro-batch: its compute
     (exact) plus `collective_floor_LR`, the least over the class's variants (`lts`: one layer
     table per variant a stage may pick)."""
-    return np.min([lt.comp_LR + collective_floor_LR(problem, lt, space) for lt in _seq(lts)],
-                  axis=0)
-
-
-def _seq(lts) -> list:
-    return list(lts) if isinstance(lts, (list, tuple)) else [lts]
+    return np.min([lt.comp_LR + collective_floor_LR(problem, lt, space) for lt in lts], axis=0)
 
 
 def p2p_floor(problem: Problem, lts, space: SearchSpace):
@@ -81,7 +76,7 @@ def p2p_floor(problem: Problem, lts, space: SearchSpace):
     the product of the degrees faster than pp, d counted as 1), so a pair meets at the lowest
     level whose groups hold more than `stride` ids, or above; the cheapest of those levels
     prices the transfer (no monotonicity of levels assumed)."""
-    cl, lts = problem.cluster, _seq(lts)
+    cl = problem.cluster
     stride = min(_pp_stride(pl, lt.variant) for pl in space.placements for lt in lts)
     levels = [i for i, lv in enumerate(cl.levels) if lv.devices_per_group > stride] or [
         len(cl.levels) - 1]
@@ -117,34 +112,14 @@ def memory_aware_bound(problem: Problem, space: SearchSpace, lts, p: int,
     the cheapest recomputation mode that fits at its position under the most favourable d (the
     largest: the most ZeRO sharding and the fewest micro-batches to stash; fewer replicas only
     need more memory) and the most favourable ZeRO stage; a min-max DP over the cuts."""
-    lts = _seq(lts)
     v, L = lts[0].variant, lts[0].num_layers
-    hw = problem.cluster.hardware
     d = largest_dp(problem, v, p)
     m = problem.num_microbatches(d, v.ep)
-    valid = np.tril(np.ones((L, L), dtype=bool))[..., None]
-    max_stash_LLR = None
-    for lt in lts:  # the most any variant of the class can stash, per mode
-        fixed = fixed_bytes(problem, lt, d, Options(space.zero_stages, lt.modes)).min(axis=2)
-        room = allocatable(hw) * (1 + 1e-9) - fixed  # slack keeps the bound valid
-        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-            n = np.floor(room / lt.act_LLR)
-        n = np.where(valid & (room >= 0), np.where(np.isnan(n), np.inf, n), -1)
-        max_stash_LLR = n if max_stash_LLR is None else np.maximum(max_stash_LLR, n)
-    send_fwd_L, send_bwd_L = send_floors
-    f = None
-    for j in range(p):
-        cost = np.where(max_stash_LLR >= min(p - j, m), floor_LLR, np.inf).min(axis=2)
-        if j < p - 1:
-            cost = cost + send_fwd_L[:, None]
-        if j > 0:
-            cost = cost + send_bwd_L[None, :]
-        if f is None:
-            f = cost[:, 0].copy()
-        else:
-            prev = np.concatenate([[np.inf], f[:-1]])
-            f = np.min(np.maximum(cost, prev[None, :]), axis=1)
-    return float(f[L - 1])
+    # the most any variant of the class can stash, per mode, under its best ZeRO stage
+    max_stash_LLR = np.max([_max_stash(problem, space, lt, d).max(axis=2) for lt in lts], axis=0)
+    return minmax_over_cuts(
+        lambda j: np.where(max_stash_LLR >= min(p - j, m), floor_LLR, np.inf).min(axis=2),
+        p, L, *send_floors)
 
 
 def weight_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int) -> float:
@@ -156,7 +131,7 @@ def weight_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int) -> f
     the device (also non-decreasing in the bytes) fit in HBM on their own;
     k, its ZeRO stage, its variant (of the class `lts`) and the placement are unknown, so the
     minimum over all of them."""
-    return max(min(_weight_bound(problem, space, lt, p, d)[part] for lt in _seq(lts))
+    return max(min(_weight_bound(problem, space, lt, p, d)[part] for lt in lts)
                for part in ("dense", "expert"))
 
 
@@ -216,12 +191,10 @@ def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,
     stage position of any placement has (each stage's slowest group is at least that). Then the
     least over (z, r) that fit, and a min-max DP over the cuts. Every stage may pick any variant
     of the class `lts`."""
-    lts = _seq(lts)
     v0, L = lts[0].variant, lts[0].num_layers
     tr, hw = problem.training, problem.cluster.hardware
     m = problem.num_microbatches(d, v0.ep)
     C = m + p - 1
-    valid = np.tril(np.ones((L, L), dtype=bool))
     send_fwd_L, send_bwd_L = send_floors
     cost_J = [np.full((L, L), np.inf) for _ in range(p)]
     for lt in lts:
@@ -257,13 +230,21 @@ def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,
             if s not in by_stash:
                 by_stash[s] = np.where(max_stash >= s, base_LLZR, np.inf).min(axis=(2, 3))
             cost_J[j] = np.minimum(cost_J[j], by_stash[s])
+    return minmax_over_cuts(lambda j: cost_J[j], p, L, C * send_fwd_L, C * send_bwd_L)
+
+
+def minmax_over_cuts(cost_of, p: int, L: int, send_fwd_L, send_bwd_L) -> float:
+    """min over cuts of layers 0..L-1 into p contiguous stages of max_j cost_j[b, a] (+ the
+    forward send of the stage's last layer b, except the last stage, + the backward send of its
+    first layer a, except the first), cost_of(j) giving stage j's [b, a] costs (a > b ignored)."""
+    valid = np.tril(np.ones((L, L), dtype=bool))
     f = None
     for j in range(p):
-        cost = np.where(valid, cost_J[j], np.inf)
+        cost = np.where(valid, cost_of(j), np.inf)
         if j < p - 1:
-            cost = cost + C * send_fwd_L[:, None]
+            cost = cost + send_fwd_L[:, None]
         if j > 0:
-            cost = cost + C * send_bwd_L[None, :]
+            cost = cost + send_bwd_L[None, :]
         if f is None:
             f = cost[:, 0].copy()
         else:
