@@ -24,6 +24,8 @@ numbers as the evaluator.
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from functools import lru_cache
 
 import numpy as np
@@ -86,17 +88,48 @@ def group_lines(cluster: ClusterSpec, kind: str, groups) -> list:
     return group_lines_by_kind(cluster, (kind,), groups)[kind]
 
 
+GROUP_SET_ENTRIES = 32768  # memo of group sets: a 16-byte digest and a few lines each
+
+
 def group_lines_by_kind(cluster: ClusterSpec, kinds, groups) -> dict:
-    """`group_lines` for several kinds of collective on the same groups (one `distinct`)."""
+    """`group_lines` for several kinds of collective on the same groups (one `distinct`),
+    memoised per set of distinct hierarchy patterns (`patterns`): two sets with the same
+    patterns cost the same, wherever they sit."""
     if len(groups) == 0 or len(groups[0]) <= 1:
         return {k: [] for k in kinds}
-    reps = distinct(cluster, groups)
-    return {k: [coefficients(cluster, k, g) for g in reps] for k in kinds}
+    g = np.sort(np.asarray(groups, dtype=np.int64).reshape(len(groups), -1), axis=1)
+    first, pats = _distinct_patterns(cluster, g)
+    digest = hashlib.blake2b(b"".join(sorted(pats)), digest_size=16).digest()
+    key = (cluster, g.shape[1], digest)
+    out: dict = {}
+    missing = []
+    for k in kinds:
+        hit = _GROUP_SETS.get((key, k))
+        if hit is None:
+            missing.append(k)
+        else:
+            _GROUP_SETS.move_to_end((key, k))
+            out[k] = hit
+    if missing:
+        reps = [tuple(g[i].tolist()) for i in first]
+        for k in missing:
+            out[k] = _GROUP_SETS[(key, k)] = [coefficients(cluster, k, r) for r in reps]
+        while len(_GROUP_SETS) > GROUP_SET_ENTRIES:
+            _GROUP_SETS.popitem(last=False)
+    return {k: out[k] for k in kinds}
+
+
+_GROUP_SETS: OrderedDict = OrderedDict()
 
 
 def lines_time(lines_per_group: list, nbytes):
     """A collective run by all groups at once (lines from `group_lines`): the slowest group, each
     at its fastest algorithm; 0 where nbytes <= 0. Broadcasts over arrays of buffer sizes."""
+    if isinstance(nbytes, (int, float)):  # one buffer: the same arithmetic on Python floats
+        if nbytes <= 0:
+            return 0.0
+        return max((min(a + b * nbytes for a, b in lines) for lines in lines_per_group),
+                   default=0.0)
     nbytes = np.asarray(nbytes, dtype=float)
     if not lines_per_group:
         return np.zeros_like(nbytes)
@@ -173,33 +206,57 @@ def shifted(cluster: ClusterSpec, ids) -> tuple[int, ...]:
     return tuple((a - int(a.min()) // size * size).tolist())
 
 
-def canonical(cluster: ClusterSpec, group) -> tuple[int, ...]:
-    """A group's cost key: its sorted ids shifted to the origin (same cost, one cache entry)."""
-    return shifted(cluster, sorted(group))
+def patterns(cluster: ClusterSpec, groups: np.ndarray) -> np.ndarray:
+    """How each group (a row of sorted ids) sits in the hierarchy: for every level and every
+    pair of consecutive members, whether they are under different switches of that level
+    (packed bits, one row per group). Every cost this module computes for a group is a function
+    of its size and this pattern alone: the ring's hop levels, its per-node member counts and
+    exits, the span level, the hierarchical sub-groups and the all-to-all's level counts all
+    follow from which consecutive members part at which level (switch groups are contiguous
+    id ranges, so two members share a level-l switch iff no consecutive pair between them parts
+    at l). So groups with equal patterns share one cache entry wherever they are."""
+    g = np.asarray(groups, dtype=np.int64)
+    parts = np.stack([np.diff(g // lv.devices_per_group, axis=1) != 0
+                      for lv in cluster.levels], axis=1)
+    return np.packbits(parts.reshape(len(g), -1), axis=1)
+
+
+def _distinct_patterns(cluster: ClusterSpec, g: np.ndarray):
+    """Row index of the first group of each distinct pattern, and those patterns as bytes."""
+    seen: dict[bytes, int] = {}
+    for i, row in enumerate(patterns(cluster, g)):
+        seen.setdefault(row.tobytes(), i)
+    return list(seen.values()), list(seen)
 
 
 def distinct(cluster: ClusterSpec, groups) -> list[tuple[int, ...]]:
-    """One representative per distinct cost shape among the rows of `groups` (2-D ids array):
-    groups that are shifted copies of each other under the hierarchy cost the same."""
-    g = np.sort(np.asarray(groups).reshape(len(groups), -1), axis=1)
+    """One representative per distinct cost shape (`patterns`) among the rows of `groups`
+    (2-D ids array), in row order."""
+    g = np.sort(np.asarray(groups, dtype=np.int64).reshape(len(groups), -1), axis=1)
     if g.shape[1] <= 1:
-        return [tuple(int(x) for x in g[0])]
-    lo, hi = g[:, 0], g[:, -1]
-    size = np.full(len(g), cluster.levels[-1].devices_per_group)
-    for lv in reversed(cluster.levels):
-        size = np.where(lo // lv.devices_per_group == hi // lv.devices_per_group,
-                        lv.devices_per_group, size)
-    canon = g - (lo // size * size)[:, None]
-    seen: dict[bytes, int] = {}
-    for i, row in enumerate(np.ascontiguousarray(canon)):
-        seen.setdefault(row.tobytes(), i)
-    return [tuple(int(x) for x in g[i]) for i in sorted(seen.values())]
+        return [tuple(g[0].tolist())]
+    first, _ = _distinct_patterns(cluster, g)
+    return [tuple(g[i].tolist()) for i in first]
 
 
 def coefficients(cluster: ClusterSpec, kind: str, group: tuple[int, ...]
                  ) -> tuple[tuple[float, float], ...]:
-    """(alpha, beta) lines of the algorithms for `kind` on `group`; () for a single device."""
-    return _coefficients(cluster, kind, canonical(cluster, group))
+    """(alpha, beta) lines of the algorithms for `kind` on `group`; () for a single device.
+    Cached per (kind, size, `patterns`)."""
+    if len(group) <= 1:
+        return ()
+    g = np.sort(np.asarray(group, dtype=np.int64))
+    key = (cluster, kind, len(g), patterns(cluster, g[None, :]).tobytes())
+    hit = _LINES.get(key)
+    if hit is None:
+        hit = _LINES[key] = _coefficients(cluster, kind, tuple(g.tolist()))
+        if len(_LINES) > LINES_ENTRIES:
+            _LINES.pop(next(iter(_LINES)))
+    return hit
+
+
+LINES_ENTRIES = 65536
+_LINES: dict = {}
 
 
 def collective_time(cluster: ClusterSpec, kind: str, group: tuple[int, ...], nbytes: float) -> float:
@@ -209,7 +266,6 @@ def collective_time(cluster: ClusterSpec, kind: str, group: tuple[int, ...], nby
     return float(lines_time([coefficients(cluster, kind, group)], nbytes))
 
 
-@lru_cache(maxsize=65536)
 def _coefficients(cluster: ClusterSpec, kind: str, group: tuple[int, ...]
                   ) -> tuple[tuple[float, float], ...]:
     n = len(group)
