@@ -17,6 +17,8 @@ include: "workflow/rules/plan.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/profile.smk"
+include: "workflow/rules/decomposition.smk"
+include: "workflow/rules/tables.smk"
 
 
 rule figures:

@@ -22,6 +22,15 @@ class NoPlan(Exception):
     """The planner found no feasible plan; the message says why."""
 
 
+class NotApplicable(NoPlan):
+    """The planner does not cover this point at all (e.g. the paper's artifact stored no plan
+    for it): not an infeasibility, so no figure or gain counts it."""
+
+
+# Outcome.status: what a point's row says (results CSV column `status`)
+STATUSES = ("feasible", "infeasible", "no_plan", "not_applicable", "crashed")
+
+
 @dataclass
 class Outcome:
     planner: str
@@ -29,6 +38,7 @@ class Outcome:
     evaluation: Evaluation | None
     reason: str
     solve_time_s: float
+    status: str = "no_plan"  # one of STATUSES
 
 
 def registry() -> dict[str, dict]:
@@ -71,16 +81,25 @@ def run_planner(name: str, problem: Problem, overrides: dict | None = None,
     t0 = time.perf_counter()
     try:
         plan = load_entry(entry)(problem, settings)  # an import error is this planner's crash
+    except NotApplicable as e:
+        return Outcome(name, None, None, f"not applicable: {e}", time.perf_counter() - t0,
+                       "not_applicable")
     except NoPlan as e:
-        return Outcome(name, None, None, f"no feasible plan: {e}", time.perf_counter() - t0)
+        return Outcome(name, None, None, f"no feasible plan: {e}", time.perf_counter() - t0,
+                       "no_plan")
     except SpecError:
         raise
     except Exception as e:  # noqa: BLE001 - reported, not hidden
-        tb = traceback.format_exc(limit=3)
-        return Outcome(name, None, None, f"planner crashed: {type(e).__name__}: {e} | {tb}",
-                       time.perf_counter() - t0)
+        # one line for the CSV (no traceback, no paths); the traceback goes to the log
+        traceback.print_exc(limit=5)
+        first = str(e).splitlines()[0] if str(e) else ""
+        return Outcome(name, None, None, f"planner crashed: {type(e).__name__}: {first}",
+                       time.perf_counter() - t0, "crashed")
     solve = time.perf_counter() - t0
+    if not isinstance(plan, Plan):
+        return Outcome(name, None, None, f"planner crashed: {entry} returned "
+                       f"{type(plan).__name__}, not a Plan", solve, "crashed")
     plan = plan.with_(planner=name, solve_time_s=solve)
     # a planner may search the micro-batch size
     ev = evaluate(plan, with_mbs(problem, plan.mbs), simulated=simulated)
-    return Outcome(name, plan, ev, ev.reason, solve)
+    return Outcome(name, plan, ev, ev.reason, solve, "feasible" if ev.feasible else "infeasible")

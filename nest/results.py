@@ -1,9 +1,8 @@
-"""Evaluations -> the results CSV contract (`nest.results/v2`) and no-plan records.
+"""Evaluations -> the results CSV contract (`nest.results/v3`) and no-plan records.
 
 The CSV holds one row per (model, cluster, num_devices, mbs, planner), sorted, with floats written
-at 9 significant digits so the same inputs give the same bytes. `normalized_throughput` is the
-paper's normalisation: throughput over Manual's at the smallest scale where Manual fits (per
-model, cluster and mbs).
+at 9 significant digits so the same inputs give the same bytes (only solve_time_s depends on the
+machine). `normalized_throughput` is the paper's normalisation (`_normalize`).
 """
 
 from __future__ import annotations
@@ -15,38 +14,63 @@ import pandas as pd
 
 from nest.errors import SpecError
 
-SCHEMA = "nest.results/v2"  # v2: + time_per_batch_simulated_s
+SCHEMA = "nest.results/v3"  # v3: + status, placement, zero, recompute, budget, fallback
 NO_PLAN_SCHEMA = "nest.no_plan/v1"
 KEY = ["model", "cluster", "num_devices", "mbs", "planner"]
-COLUMNS = KEY + ["feasible", "time_per_batch_s", "throughput_samples_per_s", "solve_time_s",
-                 "normalized_throughput", "mfu", "pp", "dp", "tp", "sp", "ep", "cp",
+COLUMNS = KEY + ["status", "feasible", "time_per_batch_s", "throughput_samples_per_s",
+                 "solve_time_s", "normalized_throughput", "mfu", "pp", "dp", "tp", "sp", "ep",
+                 "cp", "placement", "zero", "recompute", "budget_exhausted", "fallback",
                  "max_peak_memory_bytes", "time_per_batch_simulated_s", "reason"]
+# status: feasible | infeasible (a plan that does not fit) | no_plan (the planner found none) |
+# not_applicable (the planner does not cover the point) | crashed (never counted as a gain)
 
 
 def no_plan_record(planner: str, model: str, cluster: str, num_devices: int, mbs: int,
-                   reason: str, solve_time_s: float) -> dict:
+                   reason: str, solve_time_s: float, status: str = "no_plan") -> dict:
     return {"schema": NO_PLAN_SCHEMA, "planner": planner, "model": model, "cluster": cluster,
             "num_devices": num_devices, "mbs": mbs, "reason": reason,
-            "solve_time_s": solve_time_s}
+            "solve_time_s": solve_time_s, "status": status}
+
+
+def runs(values) -> str:
+    """Per-stage values run-length encoded: [1, 1, 1, 0] -> '1*3,0'."""
+    out: list[str] = []
+    values = [str(v) for v in values]
+    i = 0
+    while i < len(values):
+        j = i
+        while j < len(values) and values[j] == values[i]:
+            j += 1
+        out.append(values[i] + (f"*{j - i}" if j - i > 1 else ""))
+        i = j
+    return ",".join(out)
 
 
 def row(evaluation: dict, plan: dict) -> dict:
     """One CSV row from an evaluation JSON and its plan (or no-plan) JSON."""
     r = {k: plan[k] for k in KEY}
     has_plan = plan.get("schema") != NO_PLAN_SCHEMA
+    ok = bool(evaluation["feasible"])
+    extra = plan.get("extra") or {}
     r.update(
-        feasible=bool(evaluation["feasible"]),
-        time_per_batch_s=evaluation["time_per_batch_s"] if evaluation["feasible"] else None,
-        throughput_samples_per_s=(evaluation["throughput_samples_per_s"]
-                                  if evaluation["feasible"] else None),
+        status=("feasible" if ok else "infeasible") if has_plan else plan.get("status",
+                                                                                "no_plan"),
+        feasible=ok,
+        time_per_batch_s=evaluation["time_per_batch_s"] if ok else None,
+        throughput_samples_per_s=evaluation["throughput_samples_per_s"] if ok else None,
         solve_time_s=plan.get("solve_time_s"),
         normalized_throughput=None,
-        mfu=evaluation["mfu"] if evaluation["feasible"] else None,
+        mfu=evaluation["mfu"] if ok else None,
+        placement=plan.get("placement") if has_plan else None,
+        zero=runs(s.get("zero_stage", 0) for s in plan["stages"]) if has_plan else None,
+        recompute=runs(s.get("recompute", "none") for s in plan["stages"]) if has_plan else None,
+        budget_exhausted=bool(extra.get("budget_exhausted", False)),
+        fallback=extra.get("fallback") or None,
         max_peak_memory_bytes=max((s["peak_memory_bytes"] for s in evaluation["stages"]),
                                   default=None),
         time_per_batch_simulated_s=(evaluation.get("time_per_batch_simulated_s")
-                                    if evaluation["feasible"] else None),
-        reason=evaluation["reason"],
+                                    if ok else None),
+        reason=" ".join(str(evaluation["reason"]).split()),  # one line
     )
     for k in ("pp", "dp", "tp", "sp", "ep", "cp"):
         r[k] = plan[k] if has_plan else None
@@ -62,9 +86,13 @@ def collect(pairs: list[tuple[str | Path, str | Path]]) -> pd.DataFrame:
 
 
 def _normalize(df: pd.DataFrame) -> pd.Series:
+    """Throughput over Manual's at its smallest micro-batch size and, there, its smallest
+    feasible device count, per model and cluster (the paper's normalisation: Figures 5 and 7
+    against Manual at the smallest scale where it fits, Figures 6 and 11 against Manual at
+    micro-batch 1 on the figure's device count)."""
     out = pd.Series([None] * len(df), index=df.index, dtype=object)
-    for _, grp in df.groupby(["model", "cluster", "mbs"], sort=True):
-        ref = grp[(grp.planner == "manual") & grp.feasible].sort_values("num_devices")
+    for _, grp in df.groupby(["model", "cluster"], sort=True):
+        ref = grp[(grp.planner == "manual") & grp.feasible].sort_values(["mbs", "num_devices"])
         if ref.empty:
             continue
         base = ref.iloc[0].throughput_samples_per_s

@@ -32,13 +32,26 @@ def figure_plans(wildcards):
             for p, m, c, n, b in figure_points(wildcards.figure)]
 
 
+# Experiments other than figure grids register here: name -> function returning their targets.
+# A name in config["run"] is either a figure of config["figures"] or one of these.
+EXPERIMENTS = {}
+
+
+def figure_outputs(fig):
+    return [f"figures/{fig}.{ext}" for ext in ("png", "pdf")] + [
+        f"results/{fig}_summary.md", f"results/{fig}_table.csv"]
+
+
 def figure_targets():
-    unknown = [f for f in config["run"] if f not in config["figures"]]
+    """Every target of the experiments named in config["run"]."""
+    known = sorted(config["figures"]) + sorted(EXPERIMENTS)
+    unknown = [f for f in config["run"] if f not in known]
     if unknown:
-        raise ValueError(f"config: key 'run': unknown figure(s) {unknown}; defined: "
-                         f"{sorted(config['figures'])}")
-    return [f"figures/{fig}.{ext}" for fig in config["run"] for ext in ("png", "pdf")] + [
-        f"results/{fig}_summary.md" for fig in config["run"]]
+        raise ValueError(f"config: key 'run': unknown experiment(s) {unknown}; defined: {known}")
+    out = []
+    for name in config["run"]:
+        out += figure_outputs(name) if name in config["figures"] else EXPERIMENTS[name]()
+    return out
 
 
 def catalog(kind, name):

@@ -20,6 +20,7 @@ rule plot_figure:
     output:
         png="figures/{figure}.png",
         pdf="figures/{figure}.pdf",
+        table="results/{figure}_table.csv",
     log:
         "logs/plot_figure/{figure}.log",
     conda:

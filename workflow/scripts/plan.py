@@ -15,7 +15,7 @@ problem = make_problem(p.model, p.cluster, p.num_devices, graph.mbs, graph=graph
 out = run_planner(p.planner, problem)
 if out.plan is None:
     rec = no_plan_record(p.planner, p.model, p.cluster, p.num_devices, graph.mbs, out.reason,
-                         out.solve_time_s)
+                         out.solve_time_s, out.status)
     open(sm.output[0], "w").write(json.dumps(rec, indent=1, sort_keys=True) + "\n")
 else:
     out.plan.write(sm.output[0])
