@@ -71,8 +71,10 @@ Deliberate deviations from Alpa:
   other logical shapes, which are never cheaper for our variants. Alpa's configs have no
   selective recomputation and no ZeRO-2 (they can be added through the settings).
 * Operator clustering (Alpa section 5.2) is not needed: the layer graph is already layers.
-* The search is capped (`time_limit_s`, default 60 s); a capped run says so in the plan's notes
-  (the single-variant search always completes, so a capped run still returns a plan).
+* The search has a budget counted in DP passes (`max_dp_passes`: one pass of Alpa's DP for one
+  t_max candidate and one D), never in wall-clock time, so the same inputs give the same plan on
+  any machine; a run that spends it says so (plan.extra["budget_exhausted"] and its notes; the
+  single-variant search always completes, so it still returns a plan).
 * Alpa's ILP may reshard between layers inside a stage; the contract holds one variant per stage,
   so such an optimum is replaced by the search with one variant per stage (case 2 above).
 """
@@ -97,7 +99,7 @@ from nest.planners import NoPlan
 from nest.space import make_plan
 
 DEFAULTS = {
-    "time_limit_s": 60.0,  # cap on the whole search (the unrestricted DP runs last)
+    "max_dp_passes": 20000,  # budget of the whole search, in DP passes (deterministic)
     "zero_stages": [0, 1, 3],  # Alpa: default, weight-update sharding, ZeRO-3 (force_zero_stage_3)
     "recompute_modes": ["none", "full"],  # Alpa's remat is whole-layer
     "num_microbatches": None,  # Alpa's B; None: tuned over every D dividing N
@@ -108,6 +110,18 @@ DEFAULTS = {
 
 class Capped(Exception):
     pass
+
+
+class Budget:
+    """DP passes left; spending past zero raises Capped."""
+
+    def __init__(self, passes: int):
+        self.left = int(passes)
+
+    def spend(self) -> None:
+        if self.left <= 0:
+            raise Capped
+        self.left -= 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,7 +196,8 @@ def _dp(T_XKIS, units, U, cap, combine, backtrack=False):
     return best, best_s, stages
 
 
-def inter_op_dp(T_XKIS, units, U, B, rel_gap=0.0, deadline=None, bound=np.inf):
+def inter_op_dp(T_XKIS, units, U, B, rel_gap=0.0, budget: Budget | None = None,
+                bound=np.inf):
     """Alpa's DP (Eq. 2-4): (T*, t_max, stages [(k, i, x, s)]) or None when nothing fits (or
     nothing can beat `bound`)."""
     lb, _, _ = _dp(T_XKIS, units, U, np.inf, np.maximum)  # the least feasible t_max
@@ -195,8 +210,8 @@ def inter_op_dp(T_XKIS, units, U, B, rel_gap=0.0, deadline=None, bound=np.inf):
             break  # Alpa's early pruning: every later plan has T >= B * t_max
         if c < last * (1 + rel_gap):
             continue
-        if deadline is not None and time.perf_counter() > deadline:
-            raise Capped
+        if budget is not None:
+            budget.spend()
         last = c
         F, _, _ = _dp(T_XKIS, units, U, c, np.add)
         if F + (B - 1) * c < best:
@@ -344,13 +359,13 @@ def split_tables(problem: Problem, cfg, mesh, D: int, options: dict, per_stage: 
 
 
 def solve_split(problem: Problem, cfg, mesh, D: int, options: dict, per_stage: bool,
-                deadline=None, bound=np.inf) -> Result | None:
+                budget: Budget | None = None, bound=np.inf) -> Result | None:
     """Alpa's DP for one D; options maps x -> the variants a layer may take on D * x devices."""
     tables = split_tables(problem, cfg, mesh, D, options, per_stage)
     if tables is None:
         return None
     T, units, U, B, groups = tables
-    res = inter_op_dp(T, units, U, B, cfg["tmax_rel_gap"], deadline, bound)
+    res = inter_op_dp(T, units, U, B, cfg["tmax_rel_gap"], budget, bound)
     if res is None:
         return None
     return Result(res[0], D, B, sorted(options), groups, res[2])
@@ -366,16 +381,15 @@ def _options(problem: Problem, mesh, D: int, variants) -> dict:
     return out
 
 
-def alpa(problem: Problem, cfg, mesh, per_stage: bool, deadline) -> Result | None:
+def alpa(problem: Problem, cfg, mesh, per_stage: bool, budget: Budget) -> Result | None:
     """Alpa's search over every D: per-stage submeshes, per-layer (or per-stage) variants."""
     best = None
     for D in _splits(problem, cfg):
-        if time.perf_counter() > deadline:
-            raise Capped
+        budget.spend()  # each D costs at least one pass
         opts = _options(problem, mesh, D, problem.graph.variants)
         if not opts:
             continue
-        r = solve_split(problem, cfg, mesh, D, opts, per_stage, deadline,
+        r = solve_split(problem, cfg, mesh, D, opts, per_stage, budget,
                         best.T if best else np.inf)
         if r is not None and (best is None or r.T < best.T):
             best = r
@@ -502,7 +516,7 @@ def plan(problem: Problem, settings: dict):
                         f"known: {', '.join(DEFAULTS)}")
     cfg = dict(DEFAULTS, **(settings or {}))
     t0 = time.perf_counter()
-    deadline = t0 + float(cfg["time_limit_s"])
+    budget = Budget(cfg["max_dp_passes"])
     cl, N = problem.cluster, problem.num_devices
     M = cl.levels[0].devices_per_group
     if N > M and N % M:
@@ -511,7 +525,7 @@ def plan(problem: Problem, settings: dict):
     notes, order, capped = [], [], False
     # 1. Alpa itself: per-stage submeshes, per-layer shardings
     try:
-        own = alpa(problem, cfg, mesh, False, deadline)
+        own = alpa(problem, cfg, mesh, False, budget)
         if own is not None:
             n, bad = verify_with_highs(own, tb)
             notes.append(f"HiGHS re-solved {n} stage ILP(s) of Alpa's optimum"
@@ -525,14 +539,15 @@ def plan(problem: Problem, settings: dict):
                              f"{own.describe()}) mixes sharding options across the layers of a "
                              f"stage: per-layer resharding inside a stage is not expressible in "
                              f"the plan contract (one variant per stage)")
-                one = alpa(problem, cfg, mesh, True, deadline)
+                one = alpa(problem, cfg, mesh, True, budget)
                 if one is not None:
                     order.append((one, one.uniform(tb), "Alpa with one variant per stage"))
                 else:
                     notes.append("Alpa with one variant per stage finds no plan that fits memory")
     except Capped:
         capped = True
-        notes.append(f"Alpa's DP over submeshes capped at {cfg['time_limit_s']} s")
+        notes.append(f"Alpa's DP over submeshes spent its budget of {cfg['max_dp_passes']} "
+                     f"passes")
     # 3. the best single-variant plans, in Alpa's order (also the fall-back list): pick the
     # fastest, check memory with the shared evaluator, fall back
     failed: list[str] = []
@@ -566,5 +581,12 @@ def plan(problem: Problem, settings: dict):
     if note:
         head += f"; {note}"
     notes.insert(0, head)
+    fallback = None if what == "Alpa's optimum" and not failed else (
+        f"{what}" + (f" ({len(failed)} faster plan(s) failed the memory check)" if failed else "")
+        + ("; Alpa's own optimum mixes shardings inside a stage"
+           if what == "Alpa with one variant per stage" else "")
+        + ("; search budget spent" if capped else ""))
     return out.with_(predicted_time_per_batch_s=u.T, solve_time_s=time.perf_counter() - t0,
-                     notes=("CAPPED: " if capped else "") + "; ".join(notes))
+                     notes=("BUDGET SPENT: " if capped else "") + "; ".join(notes),
+                     extra={"budget_exhausted": capped, "fallback": fallback,
+                            "dp_passes": int(cfg["max_dp_passes"]) - budget.left})

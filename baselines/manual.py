@@ -13,7 +13,7 @@ from __future__ import annotations
 from nest.evaluate import Problem, evaluate
 from nest.graph.layer_graph import Variant
 from nest.plan_spec import block_cuts
-from nest.planners import NoPlan
+from nest.planners import NoPlan, NotApplicable
 from nest.space import make_plan
 from nest.specs import config_dir, read_yaml
 
@@ -24,7 +24,8 @@ def manual_config(model: str, cluster: str, num_devices: int) -> tuple[int, int,
     table = dict(cfg["default"].get(model, {}))
     table.update(cfg.get("by_cluster", {}).get(cluster, {}).get(model, {}))
     if num_devices not in table:
-        raise NoPlan(f"{path} has no Manual config for {model} at {num_devices} devices")
+        raise NotApplicable(f"{path} has no Manual config for {model} at {num_devices} "
+                            f"devices")
     try:
         p, d, t = (int(x) for x in str(table[num_devices]).split("/"))
     except ValueError:

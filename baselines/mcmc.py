@@ -36,14 +36,16 @@ Deliberate deviations from FlexFlow / TopoOpt:
     that fit can become the best. A chain's patience counter resets when E improves.
   * Proposals are not exactly symmetric (split/merge, the dp proposals, d rescaling); like
     FlexFlow we apply no Hastings correction (only the best plan matters, not the stationary law).
-  * The budget counts proposals (MH iterations), not wall-clock time, so runs are deterministic;
-    a wall-clock safety cap (time_limit_s) stops the search early and says so in the plan notes.
+  * The budget counts proposals (MH iterations), never wall-clock time, so the same inputs give
+    the same plan on any machine and under any load. A chain stops when it has gone budget / 2
+    proposals without improving, or when its budget is spent; a spent budget is reported
+    (plan.extra["budget_exhausted"], the results CSV's budget_exhausted column).
   * Initial plans: chain 0 data parallelism (p = 1, the narrowest variant, all replicas, no ZeRO
     or recomputation), chain 1 the paper's Manual configuration (baselines.manual: uniform cuts,
     no ZeRO, the least recomputation that fits; a random start where Manual has no config), the
     others random (p and d log-uniform). No TopoOpt topology search: the topology is given.
 Settings: starts (the non-random starts of the first chains, in order), chains, budget (proposals
-per chain), beta, penalty, seed, time_limit_s, space (search-space overrides, as for every planner
+per chain), beta, penalty, seed, space (search-space overrides, as for every planner
 of the space).
 """
 
@@ -56,6 +58,7 @@ from dataclasses import dataclass, replace
 
 from nest.costs.layers import layer_table
 from nest.costs.stage import Options, stage_cost
+from nest.errors import SpecError
 from nest.evaluate import Problem, evaluate
 from nest.graph.layer_graph import Variant
 from nest.plan import place
@@ -63,7 +66,7 @@ from nest.planners import NoPlan
 from nest.space import SearchSpace, declare, make_plan, pp_dp_options
 
 DEFAULTS = {"starts": ["data_parallel", "manual"], "chains": 10, "budget": 2000, "beta": 50.0,
-            "penalty": 10.0, "seed": 0, "time_limit_s": 55.0}
+            "penalty": 10.0, "seed": 0}
 CELL_CACHE_ENTRIES = 1_000_000
 MOVES = ("cut", "split", "merge", "dp", "zero", "recompute", "variant", "placement")
 
@@ -254,16 +257,13 @@ class Chain:
             return None
         return replace(s, pl=1 - s.pl)
 
-    def run(self, start: State, budget: int, deadline: float) -> ChainResult:
+    def run(self, start: State, budget: int) -> ChainResult:
         cur = start
         e_cur, T, ex = self.energy(cur)
         out = ChainResult(cur if ex == 0 else None, T if ex == 0 else math.inf, 1, False,
                           (ex, cur))
         e_best, since_best = e_cur, 0
         while out.used < budget and since_best < budget // 2:
-            if time.perf_counter() > deadline:
-                out.capped = True
-                break
             nxt = None
             for _ in range(64):  # resample moves that do not apply to this state
                 nxt = self.propose(cur)
@@ -282,6 +282,7 @@ class Chain:
                 e_best, since_best = e_new, 0
             if self.rng.random() < acceptance(e_cur, e_new, self.beta):
                 cur, e_cur = nxt, e_new
+        out.exhausted = out.used >= budget
         return out
 
 
@@ -290,7 +291,7 @@ class ChainResult:
     best: State | None  # the best plan that fits
     best_T: float
     used: int  # proposals (the start counts as one)
-    capped: bool  # stopped by the wall-clock cap
+    exhausted: bool  # the chain spent its whole budget (it was still improving)
     closest: tuple[float, State]  # (excess, state): the least HBM overflow seen, for NoPlan
 
 
@@ -342,6 +343,12 @@ def _index(options: tuple, value) -> int:
 
 
 def plan(problem: Problem, settings: dict):
+    unknown = sorted(set(settings) - set(DEFAULTS) - {"space"})
+    if unknown:
+        hint = (" (wall-clock caps were removed: searches stop on counts, set `budget` and "
+                "`chains`)" if "time_limit_s" in unknown else "")
+        raise SpecError(f"config/planners.yaml: key 'mcmc.settings.{unknown[0]}': unknown; "
+                        f"known: {', '.join([*DEFAULTS, 'space'])}{hint}")
     cfg = {**DEFAULTS, **{k: v for k, v in settings.items() if k != "space"}}
     space = declare(problem, settings.get("space"))
     space = space.with_(variants=tuple(v for v in space.variants
@@ -351,9 +358,8 @@ def plan(problem: Problem, settings: dict):
                      f"{problem.num_devices} devices or more replicas than the batch has")
     limits = dp_limits(problem, space)
     t0 = time.perf_counter()
-    deadline = t0 + float(cfg["time_limit_s"])
     scorer = Scorer(problem, space)
-    results, capped, total, closest = [], False, 0, (math.inf, None)
+    results, exhausted, total, closest = [], 0, 0, (math.inf, None)
     for k in range(int(cfg["chains"])):
         rng = random.Random(int(cfg["seed"]) * 1_000_003 + k)
         chain = Chain(problem, space, scorer, rng, float(cfg["beta"]), float(cfg["penalty"]),
@@ -369,19 +375,17 @@ def plan(problem: Problem, settings: dict):
                              f"(data_parallel, manual or random)")
         if start is None:
             start, origin = chain.random_state(), "random"
-        res = chain.run(start, int(cfg["budget"]), deadline)
+        res = chain.run(start, int(cfg["budget"]))
         total += res.used
         if res.best is not None:
             results.append((res.best_T, k, origin, res.best))
         closest = min(closest, res.closest, key=lambda x: x[0])
-        if res.capped:
-            capped = True
-            break
+        exhausted += res.exhausted
     if not results:
         why = evaluate(to_plan(problem, space, closest[1]), problem).reason
         raise NoPlan(f"no chain found a plan that fits in memory ({total} proposals over "
-                     f"{k + 1} chains" + (", capped by time_limit_s" if capped else "")
-                     + f"); the closest: {why}")
+                     f"{k + 1} chains)"
+                     + f"; the closest: {why}")
     # pick the best chain with the shared evaluator itself (the Scorer is its twin)
     num_run = k + 1
     scored = []
@@ -395,10 +399,11 @@ def plan(problem: Problem, settings: dict):
     T, ck, origin, out = min(scored, key=lambda x: (x[0], x[1]))
     notes = (f"{len(results)} of {num_run} chains found a feasible plan; best from chain {ck} "
              f"({origin} start); {total} proposals, beta={cfg['beta']}")
-    if capped:
-        notes += f"; CAPPED by time_limit_s={cfg['time_limit_s']} (not deterministic)"
+    if exhausted:
+        notes += f"; {exhausted} chain(s) spent their whole budget of {cfg['budget']}"
     return out.with_(predicted_time_per_batch_s=T, solve_time_s=time.perf_counter() - t0,
-                     notes=notes)
+                     notes=notes, extra={"budget_exhausted": exhausted > 0,
+                                         "proposals": total})
 
 
 def to_plan(problem: Problem, space: SearchSpace, s: State):

@@ -44,8 +44,10 @@ result is a plan of that space and can never beat NEST, the exact optimum of it)
   * the micro-batch size is the problem's (the harness fixes it per figure): Mist's loop over
     micro-batch size and gradient-accumulation steps reduces to m = ceil(B / (mbs * d * ep)).
   * outer candidates are visited in order of a compute-only lower bound and skipped once the bound
-    reaches the best time found (exact pruning, speed only); a wall-clock cap (`time_limit_s`)
-    stops the search and the plan's notes say so.
+    reaches the best time found (exact pruning, speed only). The budgets are counts, never
+    wall-clock time: at most `max_candidates` MILPs, each at most `milp_max_nodes` branch-and-
+    bound nodes (HiGHS on one thread with a fixed seed is deterministic), so the same inputs give
+    the same plan on any machine; a spent budget is reported (plan.extra["budget_exhausted"]).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ import highspy
 import numpy as np
 
 from nest.costs.memory import peak
+from nest.errors import SpecError
 from nest.problem import Problem
 from nest.network.collectives import flattened
 from nest.planners import NoPlan
@@ -71,7 +74,7 @@ from nest.solver.dp import lower_bounds
 from nest.space import SearchSpace, declare, make_plan, pp_dp_options
 
 PLACEMENT = "replica_major"  # Megatron-LM rank order: tp, cp, ep, dp fastest, pp outermost
-DEFAULTS = {"time_limit_s": 55.0, "milp_time_limit_s": 30.0, "full_device_use": True}
+DEFAULTS = {"max_candidates": 2000, "milp_max_nodes": 20000, "full_device_use": True}
 
 
 @dataclass
@@ -187,9 +190,9 @@ def objective(tab: StageTable, choice: list[int]) -> float:
             + max(tab.u[j][k] for j, k in enumerate(choice)))
 
 
-def solve_milp(tab: StageTable, cutoff: float = math.inf, time_limit_s: float = 30.0):
+def solve_milp(tab: StageTable, cutoff: float = math.inf, max_nodes: int = 20000):
     """The MILP of the module docstring with HiGHS: (T, choice, capped) with choice one candidate
-    index per stage (T = inf and choice None when the time limit struck before any solution), or
+    index per stage (T = inf and choice None when the node limit struck before any solution), or
     None if no assignment beats `cutoff`."""
     sub = prune(tab, cutoff)
     p = sub.p
@@ -215,7 +218,7 @@ def solve_milp(tab: StageTable, cutoff: float = math.inf, time_limit_s: float = 
     h.setOptionValue("random_seed", 0)
     h.setOptionValue("mip_rel_gap", 0.0)
     h.setOptionValue("mip_abs_gap", 0.0)
-    h.setOptionValue("time_limit", max(float(time_limit_s), 0.01))
+    h.setOptionValue("mip_max_nodes", int(max_nodes))
     if math.isfinite(cutoff):
         h.setOptionValue("objective_bound", cutoff / scale)
     lp = highspy.HighsLp()
@@ -234,7 +237,8 @@ def solve_milp(tab: StageTable, cutoff: float = math.inf, time_limit_s: float = 
     h.passModel(lp)
     h.run()
     status = h.getModelStatus()
-    capped = status in (highspy.HighsModelStatus.kTimeLimit,
+    capped = status in (highspy.HighsModelStatus.kSolutionLimit,  # mip_max_nodes
+                        highspy.HighsModelStatus.kIterationLimit,
                         highspy.HighsModelStatus.kInterrupt)
     x = np.asarray(h.getSolution().col_value)
     if len(x) < K or h.getInfo().primal_solution_status != 2:  # 2: feasible point
@@ -324,10 +328,15 @@ def uniform_blocks(problem: Problem, v) -> bool:
 
 
 def plan(problem: Problem, settings: dict):
+    unknown = sorted(set(settings) - set(DEFAULTS) - {"space"})
+    if unknown:
+        hint = (" (wall-clock caps were removed: searches stop on counts, set max_candidates "
+                "and milp_max_nodes)" if any("time" in k for k in unknown) else "")
+        raise SpecError(f"config/planners.yaml: key 'mist.settings.{unknown[0]}': unknown; "
+                        f"known: {', '.join([*DEFAULTS, 'space'])}{hint}")
     cfg = {**DEFAULTS, **{k: v for k, v in settings.items() if k != "space"}}
     space = declare(problem, settings.get("space")).with_(placements=(PLACEMENT,))
     t0 = time.perf_counter()
-    deadline = t0 + float(cfg["time_limit_s"])
     if problem.graph.num_layers < 3:
         raise NoPlan("Mist-style planning needs an embedding, transformer blocks and a head")
     flat = flat_problem(problem)
@@ -336,13 +345,12 @@ def plan(problem: Problem, settings: dict):
     for bound, vi, p, d in cands:
         if bound >= best_T:
             break  # sorted by bound: nothing later can beat the best
-        left = deadline - time.perf_counter()
-        if left <= 0:
+        if solved >= int(cfg["max_candidates"]):
             capped = True
             break
         v = space.variants[vi]
         tab = stage_table(flat, space, las[vi], v, p, d)
-        res = solve_milp(tab, best_T, min(left, float(cfg["milp_time_limit_s"])))
+        res = solve_milp(tab, best_T, int(cfg["milp_max_nodes"]))
         solved += 1
         if res is None:
             continue
@@ -350,7 +358,7 @@ def plan(problem: Problem, settings: dict):
         if res[1] is not None and res[0] < best_T:
             best_T, best = res[0], (vi, p, d, tab, res[1])
     if best is None:
-        why = ("stopped at the time limit before a feasible plan was found" if capped else
+        why = ("spent its budget before a feasible plan was found" if capped else
                "no (variant, p, d) candidate has a stage assignment that fits in "
                f"{problem.cluster.hardware.hbm_bytes / 1e9:.2f} GB HBM")
         raise NoPlan(f"Mist-style MILP: {why} ({solved} of {len(cands)} candidates solved)")
@@ -371,6 +379,6 @@ def plan(problem: Problem, settings: dict):
     if not uniform_blocks(problem, v):
         notes += "; blocks differ: layer counts priced from one representative range"
     if capped:
-        notes += f"; CAPPED at time_limit_s={cfg['time_limit_s']} (best found so far)"
+        notes += "; BUDGET SPENT (max_candidates or milp_max_nodes): the best found so far"
     return out.with_(predicted_time_per_batch_s=best_T, solve_time_s=time.perf_counter() - t0,
-                     notes=notes)
+                     notes=notes, extra={"budget_exhausted": capped, "milps": solved})

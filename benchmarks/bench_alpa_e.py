@@ -50,7 +50,7 @@ def main() -> None:
             desc = (f"p={p.pp} d={p.dp} t={p.tp} sp={int(p.sp)} e={p.ep} c={p.cp} "
                     f"z={sorted({s.zero_stage for s in p.stages})} "
                     f"r={sorted({s.recompute for s in p.stages})}"
-                    f"{' CAPPED' if p.notes.startswith('CAPPED') else ''}"
+                    f"{' BUDGET SPENT' if p.extra.get('budget_exhausted') else ''}"
                     if p else out.reason[:90])
             print(f"{model:14s} {n:5d} {dt:8.2f} {fmt(out)} "
                   f"{fmt(nest) if nest else '-':>10s} {fmt(manual) if manual else '-':>10s} "

@@ -63,7 +63,7 @@ def main() -> None:
             print(f"{model:13s} {n:5d} {dt:7.1f} {cpu:6.1f} {fmt(tm)} {fmt(tn)} {fmt(tma)} "
                   f"{gap:>7s}  {describe(mc)} | {describe(ne)}"
                   + ("" if mc.plan else f"  [{mc.reason[:100]}]")
-                  + ("  CAPPED" if mc.plan and "CAPPED" in mc.plan.notes else ""), flush=True)
+                  + ("  BUDGET SPENT" if mc.plan and mc.plan.extra.get("budget_exhausted") else ""), flush=True)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
     print(f"peak RSS of the whole run (MCMC, NEST and Manual): {rss:.0f} MB")
 

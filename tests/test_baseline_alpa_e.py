@@ -232,10 +232,13 @@ def test_fixed_number_of_microbatches(gpt8):
     assert out.plan.num_microbatches == 4 and out.plan.dp * out.plan.ep == 2
 
 
-def test_capped_search_still_returns_a_plan_and_says_so(gpt8):
-    out = run_planner("alpa_e", gpt8, {"time_limit_s": 0.0})
+def test_spent_budget_still_returns_a_plan_and_says_so(gpt8):
+    out = run_planner("alpa_e", gpt8, {"max_dp_passes": 0})
     assert out.evaluation.feasible
-    assert out.plan.notes.startswith("CAPPED")
+    assert out.plan.notes.startswith("BUDGET SPENT")
+    assert out.plan.extra["budget_exhausted"] and out.plan.extra["fallback"]
+    full = run_planner("alpa_e", gpt8)
+    assert not full.plan.extra["budget_exhausted"] and full.plan.extra["dp_passes"] > 0
 
 
 def test_no_plan_when_nothing_fits():

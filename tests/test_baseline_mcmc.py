@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from baselines.mcmc import (MOVES, Chain, Scorer, State, acceptance, data_parallel_state,
                             manual_state, to_plan)
+from nest.errors import SpecError
 from nest.evaluate import evaluate, make_problem
 from nest.planners import run_planner
 from nest.settings import TrainingSettings
@@ -239,9 +240,12 @@ def test_deterministic_and_budgeted():
     assert used <= 10 * 300
 
 
-def test_time_cap_is_reported():
-    out = run_planner("mcmc", tiny("tiny_llama", 4), {"time_limit_s": 0})
-    assert out.evaluation.feasible and "CAPPED" in out.plan.notes
+def test_budget_exhaustion_is_reported_and_wall_clock_caps_are_refused():
+    out = run_planner("mcmc", tiny("tiny_llama", 4), {"budget": 1, "chains": 2})
+    assert out.evaluation.feasible and out.plan.extra["budget_exhausted"]
+    assert out.plan.extra["proposals"] == 2  # the starts count as one proposal each
+    with pytest.raises(SpecError, match="wall-clock caps were removed"):
+        run_planner("mcmc", tiny("tiny_llama", 4), {"time_limit_s": 10})
 
 
 def test_no_plan_names_the_closest():

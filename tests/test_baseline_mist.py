@@ -132,9 +132,12 @@ def test_no_plan_names_the_reason():
     assert "HBM" in out.reason
 
 
-def test_time_cap_is_reported():
-    out = run_planner("mist", tiny(), {"time_limit_s": 0.0})
-    assert out.plan is None and "time limit" in out.reason
+def test_spent_budget_is_reported():
+    out = run_planner("mist", tiny(), {"max_candidates": 0})
+    assert out.plan is None and "spent its budget" in out.reason
+    full = run_planner("mist", tiny())
+    assert full.plan is not None and not full.plan.extra["budget_exhausted"]
+    assert full.plan.extra["milps"] >= 1
 
 
 def test_pareto_pruning_keeps_the_optimum():
