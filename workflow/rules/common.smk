@@ -32,6 +32,13 @@ def figure_plans(wildcards):
             for p, m, c, n, b in figure_points(wildcards.figure)]
 
 
+wildcard_constraints:
+    figure="|".join(sorted(config["figures"], key=len, reverse=True)),
+    num_devices=r"\d+",
+    mbs=r"\d+",
+    planner="|".join(sorted(planner_names(), key=len, reverse=True)),
+
+
 # Experiments other than figure grids register here: name -> function returning their targets.
 # A name in config["run"] is either a figure of config["figures"] or one of these.
 EXPERIMENTS = {}

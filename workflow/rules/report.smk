@@ -18,9 +18,11 @@ rule plot_figure:
     input:
         "results/{figure}.csv",
     output:
-        png="figures/{figure}.png",
+        png=report("figures/{figure}.png", category="Figures",
+                   subcategory="{figure}"),
         pdf="figures/{figure}.pdf",
-        table="results/{figure}_table.csv",
+        table=report("results/{figure}_table.csv", category="Figures",
+                     subcategory="{figure}"),
     log:
         "logs/plot_figure/{figure}.log",
     conda:
@@ -37,10 +39,56 @@ rule summarize_figure:
         csv="results/{figure}.csv",
         claims="config/paper/claims.yaml",
     output:
-        "results/{figure}_summary.md",
+        report("results/{figure}_summary.md", category="Figures", subcategory="{figure}"),
     log:
         "logs/summarize_figure/{figure}.log",
     conda:
         "../envs/nest.yaml"
     script:
         "../scripts/summarize_figure.py"
+
+
+rule search_time:
+    """Table 4: NEST vs Mist search time, each solve alone in a fresh process. The rule takes
+    every core (threads: workflow.cores), so Snakemake runs nothing beside it."""
+    input:
+        claims="config/paper/claims.yaml",
+        registry="config/planners.yaml",
+    output:
+        csv=report("results/table4_search_time.csv", category="Table 4"),
+        md="results/table4_search_time.md",
+    log:
+        "logs/search_time.log",
+    threads: workflow.cores
+    conda:
+        "../envs/nest.yaml"
+    params:
+        cfg=lambda wc: config["search_time"],
+    script:
+        "../scripts/search_time.py"
+
+
+EXPERIMENTS["search_time"] = lambda: rules.search_time.output
+
+
+rule reproduction_report:
+    """Every experiment of the run: the paper's numbers, ours, the difference and why."""
+    input:
+        csvs=lambda wc: [f"results/{f}.csv" for f in config["run"] if f in config["figures"]],
+        claims="config/paper/claims.yaml",
+        extra=lambda wc: [t for name in config["run"] if name not in config["figures"]
+                          and name != "report" for t in EXPERIMENTS[name]()],
+    output:
+        report("results/REPRODUCTION.md", category="Reproduction report"),
+    log:
+        "logs/reproduction_report.log",
+    conda:
+        "../envs/nest.yaml"
+    params:
+        figures=lambda wc: {f: config["figures"][f] for f in config["run"]
+                            if f in config["figures"]},
+    script:
+        "../scripts/reproduction_report.py"
+
+
+EXPERIMENTS["report"] = lambda: rules.reproduction_report.output

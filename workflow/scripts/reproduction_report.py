@@ -1,0 +1,12 @@
+"""Snakemake adapter: every experiment's outputs -> results/REPRODUCTION.md."""
+import sys
+
+from nest.reproduction import write
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+sys.stderr = sys.stdout = open(sm.log[0], "w")
+figures = [f for f in sm.params.figures]
+csvs = dict(zip(figures, sm.input.csvs))
+md = sorted(str(p) for p in sm.input.extra if str(p).endswith(".md"))
+write(csvs, sm.input.claims, md, sm.output[0])
+print(open(sm.output[0]).read())

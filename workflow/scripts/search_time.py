@@ -1,0 +1,16 @@
+"""Snakemake adapter: Table 4 (NEST vs Mist search time, each solve alone)."""
+import sys
+
+from nest.search_time import markdown, measure, table
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+sys.stderr = sys.stdout = open(sm.log[0], "w")
+cfg = sm.params.cfg
+rows = []
+for model in cfg["models"]:
+    for planner in cfg["planners"]:
+        rows.append(measure(model, cfg["cluster"], int(cfg["num_devices"]), planner))
+        print(rows[-1], flush=True)
+df = table(rows, sm.input.claims)
+df.to_csv(sm.output.csv, index=False, float_format="%.6g", lineterminator="\n")
+open(sm.output.md, "w").write(markdown(df))
