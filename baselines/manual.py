@@ -49,13 +49,26 @@ def plan(problem: Problem, settings: dict):
     v = Variant(tp=t, sp=False, ep=e, cp=1)
     problem = problem.with_variants([v])
     cuts = uniform_cuts(m.num_layers, p)
-    last = None
-    for mode in settings.get("recompute_order", ["none", "selective", "full"]):
-        candidate = make_plan(problem, "manual", v, p, d, cuts, [settings.get("zero_stage", 0)] * p,
-                              [mode] * p, "replica_major")
-        ev = evaluate(candidate, problem)
-        last = ev
-        if ev.feasible:
-            return candidate.with_(predicted_time_per_batch_s=ev.time_per_batch_s)
+    plan_, ev = least_recompute(problem, "manual", v, p, d, cuts, settings.get("zero_stage", 0),
+                                settings.get("recompute_order", RECOMPUTE_ORDER))
+    if ev.feasible:
+        return plan_
     raise NoPlan(f"Manual {p}/{d}/{t} (ep={e}) does not fit even with full recomputation: "
-                 f"{last.reason}")
+                 f"{ev.reason}")
+
+
+RECOMPUTE_ORDER = ("none", "selective", "full")
+
+
+def least_recompute(problem: Problem, planner: str, v: Variant, p: int, d: int, cuts,
+                    zero: int = 0, order=RECOMPUTE_ORDER):
+    """The plan with the first recomputation mode of `order` (all stages alike) under which the
+    shared evaluator says it fits (practitioners turn recomputation on only when needed), and its
+    evaluation; the last mode's plan and evaluation when none fits."""
+    for mode in order:
+        candidate = make_plan(problem, planner, v, p, d, cuts, [zero] * p, [mode] * p,
+                              "replica_major")
+        ev = evaluate(candidate, problem)
+        if ev.feasible:
+            return candidate.with_(predicted_time_per_batch_s=ev.time_per_batch_s), ev
+    return candidate, ev

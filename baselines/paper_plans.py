@@ -36,21 +36,19 @@ from functools import cache
 from pathlib import Path
 
 from nest.errors import SpecError
-from nest.evaluate import Problem, evaluate
+from nest.evaluate import Problem
 from nest.graph.closed_form import variants_of
 from nest.graph.layer_graph import Variant
 from nest.planners import NoPlan, NotApplicable
-from nest.space import make_plan
 from nest.specs import config_dir, read_yaml
 
-from baselines.manual import uniform_cuts
+from baselines.manual import least_recompute, uniform_cuts
 
 BASELINES = ("manual", "mcmc", "phaze")
 DEFAULTS = {"baseline": None, "table": None}  # table: a CSV path; None: config/paper/<TABLE>
 TABLE = "artifact_baseline_plans.csv"
 COLUMNS = ("cluster", "mbs", "model", "num_devices", "planner", "pp", "dp", "tp",
            "layer_partition")
-RECOMPUTE_ORDER = ("none", "selective", "full")  # as config/planners.yaml's manual entry
 WHERE = "config/planners.yaml: key 'paper_<baseline>.settings"
 _ENTRY = re.compile(r"^\s*(\d+)\s*(?:x\s*(\d+))?\s*$")
 
@@ -206,13 +204,9 @@ def plan(problem: Problem, settings: dict):
     notes = [origin, how]
     if need < n:
         notes.append(f"{n - need} of {n} devices idle")
-    candidate = None
-    for mode in RECOMPUTE_ORDER:
-        candidate = make_plan(problem, f"paper_{base}", v, p, d, cuts, [0] * p, [mode] * p,
-                              "replica_major")
-        ev = evaluate(candidate, problem)
-        if ev.feasible:
-            return candidate.with_(predicted_time_per_batch_s=ev.time_per_batch_s,
-                                   notes="; ".join([*notes, f"recompute {mode}"]))
+    candidate, ev = least_recompute(problem, f"paper_{base}", v, p, d, cuts)
+    if ev.feasible:
+        mode = candidate.stages[0].recompute
+        return candidate.with_(notes="; ".join([*notes, f"recompute {mode}"]))
     notes.append("does not fit even with full recomputation: " + ev.reason)
     return candidate.with_(notes="; ".join(notes))
