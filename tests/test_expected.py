@@ -1,0 +1,45 @@
+"""A fresh run of the tiny config gives the committed CSVs byte for byte (solve_time_s aside).
+
+The committed expectation results/expected/tiny/ is rewritten by
+`snakemake -j2 expected --configfile config/tiny.yaml` when a change is meant to move results.
+"""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nest.expected import differences, machine_free
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPECTED = ROOT / "results" / "expected" / "tiny"
+
+
+def test_machine_free_drops_only_the_wall_clock(tmp_path):
+    a = tmp_path / "a.csv"
+    a.write_text("model,solve_time_s,time_per_batch_s\nm,1.5,0.123456789\n")
+    b = tmp_path / "b.csv"
+    b.write_text("model,solve_time_s,time_per_batch_s\nm,99,0.123456789\n")
+    assert machine_free(a) == machine_free(b) == "model,time_per_batch_s\nm,0.123456789\n"
+    (tmp_path / "exp.csv").write_text(machine_free(a))
+    assert differences(b, tmp_path / "exp.csv") == ""
+    b.write_text("model,solve_time_s,time_per_batch_s\nm,99,0.123456788\n")
+    assert "0.123456788" in differences(b, tmp_path / "exp.csv")
+
+
+@pytest.mark.skipif(shutil.which("snakemake", path=str(Path(sys.executable).parent)) is None,
+                    reason="snakemake is not installed beside this Python")
+def test_tiny_run_matches_its_committed_expectation(tmp_path):
+    for name in ("Snakefile", "workflow", "config"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    snakemake = str(Path(sys.executable).parent / "snakemake")
+    r = subprocess.run([snakemake, "-j2", "figures", "--configfile", "config/tiny.yaml",
+                        "--quiet"], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    expected = sorted(EXPECTED.glob("*.csv"))
+    assert expected, f"no committed expectation in {EXPECTED}"
+    diffs = [differences(tmp_path / "results" / e.name, e) for e in expected]
+    assert not any(diffs), "\n".join(d for d in diffs if d)
