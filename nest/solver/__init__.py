@@ -27,6 +27,15 @@ walks that frontier with two bottleneck DPs (nest.solver.dp): X_k = min max t s.
 U_k = min max u s.t. t <= X_k, then cap = just below U_k; every frontier point is visited and
 T = C X + U is minimised over them (epsilon-constraint method, Haimes et al. 1971).
 
+Switches (planner settings, for the ablations of nest.ablation; the defaults are NEST):
+    network: real | flat   flat: plan on nest.network.collectives.flattened(cluster) (one
+                           bandwidth, the innermost level's; no hierarchy, no oversubscription),
+                           return the plan for the real cluster (the evaluator scores it there)
+    even_cuts: false | true  true: every stage holds floor or ceil of blocks / p transformer blocks
+                           (a mask on the DP's cells, nest.solver.arrays.even_cut_mask): exact over
+                           everything else, including which stages take the extra blocks
+Space restrictions (no ZeRO, no recomputation, one placement, ...) go through `space`.
+
 Speed: (class, p, d) candidates are visited in order of lower bounds (nest.solver.bounds, each
 relaxation stated there and property-tested against the exact optimum of every candidate), and the
 search stops when the next bound reaches the best time found (branch and bound: exact, since no
@@ -46,7 +55,9 @@ from nest.costs.layers import layer_table
 from nest.costs.stage import Options, fixed_bytes
 from nest.graph.layer_graph import Variant
 from nest.problem import Problem, with_mbs
-from nest.solver.arrays import StageArrays, class_arrays
+from nest.errors import SpecError
+from nest.network.collectives import flattened
+from nest.solver.arrays import StageArrays, class_arrays, even_cut_mask
 from nest.solver.bounds import (compute_bounds, joint_bound, memory_aware_bound, p2p_floor,
                                 weight_bound)
 from nest.solver.dp import bottleneck
@@ -73,9 +84,25 @@ def solve_fixed(arr: StageArrays, C: float, best_T: float):
     return best_T, stages
 
 
-def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True):
+def candidate_arrays(problem: Problem, space: SearchSpace, lts, p: int, d: int,
+                     placement: str, even_cuts: bool = False) -> StageArrays:
+    """The stage arrays of one candidate; with even_cuts, cells off the even split are masked."""
+    arr = class_arrays(problem, space, lts, p, d, placement)
+    if even_cuts:
+        arr.ok_JLLO &= even_cut_mask(problem, p)[None, :, :, None]
+    return arr
+
+
+def num_blocks(problem: Problem) -> int:
+    return sum(la.kind == "block" for la in problem.graph.layers)
+
+
+def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
+           even_cuts: bool = False):
     """The optimum plan of the space and statistics; best = (stage variants, p, d, placement,
-    [(first, last, option)]) or None if nothing fits.
+    [(first, last, option)]) or None if nothing fits. even_cuts: only the most even splits of the
+    blocks (p <= blocks); the bounds stay valid (they bound the unrestricted optimum, which is
+    no larger).
 
     Candidates (class, p, d) -- a class is the variants a stage may pick (nest.space) -- are
     popped from a heap by lower bound (nest.solver.bounds): first the compute-only bound (one DP
@@ -93,6 +120,8 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True):
         lb, floors[ci] = compute_bounds(problem, space, lts[ci], max(p for p, _ in options))
         sends[ci] = p2p_floor(problem, lts[ci], space)
         for p, d in options:
+            if even_cuts and p > num_blocks(problem):
+                continue
             m = problem.num_microbatches(d, cls[0].ep)
             heap.append(((m + p - 1) * lb[p] if prune else 0.0, False, ci, p, d))
     num_candidates = len(heap)
@@ -115,7 +144,7 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True):
             heapq.heappush(heap, (bound, True, ci, p, d))
             continue
         for placement in space.placements_for(cls[0], p, d):
-            arr = class_arrays(problem, space, lts[ci], p, d, placement)
+            arr = candidate_arrays(problem, space, lts[ci], p, d, placement, even_cuts)
             visited += 1
             res = solve_fixed(arr, arr.num_microbatches + p - 1, best_T)
             if res is not None and res[0] < best_T:
@@ -130,7 +159,8 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True):
     return best_T, best, stats
 
 
-def candidate_optimum(problem: Problem, space: SearchSpace, cls, p: int, d: int) -> float:
+def candidate_optimum(problem: Problem, space: SearchSpace, cls, p: int, d: int,
+                      even_cuts: bool = False) -> float:
     """The exact optimum time per batch of one candidate (a variant, or a class of variants the
     stages pick from) over every cut, option and placement of the space (inf if nothing fits):
     what every bound of nest.solver.bounds must not exceed."""
@@ -138,7 +168,7 @@ def candidate_optimum(problem: Problem, space: SearchSpace, cls, p: int, d: int)
     lts = [layer_table(problem, v, space.recompute_modes) for v in cls]
     best = math.inf
     for placement in space.placements_for(cls[0], p, d):
-        arr = class_arrays(problem, space, lts, p, d, placement)
+        arr = candidate_arrays(problem, space, lts, p, d, placement, even_cuts)
         res = solve_fixed(arr, arr.num_microbatches + p - 1, best)
         if res is not None:
             best = min(best, res[0])
@@ -155,30 +185,59 @@ def plan_of(problem: Problem, space: SearchSpace, planner: str, best):
                      variants if len(set(variants)) > 1 else None)
 
 
+SWITCHES = {"network": ("real", "flat"), "even_cuts": (False, True)}
+
+
+def switches(settings: dict) -> tuple[bool, bool]:
+    """(flat network, even cuts) of the planner settings; a bad value is a SpecError naming it."""
+    for key, allowed in SWITCHES.items():
+        value = settings.get(key, allowed[0])
+        if value not in allowed or type(value) is not type(allowed[0]):
+            raise SpecError(f"config/planners.yaml: key 'settings.{key}': {value!r}, expected one "
+                            f"of {list(allowed)}")
+    return settings.get("network", "real") == "flat", bool(settings.get("even_cuts", False))
+
+
 def plan(problem: Problem, settings: dict):
     from nest.planners import NoPlan
 
-    space = declare(problem, settings.get("space"))
+    flat, even = switches(settings)
+    real = problem
+    # the network the search sees: the real one, or its flattened view (the returned plan is the
+    # real problem's, so run_planner's evaluator scores it on the real network)
+    seen = problem.with_cluster(flattened(problem.cluster)) if flat else problem
+    space = declare(seen, settings.get("space"))
     t0 = time.perf_counter()
-    best_T, best, stats = search(problem, space)
+    best_T, best, stats = search(seen, space, even_cuts=even)
     for mbs in settings.get("mbs_options") or ():  # search the micro-batch size when asked
-        other = with_mbs(problem, int(mbs))
-        T, found, st = search(other, declare(other, settings.get("space")))
+        other = with_mbs(seen, int(mbs))
+        T, found, st = search(other, declare(other, settings.get("space")), even_cuts=even)
         stats = {k: stats[k] + st[k] for k in stats}
         if found is not None and T < best_T:
-            best_T, best, problem, space = T, found, other, declare(other, settings.get("space"))
+            best_T, best, seen, space = T, found, other, declare(other, settings.get("space"))
     if best is None:
-        raise NoPlan(infeasibility_reason(problem, space))
-    out = plan_of(problem, space, "nest", best)
+        raise NoPlan(infeasibility_reason(seen, space, even))
+    if seen.mbs != real.mbs:
+        real = with_mbs(real, seen.mbs)
+    out = plan_of(real, space, "nest", best)
+    notes = (f"visited {stats['visited']} of {stats['candidates']} (variant, p, d) candidates"
+             f" x placements")
+    if flat:
+        notes = (f"planned on the flattened network (one bandwidth of "
+                 f"{seen.cluster.levels[0].bytes_per_s / 1e9:g} GB/s): predicted "
+                 f"{best_T:.6g} s there; " + notes)
+    if even:
+        notes = "even cuts; " + notes
     return out.with_(predicted_time_per_batch_s=best_T, solve_time_s=time.perf_counter() - t0,
-                     notes=f"visited {stats['visited']} of {stats['candidates']} (variant, p, d)"
-                           f" candidates x placements")
+                     notes=notes)
 
 
-def infeasibility_reason(problem: Problem, space: SearchSpace) -> str:
+def infeasibility_reason(problem: Problem, space: SearchSpace, even_cuts: bool = False) -> str:
     """Name the layer that fits nowhere and the least memory it would need: the layer alone on a
     stage at the pipeline's end (one micro-batch stashed), ZeRO-3 over the most replicas, full
-    recomputation, the best variant (the stage kernel's memory model)."""
+    recomputation, the best variant (the stage kernel's memory model). If every layer would fit
+    so but the space lacks ZeRO-3 or full recomputation or cuts evenly (an ablation's space),
+    say which restrictions leave nothing that fits."""
     hw = problem.cluster.hardware
     need = None
     for v in space.variants:
@@ -191,8 +250,21 @@ def infeasibility_reason(problem: Problem, space: SearchSpace) -> str:
         mem = peak(alloc + lt.act_LLR[i, i, 0], hw)
         need = mem if need is None else np.minimum(need, mem)
     if need is None:
+        if not space.variants:
+            return "the search space holds no sub-graph variant of the model"
         return f"every variant needs more than the {problem.num_devices} devices"
     i = int(np.argmax(need))
-    return (f"no plan fits in {hw.hbm_bytes / 1e9:.2f} GB per device even with ZeRO-3 and full "
-            f"recomputation: layer {i} ({problem.graph.layers[i].name}) alone needs at least "
-            f"{need[i] / 1e9:.2f} GB")
+    if need[i] > hw.hbm_bytes:
+        return (f"no plan fits in {hw.hbm_bytes / 1e9:.2f} GB per device even with ZeRO-3 and "
+                f"full recomputation: layer {i} ({problem.graph.layers[i].name}) alone needs at "
+                f"least {need[i] / 1e9:.2f} GB")
+    limits = [f"ZeRO stages {list(space.zero_stages)}", f"recomputation "
+              f"{list(space.recompute_modes)}", f"placements {list(space.placements)}",
+              f"variants {[v.key for v in space.variants]}"]
+    if not space.heterogeneous:
+        limits.append("one variant for all stages")
+    if even_cuts:
+        limits.append(f"even cuts (at most {num_blocks(problem)} stages)")
+    return (f"no plan of the space fits in {hw.hbm_bytes / 1e9:.2f} GB per device ("
+            + ", ".join(limits) + f"); every layer alone would fit with ZeRO-3 and full "
+            f"recomputation (the largest needs {need[i] / 1e9:.2f} GB)")

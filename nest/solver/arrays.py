@@ -66,3 +66,21 @@ def class_arrays(problem: Problem, space: SearchSpace, lts: list[LayerTable], p:
         ok_J.append(oks[0] if len(oks) == 1 else np.concatenate(oks, axis=-1))
         u_J.append(us[0] if len(us) == 1 else np.concatenate(us, axis=-1))
     return StageArrays(np.stack(t_J), np.stack(u_J), np.stack(ok_J), ids, m, opts)
+
+
+def even_cut_mask(problem: Problem, p: int) -> np.ndarray:
+    """mask[b, a]: layers a..b may form one stage of a p-stage pipeline with even cuts (the
+    `even_cuts` solver setting): the stage holds floor(B / p) or ceil(B / p) of the B transformer
+    blocks (p <= B; with more stages than blocks nothing passes). Embedding and head layers are
+    not counted, so they ride with the first and the last stage (a stage of the DP starting at
+    layer 0 is the first, one ending at the last layer the last). Every most-even split passes (any stages may take the extra blocks), and only
+    those: cuts into p stages whose block counts are all floor or ceil sum to B exactly then."""
+    is_block = np.array([la.kind == "block" for la in problem.graph.layers], dtype=np.int64)
+    B = int(is_block.sum())
+    cum = np.concatenate([[0], np.cumsum(is_block)])
+    blocks_LL = cum[1:][:, None] - cum[:-1][None, :]  # [b, a]: blocks among layers a..b
+    lo, hi = B // p, -(-B // p)
+    L = len(is_block)
+    if lo < 1:  # more stages than blocks: no even split (a stage of embedding or head alone)
+        return np.zeros((L, L), dtype=bool)
+    return (blocks_LL >= lo) & (blocks_LL <= hi) & np.tril(np.ones((L, L), dtype=bool))

@@ -1,0 +1,16 @@
+"""Snakemake adapter: results/decomposition.csv -> table CSV, Markdown and figure (nest.ablation)."""
+import sys
+from pathlib import Path
+
+from nest.ablation import (decomposition_markdown, decomposition_table, plot_decomposition,
+                           write_csv)
+from nest.results import read_csv
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+sys.stderr = sys.stdout = open(sm.log[0], "w")
+df = read_csv(sm.input[0])
+table = decomposition_table(df, sm.params.reference, list(sm.params.planners))
+write_csv(table, sm.output.table)
+Path(sm.output.md).write_text(decomposition_markdown(table, sm.params.reference))
+plot_decomposition(df, table, sm.output.png, sm.output.pdf, sm.params.reference)
+print(table.to_string())
