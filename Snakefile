@@ -14,7 +14,6 @@ validate(config, "workflow/schemas/config.schema.yaml")
 include: "workflow/rules/common.smk"
 include: "workflow/rules/graph.smk"
 include: "workflow/rules/plan.smk"
-include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/profile.smk"
 include: "workflow/rules/decomposition.smk"

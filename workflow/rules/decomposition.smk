@@ -23,7 +23,7 @@ def decomposition_files(kind):
 
 rule decomposition_collect:
     """Evaluations of NEST and every ablation on the decomposition's points -> results CSV (the
-    plan and evaluate_plan rules make them; the planner wildcard takes any registry name)."""
+    plan rule makes them; the planner wildcard takes any registry name)."""
     input:
         evaluations=lambda wc: decomposition_files("evaluations"),
         plans=lambda wc: decomposition_files("plans"),

@@ -1,5 +1,7 @@
 rule plan:
-    """Layer graph x cluster -> one planner's plan (or a no-plan record with the reason)."""
+    """Layer graph x cluster -> one planner's plan (or a no-plan record with the reason) and its
+    evaluation by the one shared evaluator, scored on the plan as written (read back from its
+    JSON). One job per point: a process start costs about as much as a small solve."""
     input:
         graph="results/graphs/{model}/mbs{mbs}.json",
         cluster=cluster_files,
@@ -8,7 +10,8 @@ rule plan:
         training="config/training.yaml",
         manual="config/paper/manual_configs.yaml",
     output:
-        "results/plans/{planner}/{model}/{cluster}/{num_devices}/mbs{mbs}.json",
+        plan="results/plans/{planner}/{model}/{cluster}/{num_devices}/mbs{mbs}.json",
+        evaluation="results/evaluations/{planner}/{model}/{cluster}/{num_devices}/mbs{mbs}.json",
     log:
         "logs/plan/{planner}/{model}/{cluster}/{num_devices}/mbs{mbs}.log",
     conda:
