@@ -12,6 +12,7 @@ validate(config, "workflow/schemas/config.schema.yaml")
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/inputs.smk"
 include: "workflow/rules/graph.smk"
 include: "workflow/rules/plan.smk"
 include: "workflow/rules/report.smk"

@@ -1,5 +1,6 @@
 # Helpers shared by the rules: expand the config's figure grids into targets.
 import itertools
+import os
 from pathlib import Path
 
 from nest.planners import planner_names

@@ -2,25 +2,6 @@
 # Registers its experiments in EXPERIMENTS (common.smk); its config lives under its own keys.
 
 
-def decomposition_planners():
-    d = config["decomposition"]
-    return [d.get("reference", "nest"), *d["planners"]]
-
-
-def decomposition_points():
-    """(model, cluster, num_devices, mbs) of every point of the decomposition's figures, once."""
-    pts = {}
-    for fig in config["decomposition"]["figures"]:
-        for _, m, c, n, b in figure_points(fig):
-            pts[(m, c, n, b)] = None
-    return list(pts)
-
-
-def decomposition_files(kind):
-    return [f"results/{kind}/{p}/{m}/{c}/{n}/mbs{b}.json"
-            for m, c, n, b in decomposition_points() for p in decomposition_planners()]
-
-
 rule decomposition_collect:
     """Evaluations of NEST and every ablation on the decomposition's points -> results CSV (the
     plan rule makes them; the planner wildcard takes any registry name)."""
@@ -61,17 +42,6 @@ EXPERIMENTS["decomposition"] = lambda: [
     *rules.decomposition_collect.output, *rules.decomposition_report.output]
 
 
-def codesign_inputs(wc):
-    cs = config["codesign"]
-    c = load_cluster(cs["cluster"])
-    return {"graph": f"results/graphs/{cs['model']}/mbs1.json",
-            "cluster": catalog("clusters", cs["cluster"]),
-            "hardware": catalog("hardware", c.hardware.name),
-            "registry": "config/planners.yaml",
-            "space": "config/search_space.yaml",
-            "training": "config/training.yaml"}
-
-
 rule codesign:
     """Network co-design sweep: per inter-node bandwidth x oversubscription x size, NEST vs the
     flat-network plan, both scored on that network. Points are cached in results/codesign/
@@ -89,7 +59,7 @@ rule codesign:
         "../envs/nest.yaml"
     params:
         cfg=lambda wc: config["codesign"],
-        cache="results/codesign",
+        cache=lambda wc, output: os.path.splitext(output.csv)[0],
     script:
         "../scripts/codesign.py"
 

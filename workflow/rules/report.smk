@@ -101,7 +101,7 @@ rule expected:
         lambda wc: [f"results/{f}{part}.csv" for f in config["run"] if f in config["figures"]
                     for part in ("", "_table")],
     output:
-        directory("results/expected/" + config.get("expected_name", "default")),
+        directory(f"results/expected/{config.get('expected_name', 'default')}"),
     log:
         "logs/expected.log",
     conda:

@@ -5,25 +5,7 @@
 # interrupted run resumes where it stopped.
 
 
-def tables_cfg(name):
-    return config["tables"][name]
-
-
-def _cluster_files(cluster):
-    return [catalog("clusters", cluster), catalog("hardware", load_cluster(cluster).hardware.name)]
-
-
-def _point_files(kind, points):
-    return [f"results/{kind}/{p}/{m}/{c}/{n}/mbs{b}.json" for p, m, c, n, b in points]
-
-
 # ---- Table 2: strategies at 512 devices, from the plans of figure5's planners ----------------
-
-
-def table2_points():
-    t = tables_cfg("table2")
-    return [pt for pt in figure_points(t["figure"])
-            if pt[2] == t["cluster"] and pt[3] == t["num_devices"] and pt[4] == t["mbs"]]
 
 
 rule table2:
@@ -47,14 +29,6 @@ EXPERIMENTS["table2"] = lambda: rules.table2.output
 
 
 # ---- Table 6: predicted vs measured peak memory -----------------------------------------------
-
-
-def table6_models(wc=None):
-    import json as _json
-
-    hw = tables_cfg("table6")["hardware"]
-    blocks = _json.loads(Path(f"profiles/{hw}/blocks.json").read_text())["blocks"]
-    return [b["model"] for b in blocks if "error" not in b]
 
 
 rule table6:
@@ -82,12 +56,6 @@ EXPERIMENTS["table6"] = lambda: rules.table6.output
 
 
 # ---- Table 7: ZeRO ablation at reduced HBM, one JSON per point --------------------------------
-
-
-def table7_point_files():
-    t = tables_cfg("table7")
-    return [f"results/table7/{m}/{v}.json" for m, pt in t["points"].items()
-            for v in pt["variants"]]
 
 
 rule table7_point:
@@ -132,11 +100,6 @@ EXPERIMENTS["table7"] = lambda: rules.table7.output
 # ---- Figure 2: communication share at 64 devices (plans through the plan rule) ----------------
 
 
-def figure2_points():
-    f = tables_cfg("figure2")
-    return [(p, m, f["cluster"], f["num_devices"], 1) for m in f["models"] for p in f["planners"]]
-
-
 rule figure2:
     """Time per batch split into compute / communication / bubble for each planner's plan."""
     input:
@@ -162,14 +125,6 @@ EXPERIMENTS["figure2"] = lambda: rules.figure2.output
 
 
 # ---- Section 5.3: Mixtral's communication share in NEST's figure plans ------------------------
-
-
-def comm_share_points():
-    t = tables_cfg("comm_share")
-    out = []
-    for fig in t["figures"]:
-        out += [pt for pt in figure_points(fig) if pt[0] == t["planner"] and pt[1] == t["model"]]
-    return list(dict.fromkeys(out))
 
 
 rule comm_share:

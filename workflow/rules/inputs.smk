@@ -1,0 +1,82 @@
+# Input functions of the experiment rules (decomposition.smk, tables.smk): kept apart from
+# the rules (Snakemake's lint), included after common.smk.
+
+# ---- decomposition.smk ----
+
+
+def decomposition_planners():
+    d = config["decomposition"]
+    return [d.get("reference", "nest"), *d["planners"]]
+
+
+def decomposition_points():
+    """(model, cluster, num_devices, mbs) of every point of the decomposition's figures, once."""
+    pts = {}
+    for fig in config["decomposition"]["figures"]:
+        for _, m, c, n, b in figure_points(fig):
+            pts[(m, c, n, b)] = None
+    return list(pts)
+
+
+def decomposition_files(kind):
+    return [f"results/{kind}/{p}/{m}/{c}/{n}/mbs{b}.json"
+            for m, c, n, b in decomposition_points() for p in decomposition_planners()]
+
+
+def codesign_inputs(wc):
+    cs = config["codesign"]
+    c = load_cluster(cs["cluster"])
+    return {"graph": f"results/graphs/{cs['model']}/mbs1.json",
+            "cluster": catalog("clusters", cs["cluster"]),
+            "hardware": catalog("hardware", c.hardware.name),
+            "registry": "config/planners.yaml",
+            "space": "config/search_space.yaml",
+            "training": "config/training.yaml"}
+
+
+# ---- tables.smk ----
+
+
+def tables_cfg(name):
+    return config["tables"][name]
+
+
+def _cluster_files(cluster):
+    return [catalog("clusters", cluster), catalog("hardware", load_cluster(cluster).hardware.name)]
+
+
+def _point_files(kind, points):
+    return [f"results/{kind}/{p}/{m}/{c}/{n}/mbs{b}.json" for p, m, c, n, b in points]
+
+
+def table2_points():
+    t = tables_cfg("table2")
+    return [pt for pt in figure_points(t["figure"])
+            if pt[2] == t["cluster"] and pt[3] == t["num_devices"] and pt[4] == t["mbs"]]
+
+
+def table6_models(wc=None):
+    import json as _json
+
+    hw = tables_cfg("table6")["hardware"]
+    blocks = _json.loads(Path(f"profiles/{hw}/blocks.json").read_text())["blocks"]
+    return [b["model"] for b in blocks if "error" not in b]
+
+
+def table7_point_files():
+    t = tables_cfg("table7")
+    return [f"results/table7/{m}/{v}.json" for m, pt in t["points"].items()
+            for v in pt["variants"]]
+
+
+def figure2_points():
+    f = tables_cfg("figure2")
+    return [(p, m, f["cluster"], f["num_devices"], 1) for m in f["models"] for p in f["planners"]]
+
+
+def comm_share_points():
+    t = tables_cfg("comm_share")
+    out = []
+    for fig in t["figures"]:
+        out += [pt for pt in figure_points(fig) if pt[0] == t["planner"] and pt[1] == t["model"]]
+    return list(dict.fromkeys(out))
