@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas is imported where used: a plan job starts without it
+    import pandas as pd
 
 from nest.errors import SpecError
 
@@ -80,6 +82,8 @@ def row(evaluation: dict, plan: dict) -> dict:
 def collect(pairs: list[tuple[str | Path, str | Path]]) -> pd.DataFrame:
     rows = [row(json.loads(Path(e).read_text()), json.loads(Path(p).read_text()))
             for e, p in pairs]
+    import pandas as pd
+
     df = pd.DataFrame(rows, columns=COLUMNS).sort_values(KEY, kind="stable").reset_index(drop=True)
     df["normalized_throughput"] = _normalize(df).astype(float)
     return df
@@ -90,6 +94,8 @@ def _normalize(df: pd.DataFrame) -> pd.Series:
     feasible device count, per model and cluster (the paper's normalisation: Figures 5 and 7
     against Manual at the smallest scale where it fits, Figures 6 and 11 against Manual at
     micro-batch 1 on the figure's device count)."""
+    import pandas as pd
+
     out = pd.Series([None] * len(df), index=df.index, dtype=object)
     for _, grp in df.groupby(["model", "cluster"], sort=True):
         ref = grp[(grp.planner == "manual") & grp.feasible].sort_values(["mbs", "num_devices"])
@@ -107,6 +113,8 @@ def write_csv(df: pd.DataFrame, path: str | Path) -> None:
 
 
 def read_csv(path: str | Path) -> pd.DataFrame:
+    import pandas as pd
+
     df = pd.read_csv(path)
     check_columns(list(df.columns), str(path))
     return df
