@@ -45,7 +45,8 @@ def verdict(ours: float, paper: float | None) -> str:
     return f"**does not hold** ({rel:+.0%})"
 
 
-def figure_section(name: str, df: pd.DataFrame, claims: dict) -> list[str]:
+def figure_section(name: str, df: pd.DataFrame, claims: dict,
+                   decomposition: str | Path | None = None) -> list[str]:
     c = claims.get(name, {})
     paper = c.get("nest_gain_over", {}) or {}
     g = gains(df).set_index("planner") if "nest" in set(df.planner) else pd.DataFrame()
@@ -61,12 +62,14 @@ def figure_section(name: str, df: pd.DataFrame, claims: dict) -> list[str]:
         lines.append(f"| {planner} | {_fmt(paper.get(planner))} | {_fmt(r.mean_gain)} | "
                      f"{verdict(r.mean_gain, paper.get(planner))} | {_fmt(own_gain)} | "
                      f"{int(r.points_both_feasible)} |")
-    lines += [""] + explain(g, paper) + per_point(name, df, c) + [""]
+    lines += ([""] + explain(g, paper) + per_point(name, df, c)
+              + decomposition_lines(decomposition, sorted(set(df.cluster))) + [""])
     return lines
 
 
 def explain(g: pd.DataFrame, paper: dict) -> list[str]:
-    """Why ours differs, from the run's own numbers."""
+    """Why ours differs, from the run's own numbers: the paper's own plans scored correctly
+    (`paper_<baseline>`) against the paper's number and against our re-searched baseline."""
     out = []
     for b in ("manual", "mcmc", "phaze"):
         if b not in g.index or f"paper_{b}" not in g.index or b not in paper:
@@ -74,21 +77,45 @@ def explain(g: pd.DataFrame, paper: dict) -> list[str]:
         ours, own = g.loc[b].mean_gain, g.loc[f"paper_{b}"]
         if not own.points_both_feasible or math.isnan(ours):
             continue
-        claim = paper[b]
-        if own.mean_gain < claim * (1 - HOLDS):
-            out.append(
-                f"- {b}: the paper's own {b} plans, scored by the shared evaluator, leave NEST a "
-                f"{own.mean_gain:.2f}x gain (paper: {claim:.2f}x), so most of the published gap "
-                f"comes from how the paper scored those plans, not from the plans: {SCORER_ERRORS}.")
+        claim, got = paper[b], own.mean_gain
+        if got < claim * (1 - HOLDS):
+            why = (f"scored by the shared evaluator, the artifact's own {b} plans leave NEST only "
+                   f"{got:.2f}x (paper {claim:.2f}x): most of the published gap came from the "
+                   f"paper's scorer, not the plans ({SCORER_ERRORS}).")
+        elif got > claim * (1 + HOLDS):
+            why = (f"scored by the shared evaluator, the artifact's own {b} plans are even "
+                   f"slower ({got:.2f}x vs the paper's {claim:.2f}x): the paper's scorer favoured "
+                   f"them.")
         else:
-            out.append(
-                f"- {b}: the paper's own {b} plans are weak under the shared evaluator too "
-                f"(NEST {own.mean_gain:.2f}x over them vs {ours:.2f}x over our re-searched {b}): "
-                f"the published gap is in the baseline's plans.")
+            why = (f"scored by the shared evaluator, the artifact's own {b} plans are {got:.2f}x "
+                   f"slower than NEST's, as the paper says ({claim:.2f}x).")
+        if ours < got * (1 - HOLDS):
+            why += (f" Our re-searched {b} on the same cost model gets within {ours:.2f}x of NEST: "
+                    f"the published gap measures how weak the paper's {b} plans were, not what "
+                    f"a {b} search finds under a correct cost model.")
+        out.append(f"- {b}: {why}")
         lost = int(own.points_only_nest_feasible)
         if lost:
-            out.append(f"  {lost} of the paper's {b} plans do not fit in memory under the "
-                       f"evaluator (or need more devices than exist).")
+            out.append(f"  {lost} of the artifact's {b} plans do not fit in memory under the "
+                       f"evaluator or need more devices than exist.")
+    return out
+
+
+def decomposition_lines(table_csv: str | Path | None, clusters) -> list[str]:
+    """The capabilities that NEST's gain comes from on these clusters (nest.ablation's table)."""
+    if not table_csv or not Path(table_csv).exists():
+        return []
+    t = pd.read_csv(table_csv)
+    out = []
+    for c in clusters:
+        rows = t[t.cluster == c].sort_values("mean_ratio", ascending=False)
+        if rows.empty:
+            continue
+        parts = [f"{r.capability} {r.mean_ratio:.3f}x" + (
+            f" (needed to fit at {int(r.points_only_nest_feasible)} points)"
+            if r.points_only_nest_feasible else "") for r in rows.itertuples()]
+        out.append(f"- Where NEST's gain comes from on {c} (decomposition: mean T without the "
+                   f"capability / T with it): " + ", ".join(parts) + ".")
     return out
 
 
@@ -110,18 +137,21 @@ def per_point(name: str, df: pd.DataFrame, claim: dict) -> list[str]:
     return out
 
 
-def write(figure_csvs: dict[str, str], claims_path: str, extra_md: list[str], path: str) -> None:
+def write(figure_csvs: dict[str, str], claims_path: str, extra_md: list[str], path: str,
+          extra_csv: list[str] = ()) -> None:
     claims = read_yaml(claims_path)
     lines = ["# Reproduction report", "",
              "Generated by `snakemake -j8 figures` from this run's outputs. Gains are mean "
              "throughput ratios of NEST over each baseline at the points where both fit (the "
              f"paper's 'average throughput gain'); a claim holds when ours is within "
              f"{HOLDS:.0%} of it. All plans are scored by one shared evaluator.", ""]
+    decomposition = next((c for c in extra_csv if Path(c).name == "decomposition_table.csv"),
+                         None)
     for name, csv in figure_csvs.items():
-        lines += figure_section(name, read_csv(csv), claims)
+        lines += figure_section(name, read_csv(csv), claims, decomposition)
     for md in extra_md:
         text = Path(md).read_text().strip()
-        if text.startswith("# "):
-            text = "#" + text  # one level down: sections of this report
+        # one level down: an experiment's headings become sections of this report
+        text = "\n".join("#" + ln if ln.startswith("#") else ln for ln in text.splitlines())
         lines += [text, ""]
     Path(path).write_text("\n".join(lines).rstrip() + "\n")

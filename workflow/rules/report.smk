@@ -99,7 +99,9 @@ rule expected:
     dropped: `snakemake -j8 expected` after a change that is meant to move the results."""
     input:
         lambda wc: [f"results/{f}{part}.csv" for f in config["run"] if f in config["figures"]
-                    for part in ("", "_table")],
+                    for part in ("", "_table")] + [
+            str(t) for f in config["run"] if f in EXPERIMENTS for t in EXPERIMENTS[f]()
+            if str(t).endswith(".csv")],
     output:
         directory(f"results/expected/{config.get('expected_name', 'default')}"),
     log:

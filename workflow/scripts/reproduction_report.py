@@ -8,5 +8,6 @@ sys.stderr = sys.stdout = open(sm.log[0], "w")
 figures = [f for f in sm.params.figures]
 csvs = dict(zip(figures, sm.input.csvs))
 md = sorted(str(p) for p in sm.input.extra if str(p).endswith(".md"))
-write(csvs, sm.input.claims, md, sm.output[0])
+csv = sorted(str(p) for p in sm.input.extra if str(p).endswith(".csv"))
+write(csvs, sm.input.claims, md, sm.output[0], csv)
 print(open(sm.output[0]).read())
