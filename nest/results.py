@@ -80,8 +80,14 @@ def row(evaluation: dict, plan: dict) -> dict:
 
 
 def collect(pairs: list[tuple[str | Path, str | Path]]) -> pd.DataFrame:
-    rows = [row(json.loads(Path(e).read_text()), json.loads(Path(p).read_text()))
-            for e, p in pairs]
+    """The results table of (evaluation JSON, plan JSON) file pairs."""
+    return collect_records([(json.loads(Path(e).read_text()), json.loads(Path(p).read_text()))
+                            for e, p in pairs])
+
+
+def collect_records(records: list[tuple[dict, dict]]) -> pd.DataFrame:
+    """The results table of (evaluation, plan) dicts: sorted, normalised."""
+    rows = [row(e, p) for e, p in records]
     import pandas as pd
 
     df = pd.DataFrame(rows, columns=COLUMNS).sort_values(KEY, kind="stable").reset_index(drop=True)

@@ -2,12 +2,34 @@
 # Registers its experiments in EXPERIMENTS (common.smk); its config lives under its own keys.
 
 
+rule decomposition_point:
+    """Every ablation of the decomposition on one point, in one process (a process start costs
+    about as much as a small solve): their plans and evaluations (nest.point) in one JSON."""
+    input:
+        graph="results/graphs/{model}/mbs{mbs}.json",
+        cluster=cluster_files,
+        registry="config/planners.yaml",
+        space="config/search_space.yaml",
+        training="config/training.yaml",
+    output:
+        "results/decomposition/{model}/{cluster}/{num_devices}/mbs{mbs}.json",
+    log:
+        "logs/decomposition/{model}/{cluster}/{num_devices}/mbs{mbs}.log",
+    conda:
+        "../envs/nest.yaml"
+    params:
+        planners=lambda wc: config["decomposition"]["planners"],
+    script:
+        "../scripts/decomposition_point.py"
+
+
 rule decomposition_collect:
-    """Evaluations of NEST and every ablation on the decomposition's points -> results CSV (the
-    plan rule makes them; the planner wildcard takes any registry name)."""
+    """NEST's evaluations (the figures' plan rule) and every ablation's (decomposition_point)
+    on the decomposition's points -> results CSV."""
     input:
         evaluations=lambda wc: decomposition_files("evaluations"),
         plans=lambda wc: decomposition_files("plans"),
+        points=lambda wc: decomposition_files("points"),
     output:
         "results/decomposition.csv",
     log:

@@ -19,8 +19,14 @@ def decomposition_points():
 
 
 def decomposition_files(kind):
-    return [f"results/{kind}/{p}/{m}/{c}/{n}/mbs{b}.json"
-            for m, c, n, b in decomposition_points() for p in decomposition_planners()]
+    """The reference planner's files (the figures' plan rule makes them) or, for kind "points",
+    one file per point holding every ablation (decomposition_point)."""
+    if kind == "points":
+        return [f"results/decomposition/{m}/{c}/{n}/mbs{b}.json"
+                for m, c, n, b in decomposition_points()]
+    ref = config["decomposition"].get("reference", "nest")
+    return [f"results/{kind}/{ref}/{m}/{c}/{n}/mbs{b}.json"
+            for m, c, n, b in decomposition_points()]
 
 
 def codesign_inputs(wc):

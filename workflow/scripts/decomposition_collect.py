@@ -1,10 +1,17 @@
-"""Snakemake adapter: evaluations + plans of NEST and its ablations -> results/decomposition.csv."""
+"""Snakemake adapter: NEST's evaluations and plans + the ablations' point files ->
+results/decomposition.csv."""
+import json
 import sys
+from pathlib import Path
 
-from nest.results import collect, write_csv
+from nest.results import collect_records, write_csv
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 sys.stderr = sys.stdout = open(sm.log[0], "w")
-df = collect(list(zip(sm.input.evaluations, sm.input.plans)))
+records = [(json.loads(Path(e).read_text()), json.loads(Path(p).read_text()))
+           for e, p in zip(sm.input.evaluations, sm.input.plans)]
+for f in sm.input.points:
+    records += [(r["evaluation"], r["plan"]) for r in json.loads(Path(f).read_text())["rows"]]
+df = collect_records(records)
 write_csv(df, sm.output[0])
 print(df.to_string())
