@@ -92,10 +92,9 @@ from dataclasses import dataclass, replace
 from baselines.alpa_e_ilp import (mesh_view, range_tables, sharding_of, sharding_table,
                                   solve_ilp, stage_cost, submesh_sizes)
 from nest.costs.memory import peak
-from nest.errors import SpecError
 from nest.evaluate import Problem, evaluate
 from nest.plan import Plan
-from nest.planners import NoPlan
+from nest.planners import NoPlan, merged_settings
 from nest.space import make_plan
 
 DEFAULTS = {
@@ -510,11 +509,7 @@ def _first_feasible(problem: Problem, order, knobs, failed: list):
 
 
 def plan(problem: Problem, settings: dict):
-    unknown = sorted(set(settings or {}) - set(DEFAULTS))
-    if unknown:
-        raise SpecError(f"config/planners.yaml: key 'alpa_e.settings.{unknown[0]}': unknown; "
-                        f"known: {', '.join(DEFAULTS)}")
-    cfg = dict(DEFAULTS, **(settings or {}))
+    cfg = merged_settings("alpa_e", settings, DEFAULTS)
     t0 = time.perf_counter()
     budget = Budget(cfg["max_dp_passes"])
     cl, N = problem.cluster, problem.num_devices

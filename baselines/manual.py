@@ -15,7 +15,7 @@ from nest.graph.layer_graph import Variant
 from nest.plan_spec import block_cuts
 from nest.planners import NoPlan, NotApplicable
 from nest.space import make_plan
-from nest.specs import config_dir, read_yaml
+from nest.specs import config_dir, read_yaml, shown
 
 
 def manual_config(model: str, cluster: str, num_devices: int) -> tuple[int, int, int, int]:
@@ -24,12 +24,12 @@ def manual_config(model: str, cluster: str, num_devices: int) -> tuple[int, int,
     table = dict(cfg["default"].get(model, {}))
     table.update(cfg.get("by_cluster", {}).get(cluster, {}).get(model, {}))
     if num_devices not in table:
-        raise NotApplicable(f"{path} has no Manual config for {model} at {num_devices} "
+        raise NotApplicable(f"{shown(path)} has no Manual config for {model} at {num_devices} "
                             f"devices")
     try:
         p, d, t = (int(x) for x in str(table[num_devices]).split("/"))
     except ValueError:
-        raise NoPlan(f"{path}: key '{model}.{num_devices}': expected 'p/d/t'") from None
+        raise NoPlan(f"{shown(path)}: key '{model}.{num_devices}': expected 'p/d/t'") from None
     return p, d, t, int(cfg.get("ep", {}).get(model, 1))
 
 

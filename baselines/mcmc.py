@@ -58,11 +58,10 @@ from dataclasses import dataclass, replace
 
 from nest.costs.layers import layer_table
 from nest.costs.stage import Options, stage_cost
-from nest.errors import SpecError
 from nest.evaluate import Problem, evaluate
 from nest.graph.layer_graph import Variant
 from nest.plan import place
-from nest.planners import NoPlan
+from nest.planners import NoPlan, merged_settings
 from nest.space import SearchSpace, declare, make_plan, pp_dp_options
 
 DEFAULTS = {"starts": ["data_parallel", "manual"], "chains": 10, "budget": 2000, "beta": 50.0,
@@ -343,13 +342,7 @@ def _index(options: tuple, value) -> int:
 
 
 def plan(problem: Problem, settings: dict):
-    unknown = sorted(set(settings) - set(DEFAULTS) - {"space"})
-    if unknown:
-        hint = (" (wall-clock caps were removed: searches stop on counts, set `budget` and "
-                "`chains`)" if "time_limit_s" in unknown else "")
-        raise SpecError(f"config/planners.yaml: key 'mcmc.settings.{unknown[0]}': unknown; "
-                        f"known: {', '.join([*DEFAULTS, 'space'])}{hint}")
-    cfg = {**DEFAULTS, **{k: v for k, v in settings.items() if k != "space"}}
+    cfg = merged_settings("mcmc", settings, DEFAULTS, also=("space",))
     space = declare(problem, settings.get("space"))
     space = space.with_(variants=tuple(v for v in space.variants
                                        if next(pp_dp_options(problem, space, v), None)))

@@ -63,10 +63,9 @@ import highspy
 import numpy as np
 
 from nest.costs.memory import peak
-from nest.errors import SpecError
 from nest.problem import Problem
 from nest.network.collectives import flattened
-from nest.planners import NoPlan
+from nest.planners import NoPlan, merged_settings
 from nest.costs.layers import layer_table
 from nest.costs.stage import Options, fixed_bytes
 from nest.solver.arrays import stage_arrays
@@ -328,13 +327,7 @@ def uniform_blocks(problem: Problem, v) -> bool:
 
 
 def plan(problem: Problem, settings: dict):
-    unknown = sorted(set(settings) - set(DEFAULTS) - {"space"})
-    if unknown:
-        hint = (" (wall-clock caps were removed: searches stop on counts, set max_candidates "
-                "and milp_max_nodes)" if any("time" in k for k in unknown) else "")
-        raise SpecError(f"config/planners.yaml: key 'mist.settings.{unknown[0]}': unknown; "
-                        f"known: {', '.join([*DEFAULTS, 'space'])}{hint}")
-    cfg = {**DEFAULTS, **{k: v for k, v in settings.items() if k != "space"}}
+    cfg = merged_settings("mist", settings, DEFAULTS, also=("space",))
     space = declare(problem, settings.get("space")).with_(placements=(PLACEMENT,))
     t0 = time.perf_counter()
     if problem.graph.num_layers < 3:

@@ -39,7 +39,7 @@ from nest.errors import SpecError
 from nest.evaluate import Problem
 from nest.graph.closed_form import variants_of
 from nest.graph.layer_graph import Variant
-from nest.planners import NoPlan, NotApplicable
+from nest.planners import NoPlan, NotApplicable, merged_settings
 from nest.specs import config_dir, read_yaml
 
 from baselines.manual import least_recompute, uniform_cuts
@@ -54,11 +54,7 @@ _ENTRY = re.compile(r"^\s*(\d+)\s*(?:x\s*(\d+))?\s*$")
 
 
 def _settings(settings: dict) -> dict:
-    extra = set(settings) - set(DEFAULTS)
-    if extra:
-        raise SpecError(f"{WHERE}.{sorted(extra)[0]}': unknown setting; known: "
-                        f"{', '.join(DEFAULTS)}")
-    s = {**DEFAULTS, **settings}
+    s = merged_settings("paper_<baseline>", settings, DEFAULTS)
     if s["baseline"] not in BASELINES:
         raise SpecError(f"{WHERE}.baseline': {s['baseline']!r}, expected one of "
                         f"{', '.join(BASELINES)}")

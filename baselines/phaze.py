@@ -92,11 +92,9 @@ WHERE = "config/planners.yaml: key 'phaze.settings"
 
 
 def _settings(settings: dict) -> dict:
-    extra = set(settings) - set(DEFAULTS)
-    if extra:
-        raise SpecError(f"{WHERE}.{sorted(extra)[0]}': unknown setting; known: "
-                        f"{', '.join(DEFAULTS)}")
-    s = {**DEFAULTS, **settings}
+    from nest.planners import merged_settings
+
+    s = merged_settings("phaze", settings, DEFAULTS)
     modes = s["recompute_modes"]
     if not modes or any(r not in ("none", "full") for r in modes):
         raise SpecError(f"{WHERE}.recompute_modes': {modes}; Phaze recomputes or stashes: a "

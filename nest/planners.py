@@ -41,6 +41,21 @@ class Outcome:
     status: str = "no_plan"  # one of STATUSES
 
 
+def merged_settings(planner: str, settings: dict | None, defaults: dict,
+                    also=()) -> dict:
+    """A planner's settings over its defaults; an unknown key is a SpecError naming it (`also`:
+    keys the planner reads itself, e.g. `space`). Wall-clock caps are gone: a `time` key says
+    so."""
+    settings = dict(settings or {})
+    unknown = sorted(set(settings) - set(defaults) - set(also))
+    if unknown:
+        hint = (" (wall-clock caps were removed: searches stop on counts)"
+                if any("time" in k for k in unknown) else "")
+        raise SpecError(f"config/planners.yaml: key '{planner}.settings.{unknown[0]}': unknown; "
+                        f"known: {', '.join([*defaults, *also])}{hint}")
+    return {**defaults, **{k: v for k, v in settings.items() if k not in also}}
+
+
 def registry() -> dict[str, dict]:
     path = config_dir() / "planners.yaml"
     d = read_yaml(path)

@@ -32,6 +32,16 @@ def config_dir() -> Path:
     return Path(env) if env else Path(__file__).resolve().parent.parent / "config"
 
 
+def shown(path) -> str:
+    """A path as messages and results show it: relative to the working directory when below it
+    (so a result does not depend on where the repository was cloned)."""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)
+
+
 @cache
 def load_schema(kind: str) -> dict:
     return json.loads((SCHEMA_DIR / f"{kind}.json").read_text())
