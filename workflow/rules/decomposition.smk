@@ -45,9 +45,9 @@ rule decomposition_report:
     input:
         "results/decomposition.csv",
     output:
-        table="results/decomposition_table.csv",
+        table=report("results/decomposition_table.csv", category="Decomposition", subcategory="decomposition"),
         md="results/decomposition.md",
-        png="figures/decomposition.png",
+        png=report("figures/decomposition.png", category="Decomposition", subcategory="decomposition"),
         pdf="figures/decomposition.pdf",
     log:
         "logs/decomposition/report.log",
@@ -71,9 +71,9 @@ rule codesign:
     input:
         unpack(codesign_inputs),
     output:
-        csv="results/codesign.csv",
+        csv=report("results/codesign.csv", category="Decomposition", subcategory="codesign"),
         md="results/codesign.md",
-        png="figures/codesign.png",
+        png=report("figures/codesign.png", category="Decomposition", subcategory="codesign"),
         pdf="figures/codesign.pdf",
     log:
         "logs/codesign.log",

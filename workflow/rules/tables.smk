@@ -15,7 +15,7 @@ rule table2:
         evaluations=lambda wc: _point_files("evaluations", table2_points()),
         claims="config/paper/claims.yaml",
     output:
-        csv="results/table2.csv",
+        csv=report("results/table2.csv", category="Tables", subcategory="table2"),
         md="results/table2.md",
     log:
         "logs/tables/table2.log",
@@ -40,7 +40,7 @@ rule table6:
         training="config/training.yaml",
         claims="config/paper/claims.yaml",
     output:
-        csv="results/table6.csv",
+        csv=report("results/table6.csv", category="Tables", subcategory="table6"),
         md="results/table6.md",
     log:
         "logs/tables/table6.log",
@@ -84,7 +84,7 @@ rule table7:
         points=lambda wc: table7_point_files(),
         claims="config/paper/claims.yaml",
     output:
-        csv="results/table7.csv",
+        csv=report("results/table7.csv", category="Tables", subcategory="table7"),
         md="results/table7.md",
     log:
         "logs/tables/table7.log",
@@ -107,9 +107,9 @@ rule figure2:
         evaluations=lambda wc: _point_files("evaluations", figure2_points()),
         claims="config/paper/claims.yaml",
     output:
-        csv="results/figure2.csv",
+        csv=report("results/figure2.csv", category="Tables", subcategory="figure2"),
         md="results/figure2.md",
-        png="figures/figure2.png",
+        png=report("figures/figure2.png", category="Tables", subcategory="figure2"),
         pdf="figures/figure2.pdf",
     log:
         "logs/tables/figure2.log",
@@ -134,7 +134,7 @@ rule comm_share:
         evaluations=lambda wc: _point_files("evaluations", comm_share_points()),
         claims="config/paper/claims.yaml",
     output:
-        csv="results/comm_share.csv",
+        csv=report("results/comm_share.csv", category="Tables", subcategory="comm_share"),
         md="results/comm_share.md",
     log:
         "logs/tables/comm_share.log",
