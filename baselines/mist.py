@@ -73,6 +73,9 @@ from nest.solver.dp import lower_bounds
 from nest.space import SearchSpace, declare, make_plan, pp_dp_options
 
 PLACEMENT = "replica_major"  # Megatron-LM rank order: tp, cp, ep, dp fastest, pp outermost
+# Budgets are safety stops, not tunings: a Figure 5/7 point has at most a few dozen (variant, p, d)
+# candidates after pruning (Table 4: 1-16 solved of 6-35) and no point of the default run spends
+# either budget (budget_exhausted in results/expected/default/).
 DEFAULTS = {"max_candidates": 2000, "milp_max_nodes": 20000, "full_device_use": True}
 
 

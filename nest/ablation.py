@@ -41,6 +41,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from nest.figures import save_figure  # noqa: E402
+from nest.results import write_frame as write_csv  # noqa: E402,F401 - the pipeline's CSV writer
+
 CAPABILITIES = {
     "nest_flat_network": "network awareness",
     "nest_no_zero": "ZeRO",
@@ -92,10 +95,6 @@ def decomposition_table(df: pd.DataFrame, reference: str = "nest",
                 "points_ablation_faster": int((ratio < 1 - EQUAL).sum()),
                 "points_crashed": int((g.status == "crashed").sum())})
     return pd.DataFrame(rows, columns=TABLE_COLUMNS)
-
-
-def write_csv(df: pd.DataFrame, path: str | Path) -> None:
-    df.to_csv(path, index=False, float_format="%.9g", lineterminator="\n")
 
 
 def decomposition_markdown(table: pd.DataFrame, reference: str = "nest") -> str:
@@ -174,14 +173,7 @@ def plot_decomposition(df: pd.DataFrame, table: pd.DataFrame, png: str | Path, p
     fig.suptitle(title or "NEST's gain decomposed: one capability off at a time (bar: mean)",
                  fontsize=10)
     fig.tight_layout()
-    _save(fig, png, pdf)
-
-
-def _save(fig, png, pdf) -> None:
-    """Deterministic bytes (no software, date or producer stamps), as nest.figures."""
-    fig.savefig(png, dpi=120, metadata={"Software": None})
-    fig.savefig(pdf, metadata={"CreationDate": None, "Producer": None})
-    plt.close(fig)
+    save_figure(fig, png, pdf)
 
 
 # -- co-design -----------------------------------------------------------------------------------
@@ -368,7 +360,7 @@ def plot_codesign(df: pd.DataFrame, png: str | Path, pdf: str | Path, title: str
     model = df.model.iloc[0] if len(df) else ""
     cluster = df.cluster.iloc[0] if len(df) else ""
     fig.suptitle(title or f"Where network awareness pays: {model} on {cluster}", fontsize=10)
-    _save(fig, png, pdf)
+    save_figure(fig, png, pdf)
 
 
 def codesign_markdown(df: pd.DataFrame, threshold: float = 1.05) -> str:

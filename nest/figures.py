@@ -33,6 +33,8 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from nest.results import write_frame  # noqa: E402
+
 # The paper's panel order; models not listed follow, alphabetically.
 MODEL_ORDER = ["bert_large", "llama2_7b", "llama3_70b", "gpt3_175b", "gpt3_35b", "mixtral_8x7b"]
 # Bar order within a group and legend order; planners not listed follow, alphabetically.
@@ -126,7 +128,14 @@ def figure_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_table(table: pd.DataFrame, path: str | Path) -> None:
-    table.to_csv(path, index=False, float_format="%.9g", lineterminator="\n")
+    write_frame(table, path)
+
+
+def save_figure(fig, png: str | Path, pdf: str | Path, dpi: int = 120) -> None:
+    """PNG and PDF with deterministic bytes (no software, date or producer stamps); closes fig."""
+    fig.savefig(png, dpi=dpi, metadata={"Software": None})
+    fig.savefig(pdf, metadata={"CreationDate": None, "Producer": None})
+    plt.close(fig)
 
 
 def plot_figure(df: pd.DataFrame, png: str | Path, pdf: str | Path, table: str | Path | None,
@@ -184,9 +193,7 @@ def plot_figure(df: pd.DataFrame, png: str | Path, pdf: str | Path, table: str |
             fig.legend(handles=handles, loc="outside lower center", frameon=False,
                        ncol=-(-len(handles) // rows))
         fig.suptitle(title, fontsize=FONT + 2)
-        fig.savefig(png, dpi=150, metadata={"Software": None})
-        fig.savefig(pdf, metadata={"CreationDate": None, "Producer": None})
-        plt.close(fig)
+        save_figure(fig, png, pdf, dpi=150)
     return tab
 
 

@@ -115,6 +115,12 @@ def _normalize(df: pd.DataFrame) -> pd.Series:
 
 def write_csv(df: pd.DataFrame, path: str | Path) -> None:
     check_columns(list(df.columns), str(path))
+    write_frame(df, path)
+
+
+def write_frame(df: pd.DataFrame, path: str | Path) -> None:
+    """Every CSV the pipeline writes: floats at 9 significant digits, "\\n" line ends, no index,
+    so the same inputs give the same bytes."""
     df.to_csv(path, index=False, float_format="%.9g", lineterminator="\n")
 
 

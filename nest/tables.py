@@ -46,7 +46,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from nest.plan import read_json  # noqa: F401 - the table scripts read plans through it
 from nest.results import NO_PLAN_SCHEMA, runs
+from nest.results import write_frame as write_csv  # noqa: F401 - the pipeline's CSV writer
 from nest.specs import config_dir, read_yaml
 
 GB = 1e9
@@ -614,6 +616,8 @@ def plot_figure2(df: pd.DataFrame, png: str | Path, pdf: str | Path, title: str 
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
+    from nest.figures import save_figure
+
     from nest.figures import FONT
 
     models = list(dict.fromkeys(df.model))  # the table's order (comm_table)
@@ -660,9 +664,7 @@ def plot_figure2(df: pd.DataFrame, png: str | Path, pdf: str | Path, title: str 
     fig.text(0.01, 0.01, "numbers above bars: exposed communication share (bubble apart)",
              fontsize=FONT - 2)
     fig.tight_layout()
-    fig.savefig(png, dpi=120, metadata={"Software": None})
-    fig.savefig(pdf, metadata={"CreationDate": None, "Producer": None})
-    plt.close(fig)
+    save_figure(fig, png, pdf)
 
 
 def comm_share_markdown(df: pd.DataFrame, paper: dict | None = None) -> str:
@@ -698,16 +700,3 @@ def comm_share_markdown(df: pd.DataFrame, paper: dict | None = None) -> str:
             f"{_pct(x.comm_share_critical_path.max())}), paper {_pct(by.get(c))}"
             for c, x in g) + "."]
     return "\n".join(out) + "\n"
-
-
-# ---------------------------------------------------------------------------------------------
-# IO helpers for the scripts
-# ---------------------------------------------------------------------------------------------
-
-
-def read_json(path: str | Path) -> dict:
-    return json.loads(Path(path).read_text())
-
-
-def write_csv(df: pd.DataFrame, path: str | Path) -> None:
-    df.to_csv(path, index=False, float_format="%.9g", lineterminator="\n")

@@ -1,7 +1,7 @@
 rule plan:
     """Layer graph x cluster -> one planner's plan (or a no-plan record with the reason) and its
-    evaluation by the one shared evaluator, scored on the plan as written (read back from its
-    JSON). One job per point: a process start costs about as much as a small solve."""
+    evaluation by the one shared evaluator (nest.point: the stored plan reads back as the plan
+    scored). One job per point: a process start costs about as much as a small solve."""
     input:
         graph="results/graphs/{model}/mbs{mbs}.json",
         cluster=cluster_files,

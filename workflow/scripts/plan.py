@@ -1,5 +1,5 @@
 """Snakemake adapter: layer graph x cluster x planner -> plan JSON (or a no-plan record) and its
-evaluation JSON (nest.point: the shared evaluator on the plan as written)."""
+evaluation JSON (nest.point)."""
 import json
 import sys
 

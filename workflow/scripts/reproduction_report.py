@@ -5,8 +5,7 @@ from nest.reproduction import write
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 sys.stderr = sys.stdout = open(sm.log[0], "w")
-figures = [f for f in sm.params.figures]
-csvs = dict(zip(figures, sm.input.csvs))
+csvs = dict(zip(sm.params.figures, sm.input.csvs))
 md = sorted(str(p) for p in sm.input.extra if str(p).endswith(".md"))
 csv = sorted(str(p) for p in sm.input.extra if str(p).endswith(".csv"))
 write(csvs, sm.input.claims, md, sm.output[0], csv)
