@@ -8,6 +8,11 @@ min_version("8.0")
 configfile: "config/config.yaml"
 
 
+include: "workflow/rules/config.smk"
+
+
+# the config checked before any job runs: one line naming the config file and the key
+check_config_schema("workflow/schemas/config.schema.yaml")
 validate(config, "workflow/schemas/config.schema.yaml")
 
 
@@ -19,6 +24,13 @@ include: "workflow/rules/report.smk"
 include: "workflow/rules/profile.smk"
 include: "workflow/rules/decomposition.smk"
 include: "workflow/rules/tables.smk"
+
+
+check_config()
+
+
+localrules:
+    figures,
 
 
 rule figures:

@@ -257,7 +257,8 @@ def _splits(problem: Problem, settings) -> list[int]:
             raise NoPlan(f"num_microbatches={B} must split global_batch={G} into whole "
                          f"mbs={mbs} slices over a divisor of {N} devices")
         return [G // (mbs * B)]
-    return [D for D in range(1, N + 1) if N % D == 0]
+    # D streams of mbs samples must split the global batch exactly (nest.space.splits_batch)
+    return [D for D in range(1, N + 1) if N % D == 0 and G % (mbs * D) == 0]
 
 
 @dataclass

@@ -46,6 +46,11 @@ def plan(problem: Problem, settings: dict):
     need = p * d * t * e
     if need > problem.num_devices:
         raise NoPlan(f"Manual {p}/{d}/{t} (ep={e}) needs {need} devices > {problem.num_devices}")
+    gb = problem.training.global_batch
+    if gb % (problem.mbs * d * e):
+        raise NoPlan(f"Manual {p}/{d}/{t} (ep={e}): global batch {gb} is not a multiple of "
+                     f"mbs x dp x ep = {problem.mbs * d * e}, so no whole number of "
+                     f"micro-batches processes exactly the batch (Megatron-LM refuses it)")
     v = Variant(tp=t, sp=False, ep=e, cp=1)
     problem = problem.with_variants([v])
     cuts = uniform_cuts(m.num_layers, p)

@@ -62,7 +62,7 @@ from nest.evaluate import Problem, evaluate
 from nest.graph.layer_graph import Variant
 from nest.plan import place
 from nest.planners import NoPlan, merged_settings
-from nest.space import SearchSpace, declare, make_plan, pp_dp_options
+from nest.space import SearchSpace, declare, make_plan, pp_dp_options, splits_batch
 
 DEFAULTS = {"starts": ["data_parallel", "manual"], "chains": 10, "budget": 2000, "beta": 50.0,
             "penalty": 10.0, "seed": 0}
@@ -163,6 +163,7 @@ class Chain:
         self.space, self.scorer, self.rng = space, scorer, rng
         self.beta, self.penalty = beta, penalty
         self.L = problem.graph.num_layers
+        self.problem = problem
         self.limits = limits if limits is not None else dp_limits(problem, space)
 
     # -- helpers ------------------------------------------------------------------------------
@@ -171,13 +172,25 @@ class Chain:
         return max(self.limits[vi], default=0)
 
     def dmax(self, vi: int, p: int) -> int:
-        """The largest d of the space for (variant, p); every d in 1..dmax is in it."""
+        """The largest d of the space for (variant, p); the space's d are those of 1..dmax that
+        split the global batch (`ok_d`)."""
         return self.limits[vi][p]
 
+    def ok_d(self, vi: int, d: int) -> bool:
+        return splits_batch(self.problem, d, self.space.variants[vi].ep)
+
+    def fit_d(self, vi: int, d: int) -> int:
+        """The largest d' <= d that splits the global batch (1 always does for a variant the
+        space keeps)."""
+        while d > 1 and not self.ok_d(vi, d):
+            d -= 1
+        return max(1, d)
+
     def rescale(self, s: State, vi: int, p: int) -> int:
-        """d for a new (variant, p) on about the same devices: floor(p d w / (p' w')), >= 1."""
+        """d for a new (variant, p) on about the same devices: floor(p d w / (p' w')), >= 1,
+        lowered to one that splits the global batch."""
         w, w2 = self.space.variants[s.vi].width, self.space.variants[vi].width
-        return max(1, min(self.dmax(vi, p), s.p * s.d * w // (p * w2)))
+        return self.fit_d(vi, max(1, min(self.dmax(vi, p), s.p * s.d * w // (p * w2))))
 
     def energy(self, s: State) -> tuple[float, float, float]:
         """(score, T, excess); score = T for a feasible plan, penalised otherwise."""
@@ -191,7 +204,7 @@ class Chain:
         p = min(self.pmax(vi), int(math.exp(rng.uniform(0, math.log(self.pmax(vi) + 1)))))
         p = max(p, 1)
         dm = self.dmax(vi, p)
-        d = max(1, min(dm, int(math.exp(rng.uniform(0, math.log(dm + 1))))))
+        d = self.fit_d(vi, max(1, min(dm, int(math.exp(rng.uniform(0, math.log(dm + 1)))))))
         bounds = tuple(sorted(rng.sample(range(1, self.L), p - 1)))
         Z, R = len(self.space.zero_stages), len(self.space.recompute_modes)
         return State(vi, p, d, rng.randrange(len(self.space.placements)), bounds,
@@ -234,7 +247,7 @@ class Chain:
         if kind == "dp":
             dm = self.dmax(s.vi, s.p)
             opts = sorted({x for x in (s.d - 1, s.d + 1, 2 * s.d, s.d // 2, dm)
-                           if 1 <= x <= dm and x != s.d})
+                           if 1 <= x <= dm and x != s.d and self.ok_d(s.vi, x)})
             return replace(s, d=rng.choice(opts)) if opts else None
         if kind in ("zero", "recompute"):
             attr = "zero" if kind == "zero" else "rec"
@@ -319,7 +332,8 @@ def manual_state(problem: Problem, chain: Chain, space: SearchSpace) -> State | 
     if want not in space.variants:
         return None
     vi = space.variants.index(want)
-    if p > chain.pmax(vi) or len(cuts) != p or d > chain.dmax(vi, p):
+    if (p > chain.pmax(vi) or len(cuts) != p or d > chain.dmax(vi, p)
+            or not chain.ok_d(vi, d)):
         return None
     z = _index(space.zero_stages, 0)
     base = State(vi, p, d, _index(space.placements, "replica_major"),

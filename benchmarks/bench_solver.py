@@ -49,7 +49,8 @@ def one(model: str, cluster: str, n: int, layers: int | None = None,
     dt = time.perf_counter() - t0
     p = out.plan
     desc = (f"p={p.pp} d={p.dp} t={p.tp} sp={int(p.sp)} e={p.ep} c={p.cp} {p.placement} "
-            f"T={out.evaluation.time_per_batch_s:.4g}s MFU={out.evaluation.mfu:.1%}"
+            f"T={out.evaluation.time_per_batch_s:.4g}s MFU={out.evaluation.mfu:.1%} "
+            f"predicted={p.predicted_time_per_batch_s!r}"
             if p else out.reason[:80])
     print(f"{pr.model.name:16s} N={n:6d} layers={pr.graph.num_layers:4d} solve={dt:7.2f}s "
           f"rss={rss_mb():7.0f}MB  {desc}  [{p.notes if p else ''}]", flush=True)

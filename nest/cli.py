@@ -3,12 +3,75 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from nest.errors import SpecError
 
 EXIT_ERROR = 1  # bad input: the message names the file / key
-EXIT_INFEASIBLE = 3  # a valid plan that does not fit: written as a result, reported, non-zero
+EXIT_USAGE = 2  # bad command line (argparse)
+EXIT_INFEASIBLE = 3  # a valid plan that does not fit, or no plan found: a result, non-zero
+EXIT_CRASH = 4  # a planner crashed or an internal error (a bug: please report it)
+EXIT_INTERRUPTED = 130  # Ctrl-C / SIGINT (128 + 2, the shell convention)
+
+EPILOG = """exit codes:
+  0    success
+  1    bad input: one line naming the file, the key, the value and what was expected
+  2    bad command line (unknown option, a value of the wrong type)
+  3    infeasible: the plan does not fit, or the planner found no plan (the reason is printed)
+  4    a planner crashed or an internal error (set NEST_DEBUG=1 for the traceback)
+  130  interrupted (Ctrl-C); outputs are written atomically, so none is left half-written"""
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (`1e3` and `1_000` are read as whole numbers too)."""
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        try:
+            f = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not f.is_integer():
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        value = int(f)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: expected a positive whole number (>= 1)")
+    return value
+
+
+def check_output(path, option: str = "-o", folder: bool = False) -> None:
+    """Before any work: `path` can be written (its folder exists and is writable; a file output
+    is not a folder, a folder output is not a file). SpecError naming the option otherwise."""
+    import tempfile
+    from pathlib import Path
+
+    p = Path(path)
+    if folder:
+        if p.exists() and not p.is_dir():
+            raise SpecError(f"{option} {path}: exists and is a file; expected a folder (or a new "
+                            f"name) for the exported files")
+        parent = p if p.is_dir() else p.parent
+    else:
+        if p.is_dir():
+            raise SpecError(f"{option} {path}: is a folder; expected a file name")
+        parent = p.parent
+    parent = parent if str(parent) else Path(".")
+    if not parent.is_dir():
+        up = parent
+        while str(up) not in ("", ".", "/") and not up.exists():
+            up = up.parent
+        if folder and up.is_dir():  # export creates the folders
+            parent = up
+        else:
+            raise SpecError(f"{option} {path}: folder {parent} does not exist")
+    try:
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as e:
+        raise SpecError(f"{option} {path}: cannot write in folder {parent}: "
+                        f"{e.strerror or e}") from None
 
 
 def _fmt_bytes(x: float) -> str:
@@ -21,14 +84,28 @@ def summarize(plan, ev) -> str:
              f"  pp={plan.pp} dp={plan.dp} tp={plan.tp} sp={plan.sp} ep={plan.ep} cp={plan.cp}"
              f"  placement={plan.placement}  micro-batches={plan.num_microbatches}"
              f"  devices used={plan.pp * plan.dp * plan.width}"]
-    for s, r in zip(plan.stages, ev.stages):
-        lines.append(f"  stage {r.index:3d}: layers {s.first_layer:3d}-{s.last_layer:3d}  "
-                     f"zero={s.zero_stage} recompute={s.recompute:9s} "
-                     f"t/mb={r.time_per_microbatch_s * 1e3:9.3f} ms  "
-                     f"mem={_fmt_bytes(r.peak_memory_bytes)}")
+    if plan.schedule == "interleaved":  # one line per device group: totals over its chunks
+        from nest.evaluate import device_chunks
+
+        lines.append(f"  interleaved: {plan.virtual_stages} chunks per device group; t/mb and "
+                     f"mem are device totals over its chunks")
+        for r in ev.stages[:plan.pp]:
+            s = plan.stages[r.index]
+            ranges = ", ".join(f"{a}-{b}" for a, b in device_chunks(plan, r.index))
+            lines.append(f"  device group {r.index:3d}: layers {ranges}  "
+                         f"zero={s.zero_stage} recompute={s.recompute:9s} "
+                         f"t/mb={r.time_per_microbatch_s * 1e3:9.3f} ms  "
+                         f"mem={_fmt_bytes(r.peak_memory_bytes)}")
+    else:
+        for s, r in zip(plan.stages, ev.stages):
+            lines.append(f"  stage {r.index:3d}: layers {s.first_layer:3d}-{s.last_layer:3d}  "
+                         f"zero={s.zero_stage} recompute={s.recompute:9s} "
+                         f"t/mb={r.time_per_microbatch_s * 1e3:9.3f} ms  "
+                         f"mem={_fmt_bytes(r.peak_memory_bytes)}")
     if ev.feasible:
         lines.append(f"  time per batch {ev.time_per_batch_s:.4f} s, throughput "
-                     f"{ev.throughput_samples_per_s:.2f} samples/s, MFU {ev.mfu:.1%}"
+                     f"{ev.throughput_samples_per_s:.2f} samples/s, MFU {ev.mfu:.1%} "
+                     f"({ev.mfu_full_attention:.1%} counting causal attention in full)"
                      f"  (pipeline_time={ev.pipeline_time}, dp_overlap={ev.dp_overlap})")
         if ev.time_per_batch_simulated_s:
             sim = ev.time_per_batch_simulated_s
@@ -43,14 +120,19 @@ def summarize(plan, ev) -> str:
 
 def cmd_plan(a) -> int:
     from nest.evaluate import make_problem
-    from nest.planners import run_planner
+    from nest.planners import planner_entry, run_planner
 
-    problem = make_problem(a.model, a.cluster, a.num_devices, a.mbs)
+    if a.output:
+        check_output(a.output)
+    planner_entry(a.planner)  # an unknown planner before the graph is built
+    problem = make_problem(a.model, a.cluster, a.num_devices, a.mbs, seq_len=a.seq_len)
     out = run_planner(a.planner, problem, simulated=True)  # printed beside the closed form
     if out.plan is None:
         print(f"{a.planner}: {out.reason}", file=sys.stderr)
-        return EXIT_INFEASIBLE
+        return EXIT_CRASH if out.status == "crashed" else EXIT_INFEASIBLE
     print(summarize(out.plan, out.evaluation))
+    if a.seq_len is not None:  # `nest evaluate` / `nest export` rebuild the model with it
+        out.plan.extra["seq_len"] = a.seq_len
     if a.output:
         out.plan.write(a.output)
         print(f"plan written to {a.output}")
@@ -61,6 +143,13 @@ def cmd_evaluate(a) -> int:
     from nest.evaluate import evaluate
     from nest.plan_spec import load_plan
 
+    if a.output:
+        check_output(a.output)
+    if a.timeline:
+        check_output(a.timeline, "--timeline")
+        if Path(a.timeline).suffix.lower() not in (".png", ".pdf", ".svg"):
+            raise SpecError(f"--timeline {a.timeline}: expected a file name ending in .png (a "
+                            f".pdf is written beside it), .pdf or .svg")
     plan, problem = load_plan(a.plan)  # a full plan JSON or a compact YAML (nest.plan_spec)
     training = problem.training
     try:
@@ -77,7 +166,9 @@ def cmd_evaluate(a) -> int:
 
         sim = simulate_plan(ev, training)
         plot_timeline(sim, a.timeline, title=f"{plan.planner}: {plan.model}, {plan.schedule}")
-        print(f"timeline written to {a.timeline}")
+        t = Path(a.timeline)
+        also = f" and {t.with_suffix('.pdf')}" if t.suffix.lower() == ".png" else ""
+        print(f"timeline written to {t}{also}")
     return 0 if ev.feasible else EXIT_INFEASIBLE
 
 
@@ -88,6 +179,8 @@ def cmd_export(a) -> int:
     from nest.export import to_megatron
     from nest.plan_spec import load_plan
 
+    if a.output:
+        check_output(a.output, folder=True)
     plan, problem = load_plan(a.plan)
     try:
         exp = to_megatron(plan, problem)
@@ -108,6 +201,7 @@ def cmd_export(a) -> int:
         header = [f"# {plan.planner}: {plan.model} on {plan.cluster}, exported by `nest export`",
                   *[f"# warning: {w}" for w in exp.warnings], "set -euo pipefail"]
         (out / "launch.sh").write_text("\n".join(["#!/usr/bin/env bash", *header, cmd]) + "\n")
+        (out / "slurm.sbatch").write_text(exp.slurm())  # srun: one launch.sh per node
         (out / "args.txt").write_text("\n".join(exp.args) + "\n")
         with open(out / "rank_map.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(exp.rank_map[0]))
@@ -122,7 +216,10 @@ def cmd_graph(a) -> int:
     from nest.settings import load_training
     from nest.specs import load_model
 
-    g = build_graph(load_model(a.model), a.mbs, a.source or load_training().graph_source)
+    if a.output:
+        check_output(a.output)
+    g = build_graph(load_model(a.model, seq_len=a.seq_len), a.mbs,
+                    a.source or load_training().graph_source)
     print(f"{g.model} ({g.source}): {g.num_layers} layers, {g.num_params / 1e9:.3f} B parameters, "
           f"{len(g.variants)} variants ({', '.join(v.key for v in g.variants)}), "
           f"{g.model_flops_per_sample() / 1e12:.1f} TFLOP per sample (fwd+bwd)")
@@ -167,14 +264,19 @@ def cmd_profile(a) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nest", description=__doc__)
+    p = argparse.ArgumentParser(prog="nest", description=__doc__, epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     sp = sub.add_parser("plan", help="plan a model on a cluster with a planner")
-    sp.add_argument("--model", required=True, help="catalog name or path to a model YAML")
+    sp.add_argument("--model", required=True, help="catalog name, path to a model YAML, or a "
+                    "Hugging Face config.json")
     sp.add_argument("--cluster", required=True, help="catalog name or path to a cluster YAML")
-    sp.add_argument("--num-devices", type=int, required=True)
+    sp.add_argument("--num-devices", type=_positive_int, required=True)
     sp.add_argument("--planner", default="manual")
-    sp.add_argument("--mbs", type=int, default=1)
+    sp.add_argument("--mbs", type=_positive_int, default=1)
+    sp.add_argument("--seq-len", type=_positive_int,
+                    help="training sequence length in tokens (replaces the model's; a Hugging "
+                         "Face config.json has none: default 4096 with a warning)")
     sp.add_argument("-o", "--output")
     sp.set_defaults(fn=cmd_plan)
     se = sub.add_parser("evaluate", help="score a plan (full JSON, or a compact YAML such as "
@@ -191,7 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
     sx.set_defaults(fn=cmd_export)
     sg = sub.add_parser("graph", help="build a model's layer graph")
     sg.add_argument("--model", required=True)
-    sg.add_argument("--mbs", type=int, default=1)
+    sg.add_argument("--mbs", type=_positive_int, default=1)
+    sg.add_argument("--seq-len", type=_positive_int,
+                    help="training sequence length in tokens (replaces the model's; a Hugging "
+                         "Face config.json has none: default 4096 with a warning)")
     sg.add_argument("--source", choices=["torch_fx", "closed_form"],
                     help="default: graph_source in config/training.yaml")
     sg.add_argument("-o", "--output")
@@ -199,7 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("models", "clusters", "hardware", "planners"):
         sub.add_parser(name, help=f"list the {name} catalog").set_defaults(fn=cmd_list)
     sub.add_parser("validate", add_help=False,
-                   help="cost model vs the measured blocks of a GPU profile (nest validate -h)")
+                   help="cost model vs the measured blocks of a GPU profile (nest validate -h), "
+                        "or vs published training runs (nest validate --published -h)")
     sf = sub.add_parser("profile", help="time operators and blocks on this machine's GPU")
     sf.add_argument("--hardware", help="name for the profile folder (default: from the device)")
     sf.add_argument("--out", default="profiles")
@@ -210,16 +316,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["validate"]:  # its own options (nest.validate)
-        from nest import validate
-
-        return validate.main(argv[1:]) or 0
-    a = build_parser().parse_args(argv)
     try:
+        if argv[:2] == ["validate", "--published"]:  # published runs (nest.published)
+            from nest import published
+
+            return published.main(argv[2:]) or 0
+        if argv[:1] == ["validate"]:  # its own options (nest.validate)
+            from nest import validate
+
+            return validate.main(argv[1:]) or 0
+        a = build_parser().parse_args(argv)
         return a.fn(a)
     except SpecError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_one_line(e)}", file=sys.stderr)
         return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except OSError as e:  # a file that vanished or a disk that filled between check and write
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"error: {where}{e.strerror or e}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as e:  # noqa: BLE001 - a bug: one line, the traceback on request
+        if os.environ.get("NEST_DEBUG"):
+            raise
+        print(f"internal error: {type(e).__name__}: {_one_line(e)} (a bug in nest: set "
+              f"NEST_DEBUG=1 for the traceback)", file=sys.stderr)
+        return EXIT_CRASH
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from nest.plan import Plan, check_structure
 from nest.problem import Problem, make_problem, with_mbs  # noqa: F401  (re-exported)
 from nest.schedule import dp_sync_tail_s, stash_microbatches, time_1f1b_s, time_gpipe_s
 from nest.settings import TrainingSettings, load_training
-from nest.specs import validate
+from nest.specs import validate, write_text_atomic
 
 SCHEMA = "nest.evaluation/v1"
 
@@ -85,6 +85,9 @@ class Evaluation:
     pipeline_time: str = "paper"  # the form that priced time_per_batch_s
     dp_overlap: str = "none"
     time_per_batch_simulated_s: float | None = None  # nest.simulate, when asked (`simulated`)
+    # MFU with causal attention counted as the whole score square (Korthikanti et al. 2022's
+    # model FLOPs, NeMo 24.07's convention); `mfu` counts it as half (README, "FLOPs and MFU")
+    mfu_full_attention: float | None = None
 
     def to_dict(self) -> dict:
         p = self.plan
@@ -94,6 +97,7 @@ class Evaluation:
             "feasible": self.feasible, "reason": self.reason,
             "time_per_batch_s": self.time_per_batch_s,
             "throughput_samples_per_s": self.throughput_samples_per_s, "mfu": self.mfu,
+            "mfu_full_attention": self.mfu_full_attention,
             "pipeline_time": self.pipeline_time, "dp_overlap": self.dp_overlap,
             "time_per_batch_simulated_s": self.time_per_batch_simulated_s,
             "breakdown_s": self.breakdown_s,
@@ -107,7 +111,7 @@ class Evaluation:
     def write(self, path: str | Path) -> None:
         d = self.to_dict()
         validate(d, "evaluation", str(path))
-        Path(path).write_text(json.dumps(d, indent=1, sort_keys=True) + "\n")
+        write_text_atomic(path, json.dumps(d, indent=1, sort_keys=True) + "\n")
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,11 +167,12 @@ def evaluate(plan: Plan, problem: Problem, simulated: bool = False) -> Evaluatio
         total = pipe + sync_tail_s(plan, results, m, tr)
     hbm = cl.hardware.hbm_bytes
     over = [s for s in results if s.peak_memory_bytes > hbm]
-    if over:
-        s = max(over, key=lambda s: s.peak_memory_bytes)
+    if over:  # interleaved: results[:p] are the devices' totals (the chunks repeat their peak)
+        s = max(over, key=lambda s: (s.peak_memory_bytes, -s.index))
         parts = ", ".join(f"{k} {v / 1e9:.2f}" for k, v in s.memory_bytes.items())
-        reason = (f"out of memory: stage {s.index} (layers {s.first_layer}-{s.last_layer}) needs "
-                  f"{s.peak_memory_bytes / 1e9:.2f} GB > {hbm / 1e9:.2f} GB HBM ({parts} GB)")
+        reason = (f"out of memory: {stage_label(plan, s.index)} needs "
+                  f"{s.peak_memory_bytes / 1e9:.2f} GB > {hbm / 1e9:.2f} GB HBM "
+                  f"({parts} GB)")
     else:
         reason = ""
     bott = max(results[:p], key=lambda s: s.time_per_microbatch_s)
@@ -181,12 +186,19 @@ def evaluate(plan: Plan, problem: Problem, simulated: bool = False) -> Evaluatio
         breakdown["optimizer_step"] = tail.optimizer_s
     else:  # what is left of sync + step after the last backward (nest.schedule.dp_sync_tail_s)
         breakdown["dp_sync_and_optimizer.exposed"] = total - pipe
+    split = plan.mbs * plan.dp * plan.ep
+    if tr.global_batch % split:  # nest.space.splits_batch: never count samples not processed
+        reason = "; ".join(x for x in (
+            f"global batch {tr.global_batch} is not a multiple of mbs x dp x ep = {split}: "
+            f"{m} micro-batches would process {m * split} samples per batch, not "
+            f"{tr.global_batch} (choose dp so that mbs x dp x ep divides the global batch)",
+            reason) if x)
     used = plan.devices_used
-    mfu = g.model_flops_per_sample() * tr.global_batch / (total * used *
-                                                           cl.hardware.peak_flops_per_s)
-    ok = not over
+    mfu, mfu_full = (g.model_flops_per_sample(full) * tr.global_batch
+                     / (total * used * cl.hardware.peak_flops_per_s) for full in (False, True))
+    ok = not over and not tr.global_batch % split
     return Evaluation(plan, ok, reason, total, tr.global_batch / total, mfu, results, breakdown,
-                      tr.pipeline_time, tr.dp_overlap, sim.makespan_s if sim else None)
+                      tr.pipeline_time, tr.dp_overlap, sim.makespan_s if sim else None, mfu_full)
 
 
 def _fbs(stages: list[StageResult]):
@@ -203,6 +215,9 @@ def pipeline_time_s(plan: Plan, stages: list[StageResult], m: int, form: str = "
         the objective the NEST solver minimises exactly.
       1F1B, "critical_path": nest.schedule's path family, a lower bound within 0.4% of the
         simulation for m >= 4p; for m < 4p the simulation itself.
+      1F1B, "dapple": sum_j t_j + (m - 1) max_j t_j (Fan et al. 2021, DAPPLE, 3.2): fill and
+        drain at each stage's own pace, the path through the bottleneck; equal to "paper" for
+        equal stages, and the objective nest.solver.tight minimises exactly.
       interleaved: "paper" (m + (p - 1) / v) max_d t_d (Narayanan et al. 2021b, 2.2.2); else the
         simulation. GPipe: exact in every form (two flow shops, Huang et al. 2019)."""
     p = plan.pp
@@ -215,10 +230,14 @@ def pipeline_time_s(plan: Plan, stages: list[StageResult], m: int, form: str = "
         if plan.schedule == "interleaved":
             return (m + (p - 1) / plan.virtual_stages) * t_max
         return (m + p - 1) * t_max
+    if form == "dapple" and plan.schedule == "1f1b":
+        t = [s.time_per_microbatch_s for s in st]
+        return sum(t) + (m - 1) * t_max
     if form == "critical_path" and plan.schedule == "1f1b" and m >= 4 * p:
         return time_1f1b_s(F, B, m, sf, sb, form="critical_path")
-    if form not in ("critical_path", "simulated"):
-        raise ValueError(f"pipeline_time: '{form}' is not one of paper, critical_path, simulated")
+    if form not in ("critical_path", "simulated", "dapple"):
+        raise ValueError(f"pipeline_time: '{form}' is not one of paper, dapple, critical_path, "
+                         f"simulated")
     return _simulate(plan, st, None).pipeline_s
 
 
@@ -264,6 +283,26 @@ def simulate_stages(plan: Plan, stages: list[StageResult], tr: TrainingSettings)
     return _simulate(plan, stages[:plan.pp], tr)
 
 
+def device_chunks(plan: Plan, j: int) -> list[tuple[int, int]]:
+    """The layer ranges that pipeline position j's devices hold: its own stage, or under the
+    interleaved schedule every chunk j mod p, j mod p + p, ... (p = plan.pp)."""
+    if plan.schedule != "interleaved":
+        st = plan.stages[j]
+        return [(st.first_layer, st.last_layer)]
+    return [(c.first_layer, c.last_layer) for c in plan.stages[j % plan.pp::plan.pp]]
+
+
+def stage_label(plan: Plan, j: int) -> str:
+    """How messages name result j: "stage 3 (layers 10-19)", or for an interleaved plan the
+    device group with every chunk's range and its times and memory as device totals."""
+    ch = device_chunks(plan, j)
+    if plan.schedule != "interleaved":
+        return f"stage {j} (layers {ch[0][0]}-{ch[0][1]})"
+    ranges = ", ".join(f"{a}-{b}" for a, b in ch)
+    return (f"pipeline device group {j % plan.pp} ({len(ch)} chunks: layers {ranges}; "
+            f"totals over its chunks)")
+
+
 def _per_device(chunks: list[StageResult], p: int, hw) -> list[StageResult]:
     """Interleaved 1F1B: device group d runs chunks d, d + p, ...; its time per micro-batch, sync,
     optimizer step and memory are the sums over its chunks (working set and the framework's
@@ -272,8 +311,9 @@ def _per_device(chunks: list[StageResult], p: int, hw) -> list[StageResult]:
     out = list(chunks)
     for d in range(p):
         mine = chunks[d::p]
-        mem = {k: sum(c.memory_bytes[k] for c in mine)
-               for k in ("weights", "gradients", "optimizer_states", "activations")}
+        per_chunk = ("fragmentation", "framework_overhead", "working")  # recomputed or once
+        mem = {k: sum(c.memory_bytes.get(k, 0.0) for c in mine)
+               for k in mine[0].memory_bytes if k not in per_chunk}
         mem["working"] = max(c.memory_bytes["working"] for c in mine)
         mem = with_overheads(mem, hw)
         bd: dict[str, float] = {}

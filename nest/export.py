@@ -1,44 +1,68 @@
 """Plan -> runnable Megatron-LM arguments and the rank placement that realises the plan's devices.
 
+Checked against Megatron-LM itself (NVIDIA/Megatron-LM d98e8a64, 2026-08): its parse_args +
+validate_args + TransformerConfig accept every export (scripts/check_megatron_args.py), and the
+rank maps agree with megatron-core's RankGenerator (tests/test_export.py).
+
 What maps directly (Megatron-LM / Megatron-Core argument names):
-    tp, sp, cp, ep             --tensor-model-parallel-size, --sequence-parallel,
-                               --context-parallel-size, --expert-model-parallel-size
-    pp, interleaving           --pipeline-model-parallel-size, --num-virtual-stages-per-pipeline-rank
-    cuts                       nothing when the blocks are spread evenly with the embedding first and
-                               the head last (Megatron's default split); otherwise
-                               --pipeline-model-parallel-layout, one '|'-separated chunk per
-                               (virtual) stage in model order, E = embedding, t*k = k transformer
-                               blocks, L = final norm + LM head + loss; chunks are dealt round-robin
-                               to the pipeline ranks, as our interleaved chunks are
+    tp, sp, cp, ep             --tensor-model-parallel-size, --sequence-parallel (tp > 1 only;
+                               Megatron drops it at tp 1), --context-parallel-size,
+                               --expert-model-parallel-size
+    pp, interleaving, cuts     Megatron's default split (blocks divisible by pp x v, spread evenly,
+                               the embedding first and the head last): --num-virtual-stages-per-
+                               pipeline-rank v when v > 1, nothing else. Any other split,
+                               including blocks not divisible by pp x v (which Megatron rejects
+                               without a layout): --pipeline-model-parallel-layout ALONE (it fixes
+                               v; Megatron rejects it beside the virtual-stage flags), one
+                               '|'-separated chunk per (virtual) stage in model order, E =
+                               embedding, t*k = k transformer blocks, L = final norm + LM head +
+                               loss; chunks are dealt round-robin to the pipeline ranks, as ours
     recompute (all stages)     selective: --recompute-granularity selective (Korthikanti et al.
                                2022: the core attention); full: --recompute-granularity full
                                --recompute-method uniform --recompute-num-layers 1
-    ZeRO (all stages)          1: --use-distributed-optimizer; 2 / 3: Megatron-Core's FSDP,
-                               --use-custom-fsdp --data-parallel-sharding-strategy optim_grads /
-                               optim_grads_params (newer releases name it --use-megatron-fsdp)
+    ZeRO (all stages)          1: --use-distributed-optimizer; 2 / 3: Megatron-FSDP,
+                               --use-megatron-fsdp --use-distributed-optimizer (FSDP v1 runs on
+                               it) --data-parallel-sharding-strategy optim_grads / optim_grads_params
+                               --ckpt-format fsdp_dtensor (asserted by validate_args; the 2025
+                               --use-custom-fsdp is gone)
     batch                      --micro-batch-size, --global-batch-size (Megatron's data-parallel
-                               size is dp x ep: experts parallelise inside the data-parallel ranks)
+                               size is dp x ep: experts parallelise inside the data-parallel ranks;
+                               a batch it does not divide is rounded up to the micro-batches the
+                               evaluator prices, with a warning: validate_args asserts it)
+    model                      every argument that changes the numerics, from the model spec:
+                               sizes, GQA groups, LayerNorm / RMSNorm and its epsilon, learned or
+                               rotary positions and the rotary base (Llama-3: 500000), SwiGLU,
+                               biases, tied / untied output, dropout, experts / top-k (alltoall
+                               dispatcher, what the evaluator prices), BERT without its binary
+                               head; precision: nest.precision
+    environment, launch        nest.export_launch: CUDA_DEVICE_MAX_CONNECTIONS=1 where Megatron
+                               asserts it (tp or cp > 1 without FSDP), unset under Megatron-FSDP;
+                               torchrun agents starting exactly the plan's ranks; an sbatch file
+Entry points (Megatron-LM's tree): pretrain_gpt.py; BERT examples/bert/pretrain_bert.py.
 Rank order (nest.placement): Megatron-LM's CLI builds its groups in the order tp-cp-ep-dp-pp (tp
 fastest, our replica_major) or, with --use-tp-pp-dp-mapping, tp-cp-ep-pp-dp (our stage_major);
-either counts only where megatron-core builds exactly the groups we price for it
-(nest.placement.expressible: stage_major with ep > 1 and pp > 1 is rejected unless cp == ep, and
-with cp > 1 and ep > 1 both fold ep over cp). The launch order is chosen in this order:
+megatron/training/initialize.py passes no other order. Its expert groups come from a second
+RankGenerator on a separate (expert-tp, ep, expert-dp, pp) grid (cp removed, same order), so an
+order counts only where both grids build exactly the groups we price (nest.placement.expressible:
+stage_major with ep > 1 and pp > 1 is rejected unless cp == ep). With cp > 1 and ep > 1 no CLI
+order does (the expert grid folds ep over the cp ranks): such a plan is re-scored as the fastest
+feasible runnable projection on the same devices: ep 1 (experts replicated, dp x ep), cp folded
+into tp (tp x cp), or cp 1 (dp x cp), each on the CLI orders; a warning names the choice and both
+times, and a PlanError lists every candidate's reason if none fits. The launch order is chosen:
     1. a CLI order whose rank map is the identity (the plan's placement is that order);
-    2. a CLI order whose rank map is launchable: torchrun gives node n the ranks n*k .. n*k+k-1
-       (k = ranks per node), so each such block must land on one node (the node is chosen by
-       --node-rank, the device inside it by pinning; nothing else can move);
-    3. otherwise the plan is projected onto the expressible order with the shortest time per batch
+    2. a CLI order whose rank map is launchable: torchrun gives each agent (node) one block of
+       consecutive ranks (nest.export_launch: agents may run different numbers of processes), so
+       every cluster node must hold one block (which node an agent runs on is --node-rank's
+       choice, which device a rank gets CUDA_VISIBLE_DEVICES'; nothing else can move);
+    3. otherwise the plan is projected onto the CLI order with the shortest time per batch
        (a warning reports both times).
-With cp > 1 and ep > 1 no CLI order qualifies: the candidates are then megatron-core's orders
-(nest.placement.launcher_orders), run with initialize_model_parallel(order=...) (the one line in
-megatron/training/initialize.py that passes the order), and a warning says so. Rank r runs on the
-device the plan gives that rank's coordinates: the rank map lists, per rank, its coordinates and
-its device (node = id // devices per node), so a launcher can pin it.
+Rank r runs on the device the plan gives that rank's coordinates: the rank map lists, per rank,
+its coordinates and its device (node = id // devices per node).
 
 What Megatron cannot express is projected and re-scored, never hidden: stage-wise recomputation or
 ZeRO stages become the strongest mode any stage uses (it needs no more memory), GPipe becomes 1F1B,
-heterogeneous stages become one uniform variant (below), an unlaunchable placement becomes the best
-expressible order; each projection is a warning, and the projected plan's time per batch under the
+heterogeneous stages become one uniform variant (below), cp > 1 with ep > 1 a runnable projection
+(above), an unlaunchable placement the best CLI order; each projection is a warning, and the projected plan's time per batch under the
 shared evaluator is reported beside the original's.
 
 Heterogeneous stages (a stage with its own tp / sp / ep / cp, nest.plan.Stage): Megatron-LM runs
@@ -66,6 +90,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from nest.errors import PlanError
+from nest.export_model import model_args as _model_args
+from nest.export_launch import (
+    DATA_ARGS,
+    TRAIN_ARGS,
+    launch_env,
+    node_runs,
+    slurm_script,
+    torchrun_script,
+)
+from nest.export_launch import launchable as _runs_launchable
 from nest.evaluate import Problem, evaluate
 from nest.graph.layer_graph import Variant
 from nest.placement import (
@@ -81,6 +115,7 @@ from nest.placement import (
 )
 from nest.plan import Plan
 from nest.plan_spec import block_cuts
+from nest.precision import precision_args
 
 RECOMPUTE_ORDER = ("none", "selective", "full")
 
@@ -88,8 +123,8 @@ RECOMPUTE_ORDER = ("none", "selective", "full")
 @dataclass
 class MegatronExport:
     plan: Plan  # the plan the arguments run (the input, or its projection)
-    args: list[str]
-    script: str  # pretrain_gpt.py | pretrain_bert.py
+    args: list[str]  # the plan's arguments (parallelism, schedule, memory, model, precision)
+    script: str  # pretrain_gpt.py | examples/bert/pretrain_bert.py (Megatron-LM's tree)
     world_size: int
     devices_per_node: int
     rank_map: list[dict]  # rank, node, local_rank, device, pp, dp, ep, cp, tp
@@ -97,33 +132,31 @@ class MegatronExport:
     time_per_batch_s: float | None = None  # the exported plan's, shared evaluator
     original_time_per_batch_s: float | None = None
     order: str = DEFAULT_ORDER  # the rank order Megatron builds its groups in
+    env: dict[str, str] = field(default_factory=dict)  # nest.export_launch.launch_env
+    unset_env: tuple[str, ...] = ()  # variables the launch must clear (Megatron-FSDP)
 
     def command(self) -> str:
-        nodes = -(-self.world_size // self.devices_per_node)
-        per_node = min(self.world_size, self.devices_per_node)
-        lines = [f"torchrun --nnodes {nodes} --nproc-per-node {per_node} "
-                 f"--node-rank $NODE_RANK --master-addr $MASTER_ADDR --master-port 6000 \\",
-                 f"    {self.script} \\"]
-        pairs = []
-        i = 0
-        while i < len(self.args):
-            a = self.args[i]
-            if i + 1 < len(self.args) and not self.args[i + 1].startswith("--"):
-                pairs.append(f"{a} {_quote(self.args[i + 1])}")
-                i += 2
-            else:
-                pairs.append(a)
-                i += 1
-        lines += [f"    {p} \\" for p in pairs]
-        lines[-1] = lines[-1].rstrip(" \\")
-        return "\n".join(lines)
+        """launch.sh's body: environment, then torchrun starting exactly the rank map's ranks
+        (nest.export_launch)."""
+        return torchrun_script(self.args, self.script, self.env, self.rank_map,
+                               self.devices_per_node, unset=self.unset_env)
+
+    def run_args(self) -> list[str]:
+        """The full argument list of one process: the plan's, then the default data / training
+        arguments launch.sh passes unless DATA_ARGS / TRAIN_ARGS are set."""
+        return [*self.args, *DATA_ARGS, *TRAIN_ARGS]
+
+    @property
+    def num_agents(self) -> int:
+        """torchrun agents (one per cluster node the ranks use)."""
+        return len(node_runs(self.rank_map))
+
+    def slurm(self) -> str:
+        return slurm_script(self.num_agents, self.devices_per_node,
+                            f"nest-{self.plan.model}-{self.world_size}")
 
     def identity_placement(self) -> bool:
         return all(r["device"] == r["rank"] for r in self.rank_map)
-
-
-def _quote(s: str) -> str:
-    return f"'{s}'" if any(c in s for c in "|*()") else s
 
 
 def layout_string(plan: Plan, num_layers: int) -> str:
@@ -261,14 +294,10 @@ def _launch_orders(tp: int, cp: int, ep: int, dp: int, pp: int) -> tuple[list[st
     return (cli, True) if cli else (list(launcher_orders(*deg)), False)
 
 
-def launchable(rank_map: list[dict], devices_per_node: int) -> bool:
-    """torchrun gives node n the ranks n*k .. n*k+k-1 (k ranks per node): every such block must
-    lie on one node (which node is --node-rank's choice, which device in it is pinning's)."""
-    k = min(len(rank_map), devices_per_node)
-    nodes: dict[int, set[int]] = {}
-    for r in rank_map:
-        nodes.setdefault(r["rank"] // k, set()).add(r["node"])
-    return all(len(v) == 1 for v in nodes.values())
+def launchable(rank_map: list[dict], devices_per_node: int | None = None) -> bool:
+    """torchrun gives each agent (node) a block of consecutive ranks: every cluster node must
+    hold one such block (nest.export_launch; which device in it is CUDA_VISIBLE_DEVICES')."""
+    return _runs_launchable(rank_map)
 
 
 def _with_order(plan: Plan, order: str) -> Plan:
@@ -281,6 +310,10 @@ def _resolve_order(plan: Plan, problem: Problem, per_node: int,
                    warnings: list[str]) -> tuple[Plan, str, list[dict]]:
     """(plan to export, launch order, rank map): module docstring, steps 1-3."""
     cands, cli = launch_candidates(plan)
+    if not cli:
+        raise PlanError(f"cp = {plan.cp} and ep = {plan.ep} both > 1: Megatron-LM's CLI orders "
+                        f"build expert groups on a separate (expert-tp, ep, expert-dp, pp) grid "
+                        f"that folds ep over the cp ranks, which is not this plan's groups")
     maps = {o: _rank_map(plan, o, per_node) for o in cands}
     chosen = next((o for o in cands if all(r["rank"] == r["device"] for r in maps[o])), None)
     if chosen is None:
@@ -292,15 +325,9 @@ def _resolve_order(plan: Plan, problem: Problem, per_node: int,
         _, chosen, out = min(scored, key=lambda x: x[0])
         maps[chosen] = _rank_map(out, chosen, per_node)
         warnings.append(f"placement '{plan.placement}' is not launchable (torchrun gives each "
-                        f"node a block of {min(len(maps[chosen]), per_node)} consecutive ranks; "
-                        f"only devices within a node can be pinned): exported as {chosen}, the "
-                        f"expressible order with the shortest time per batch")
-    if not cli:
-        warnings.append(f"with cp = {plan.cp} and ep = {plan.ep} both > 1, Megatron-LM's CLI "
-                        f"orders fold expert parallelism over context-parallel ranks (megatron-"
-                        f"core's expert rank generator has no cp), which is not this plan: launch "
-                        f"with initialize_model_parallel(order='{chosen}') (megatron/training/"
-                        f"initialize.py passes the order)")
+                        f"node one block of consecutive ranks; only devices within a node can be "
+                        f"pinned): exported as {chosen}, the Megatron-LM order with the shortest "
+                        f"time per batch")
     return out, chosen, maps[chosen]
 
 
@@ -317,40 +344,70 @@ def _rank_map(plan: Plan, order: str, devices_per_node: int) -> list[dict]:
     return out
 
 
-def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
-    m, g = problem.model, problem.graph
-    warnings: list[str] = []
-    original = evaluate(plan, problem)
-    out = _project(plan, warnings)
-    hw_per_node = problem.cluster.levels[0].devices_per_group
-    if out.heterogeneous:
-        out = _project_variants(out, problem, hw_per_node, original.time_per_batch_s, warnings)
-    out, order, ranks = _resolve_order(out, problem, hw_per_node, warnings)
-    projected = out != plan
-    ev = evaluate(out, problem) if projected else original
-    if projected:
-        warnings.append(f"time per batch under the shared evaluator: {ev.time_per_batch_s:.4f} s "
-                        f"exported vs {original.time_per_batch_s:.4f} s planned")
-    L = g.num_layers
-    dp_total = out.dp * out.ep
-    if out.global_batch % (out.mbs * dp_total):
-        warnings.append(f"global batch {out.global_batch} is not a multiple of mbs x dp x ep = "
-                        f"{out.mbs * dp_total}: Megatron-LM requires it (the evaluator rounds "
-                        f"the micro-batches up to {out.num_microbatches})")
-    a = ["--tensor-model-parallel-size", str(out.tp),
-         "--pipeline-model-parallel-size", str(out.pp)]
-    if out.sp:
-        a.append("--sequence-parallel")
-    if out.cp > 1:
-        a += ["--context-parallel-size", str(out.cp)]
-    if out.ep > 1:
-        a += ["--expert-model-parallel-size", str(out.ep)]
+def _fold_candidates(plan: Plan) -> list[tuple[str, Plan]]:
+    """Plans Megatron-LM's CLI can run for a plan with cp > 1 and ep > 1 (module docstring):
+    (a) experts replicated (ep 1, dp x ep), (b) cp folded into tp (tp x cp), both on the same
+    devices and micro-batch streams, and (c) cp 1 with dp x cp (same devices, cp x the streams),
+    each on the regular placement of every CLI order."""
+    t, c, e, d, p = plan.tp, plan.cp, plan.ep, plan.dp, plan.pp
+    out = []
+    for what, u, dd in ((f"ep 1 (experts replicated, dp {d * e})", Variant(t, plan.sp, 1, c),
+                         d * e),
+                        (f"cp folded into tp (tp {t * c})", Variant(t * c, plan.sp, e, 1), d),
+                        (f"cp 1 (dp {d * c})", Variant(t, plan.sp, e, 1), d * c)):
+        n = dd * u.width
+        streams = dd * u.ep
+        base = plan.with_(tp=u.tp, sp=u.sp and u.tp > 1, ep=u.ep, cp=u.cp, dp=dd,
+                          num_microbatches=-(-plan.global_batch // (plan.mbs * streams)),
+                          stages=tuple(replace(s, tp=None, sp=None, ep=None, cp=None,
+                                               num_devices=n) for s in plan.stages))
+        for o in _launch_orders(u.tp, u.cp, u.ep, dd, p)[0]:
+            out.append((f"{what}, {o}", _with_order(base, o)))
+    return out
+
+
+def _project_folding(plan: Plan, problem: Problem, per_node: int, original_s: float,
+                     warnings: list[str]) -> Plan:
+    """cp > 1 and ep > 1 -> the fastest feasible of _fold_candidates (or a PlanError)."""
+    scored, failed = [], []
+    for what, q in _fold_candidates(plan):
+        try:
+            r, _, _ = _resolve_order(q, problem, per_node, [])
+            ev = evaluate(r, problem)
+        except (PlanError, ValueError) as e:
+            failed.append(f"{what}: {e}")
+            continue
+        if ev.feasible:
+            scored.append((ev.time_per_batch_s, len(scored), what, q))
+        else:
+            failed.append(f"{what}: {ev.reason}")
+    who = f"plan '{plan.planner}' for {plan.model} on {plan.cluster}"
+    why = (f"cp = {plan.cp} and ep = {plan.ep} both > 1: Megatron-LM builds its expert groups "
+           f"on a separate (expert-tp, ep, expert-dp, pp) grid in the order its CLI fixes "
+           f"(tp-cp-ep-dp-pp or tp-cp-ep-pp-dp, megatron/training/initialize.py), which folds ep "
+           f"over the cp ranks instead of the plan's separate ep groups")
+    if not scored:
+        raise PlanError(f"{who}: {why}; no runnable projection fits: {'; '.join(failed)}")
+    t, _, what, q = min(scored)
+    warnings.append(f"{why}: exported {what}, the fastest feasible of {len(scored) + len(failed)}"
+                    f" runnable projections: {t:.4f} s per batch vs {original_s:.4f} s planned")
+    return q
+
+
+def _pipeline_args(out: Plan, num_blocks: int, num_layers: int) -> list[str]:
+    """Interleaving and the split: Megatron's default (num_blocks divisible by pp x v, blocks
+    spread evenly) needs no layout; any other split is a --pipeline-model-parallel-layout, which
+    also fixes v (Megatron rejects it beside --num-virtual-stages-per-pipeline-rank)."""
     v = out.virtual_stages if out.schedule == "interleaved" else 1
-    if v > 1:
-        a += ["--num-virtual-stages-per-pipeline-rank", str(v)]
+    chunks = out.pp * v
     cuts = [(s.first_layer, s.last_layer) for s in out.stages]
-    if out.pp * v > 1 and cuts != block_cuts(L - 2, out.pp * v):
-        a += ["--pipeline-model-parallel-layout", layout_string(out, L)]
+    if chunks > 1 and (num_blocks % chunks or cuts != block_cuts(num_blocks, chunks)):
+        return ["--pipeline-model-parallel-layout", layout_string(out, num_layers)]
+    return ["--num-virtual-stages-per-pipeline-rank", str(v)] if v > 1 else []
+
+
+def _memory_args(out: Plan) -> list[str]:
+    a = []
     rec = out.stages[0].recompute
     if rec == "selective":
         a += ["--recompute-granularity", "selective"]
@@ -360,33 +417,59 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
     z = out.stages[0].zero_stage
     if z == 1:
         a.append("--use-distributed-optimizer")
-    elif z in (2, 3):
-        a += ["--use-custom-fsdp", "--data-parallel-sharding-strategy",
-              "optim_grads" if z == 2 else "optim_grads_params"]
+    elif z in (2, 3):  # Megatron-FSDP (v1 runs on the distributed optimizer; its own checkpoints)
+        a += ["--use-megatron-fsdp", "--use-distributed-optimizer",
+              "--data-parallel-sharding-strategy", "optim_grads" if z == 2 else "optim_grads_params",
+              "--ckpt-format", "fsdp_dtensor"]
+    return a
+
+
+def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
+    m, g = problem.model, problem.graph
+    warnings: list[str] = []
+    original = evaluate(plan, problem)
+    out = _project(plan, warnings)
+    hw_per_node = problem.cluster.levels[0].devices_per_group
+    if out.heterogeneous:
+        out = _project_variants(out, problem, hw_per_node, original.time_per_batch_s, warnings)
+    if out.cp > 1 and out.ep > 1:
+        out = _project_folding(out, problem, hw_per_node, original.time_per_batch_s, warnings)
+    out, order, ranks = _resolve_order(out, problem, hw_per_node, warnings)
+    projected = out != plan
+    ev = evaluate(out, problem) if projected else original
+    if projected:
+        warnings.append(f"time per batch under the shared evaluator: {ev.time_per_batch_s:.4f} s "
+                        f"exported vs {original.time_per_batch_s:.4f} s planned")
+    L = g.num_layers
+    dp_total = out.dp * out.ep
+    batch = out.global_batch
+    if batch % (out.mbs * dp_total):  # validate_args asserts divisibility
+        batch = out.num_microbatches * out.mbs * dp_total
+        warnings.append(f"global batch {out.global_batch} is not a multiple of mbs x dp x ep = "
+                        f"{out.mbs * dp_total}, which Megatron-LM requires: exported {batch}, "
+                        f"the {out.num_microbatches} micro-batches per pipeline the evaluator "
+                        f"priced")
+    a = ["--tensor-model-parallel-size", str(out.tp),
+         "--pipeline-model-parallel-size", str(out.pp)]
+    if out.sp and out.tp > 1:
+        a.append("--sequence-parallel")
+    if out.cp > 1:
+        a += ["--context-parallel-size", str(out.cp)]
+    if out.ep > 1:
+        a += ["--expert-model-parallel-size", str(out.ep)]
+    a += _pipeline_args(out, L - 2, L)
+    a += _memory_args(out)
     if order == "tp-cp-ep-pp-dp":
         a.append("--use-tp-pp-dp-mapping")
-    a += ["--micro-batch-size", str(out.mbs), "--global-batch-size", str(out.global_batch)]
-    # the model (Megatron-LM's GPT / BERT arguments)
-    a += ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
-          "--ffn-hidden-size", str(m.ffn_hidden_size), "--num-attention-heads", str(m.num_heads),
-          "--seq-length", str(m.seq_len), "--max-position-embeddings", str(m.seq_len)]
-    if m.num_kv_heads != m.num_heads:
-        a += ["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)]
-    if m.norm == "rmsnorm":
-        a += ["--normalization", "RMSNorm", "--position-embedding-type", "rope",
-              "--disable-bias-linear"]
-    if m.ffn_type == "swiglu":
-        a.append("--swiglu")
-    if m.is_moe:
-        a += ["--num-experts", str(m.num_experts), "--moe-router-topk", str(m.top_k)]
-    if not m.tied_embeddings:
-        a.append("--untie-embeddings-and-output-weights")
-    if not m.has_dropout:
-        a += ["--attention-dropout", "0", "--hidden-dropout", "0"]
-    a += ["--bf16", "--vocab-size", str(m.vocab_size)]
-    exp = MegatronExport(out, a, "pretrain_bert.py" if m.family == "bert" else "pretrain_gpt.py",
-                         len(ranks), hw_per_node, ranks, warnings, ev.time_per_batch_s,
-                         original.time_per_batch_s, order)
+    a += ["--micro-batch-size", str(out.mbs), "--global-batch-size", str(batch)]
+    a += _model_args(m, warnings)
+    a += [*precision_args(problem.training), "--vocab-size", str(m.vocab_size)]  # nest.precision
+    fsdp = "--use-megatron-fsdp" in a
+    exp = MegatronExport(
+        out, a, "examples/bert/pretrain_bert.py" if m.family == "bert" else "pretrain_gpt.py",
+        len(ranks), hw_per_node, ranks, warnings, ev.time_per_batch_s,
+        original.time_per_batch_s, order, env=launch_env(out.tp, out.cp, fsdp),
+        unset_env=("CUDA_DEVICE_MAX_CONNECTIONS",) if fsdp else ())
     check_against_plan(exp)  # an internal invariant: Megatron's groups are the ones we priced
     return exp
 

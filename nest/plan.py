@@ -13,13 +13,14 @@ plain JSON a user can write by hand.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from nest.errors import PlanError, SpecError
 from nest.graph.layer_graph import Variant
-from nest.placement import stage_device_ids
-from nest.specs import validate
+from nest.placement import is_order, stage_device_ids
+from nest.specs import read_text, validate, write_text_atomic
 
 SCHEMA = "nest.plan/v1"
 # legacy placement names (= nest.placement.LEGACY); Plan.placement may also hold a rank order
@@ -108,10 +109,11 @@ class Plan:
     def write(self, path: str | Path) -> None:
         d = self.to_dict()
         validate(d, "plan", str(path))
-        Path(path).write_text(json.dumps(d, indent=1, sort_keys=True) + "\n")
+        write_text_atomic(path, json.dumps(d, indent=1, sort_keys=True) + "\n")
 
     @staticmethod
     def from_dict(d: dict, where: str = "<plan>") -> "Plan":
+        check_finite(d, where)
         try:
             validate(d, "plan", where)
         except SpecError as e:
@@ -128,14 +130,37 @@ class Plan:
 def read_json(path: str | Path) -> dict:
     """A plan-like JSON object; errors name the file."""
     try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise PlanError(f"{path}: file not found") from None
+        data = json.loads(read_text(path, "JSON file"))
+    except SpecError as e:
+        raise PlanError(str(e)) from None
     except json.JSONDecodeError as e:
         raise PlanError(f"{path}: malformed JSON: {e}") from None
+    except RecursionError:
+        raise PlanError(f"{path}: malformed JSON: nested too deeply") from None
     if not isinstance(data, dict):
-        raise PlanError(f"{path}: expected an object at the top level")
+        raise PlanError(f"{path}: expected an object at the top level, got "
+                        f"{type(data).__name__}")
     return data
+
+
+def check_finite(d: dict, where: str) -> None:
+    """PlanError naming the key of a NaN or infinity (Python's json and YAML accept them; no
+    plan may hold one)."""
+    bad = _non_finite(d)
+    if bad is not None:
+        raise PlanError(f"{where}: key '{bad[0]}': {bad[1]}, expected a finite number")
+
+
+def _non_finite(x, key: str = "") -> tuple[str, float] | None:
+    """(key path, value) of the first NaN or infinity in a JSON value, else None."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return key or "<top level>", x
+    items = x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()
+    for k, v in items:
+        bad = _non_finite(v, f"{key}.{k}" if key else str(k))
+        if bad is not None:
+            return bad
+    return None
 
 
 def place(pp: int, dp: int, width: int, placement: str, tp: int | None = None, cp: int = 1,
@@ -184,6 +209,14 @@ def check_structure(plan: Plan, num_layers: int, max_devices: int, where: str = 
         bad("sp", "sequence parallelism needs tp > 1")
     if plan.num_devices > max_devices:
         bad("num_devices", f"{plan.num_devices} exceeds what the cluster can hold ({max_devices})")
+    if plan.placement != "custom" and not is_order(plan.placement):
+        bad("placement", f"'{plan.placement}', expected custom (hand-placed device_ids), "
+                         f"{' or '.join(PLACEMENTS)} or a rank order such as tp-cp-ep-dp-pp")
+    if plan.predicted_time_per_batch_s is not None and not (
+            math.isfinite(plan.predicted_time_per_batch_s)
+            and plan.predicted_time_per_batch_s >= 0):
+        bad("predicted_time_per_batch_s", f"{plan.predicted_time_per_batch_s}, expected a "
+                                          f"finite time >= 0 or null")
     expect = 0
     seen: set[int] = set()
     for j, s in enumerate(plan.stages):

@@ -15,6 +15,9 @@ in the layer cuts and the device ids (nest.plan.place):
     ep: 1                       # expert parallel (MoE), cp: 1 context parallel
     recompute: selective        # none | selective | full, or one per stage
     zero_stage: 0               # 0..3, or one per stage (1 = Megatron's distributed optimizer)
+    precision: {grad_reduce: bf16}   # optional: overrides of config/training.yaml's precision
+                                # (nest.precision: compute bf16 | fp8, params, grad_reduce,
+                                # main_grads, main_params, exp_avg, exp_avg_sq, fp8_recipe ...)
     schedule: 1f1b              # 1f1b | gpipe | interleaved (with virtual_stages: v)
     placement: replica_major    # Megatron's rank order (tp, dp fastest) | stage_major | a rank
                                 # order string, fastest first, e.g. tp-ep-dp-cp-pp (nest.placement)
@@ -31,7 +34,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nest.errors import PlanError, SpecError
-from nest.plan import Plan, Stage, place, read_json
+from nest.plan import SCHEMA, Plan, Stage, check_finite, place, read_json
 from nest.specs import read_yaml, validate
 
 
@@ -117,17 +120,54 @@ def expand(d: dict, problem, where: str) -> Plan:
 def load_plan(path: str | Path, training=None):
     """(plan, problem) from a plan file in either form; the problem uses the plan's own global
     batch and micro-batch size."""
-    from nest.evaluate import make_problem
     from nest.settings import load_training
 
     where = str(path)
     d = read_plan_file(path)
+    check_kind(d, where)
+    check_finite(d, where)
     tr = training or load_training()
     if is_spec(d):
         validate(d, "plan_spec", where)
         tr = tr.with_(global_batch=d.get("global_batch", tr.global_batch))
-        problem = make_problem(d["model"], d["cluster"], d["num_devices"], d.get("mbs", 1), tr)
+        tr = tr.with_precision(d.get("precision"), where)
+        problem = _problem(where, d["model"], d["cluster"], d["num_devices"], d.get("mbs", 1),
+                           tr)
         return expand(d, problem, where), problem
     plan = Plan.from_dict(d, where)
     tr = tr.with_(global_batch=plan.global_batch)
-    return plan, make_problem(plan.model, plan.cluster, plan.num_devices, plan.mbs, tr)
+    return plan, _problem(where, plan.model, plan.cluster, plan.num_devices, plan.mbs, tr,
+                          plan.extra.get("seq_len"))
+
+
+def _problem(where: str, model, cluster, num_devices, mbs, training, seq_len=None):
+    """make_problem for a plan file: an error in the model or cluster it names (or a device
+    count the cluster cannot hold) names the plan file first."""
+    from nest.evaluate import make_problem
+
+    try:
+        return make_problem(model, cluster, num_devices, mbs, training, seq_len=seq_len)
+    except SpecError as e:
+        raise PlanError(f"{where}: {e}") from None
+
+
+# what other artifacts a user may hand to `nest evaluate` by mistake
+_NOT_PLANS = {"nest.evaluation/v1": "an evaluation (`nest evaluate -o`); its plan is the "
+                                    "plan file it was made from",
+              "nest.no_plan/v1": "a no-plan record (the planner found no plan: see its "
+                                 "'reason')",
+              "nest.layer_graph/v1": "a layer graph (`nest graph -o`)",
+              "nest.cost_table/v1": "a cost table"}
+
+
+def check_kind(d: dict, where: str) -> None:
+    """A PlanError saying what the file is when it is another artifact than a plan."""
+    schema = d.get("schema")
+    if schema is None or schema == SCHEMA:
+        return
+    what = _NOT_PLANS.get(schema) if isinstance(schema, str) else None
+    if what:
+        raise PlanError(f"{where}: this is {what}, not a plan (schema '{schema}'; expected "
+                        f"'{SCHEMA}' or a compact plan YAML)")
+    raise PlanError(f"{where}: key 'schema': {schema!r}, expected '{SCHEMA}' (a plan) or no "
+                    f"schema key (a compact plan)")

@@ -93,6 +93,11 @@ def run_planner(name: str, problem: Problem, overrides: dict | None = None,
     one point must not stop a sweep): the reason is reported instead."""
     entry, settings = planner_entry(name)
     settings.update(overrides or {})
+    gb, mbs = problem.training.global_batch, problem.mbs
+    if gb % mbs:  # nest.space.splits_batch: no data-parallel degree can split it
+        return Outcome(name, None, None, f"no feasible plan: global batch {gb} is not a multiple "
+                       f"of mbs={mbs}, so no plan processes exactly the global batch (choose an "
+                       f"mbs dividing it)", 0.0, "no_plan")
     t0 = time.perf_counter()
     try:
         plan = load_entry(entry)(problem, settings)  # an import error is this planner's crash

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from nest.costs.table import CostTable
 from nest.errors import PlanError
 from nest.graph import build_graph
+from nest.graph.attention import resolve as resolve_attention
+from nest.graph.attention import with_attention
 from nest.graph.layer_graph import LayerGraph, Variant
 from nest.settings import TrainingSettings, load_training
 from nest.specs import ClusterSpec, HardwareSpec, ModelSpec, load_cluster, load_model
@@ -33,6 +35,43 @@ class Problem:
     cluster_ref: str = ""
     # derived tables of this problem (nest.costs.layers.layer_table); a new problem starts empty
     cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # the layer graph as built (attention "described"); `graph` is it as the training settings'
+    # attention implementation runs it (nest.graph.attention), set by __post_init__
+    described: LayerGraph | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        from nest.precision import check
+
+        check(self.training.precision, f"training settings for {self.cluster.hardware.name}",
+              self.training.optimizer, self.cluster.hardware)
+        self._view_attention()
+
+    def _view_attention(self) -> None:
+        """`graph` := the described graph viewed with this problem's attention implementation
+        (a new cost table when the view changes; the same objects otherwise)."""
+        raw = self.graph if self.graph.attention == "described" else self.described
+        impl = resolve_attention(self.training.attention, self.cluster.hardware)
+        if raw is None:  # a graph given already viewed, without its description
+            if self.graph.attention != impl:
+                raise ValueError(f"layer graph of {self.graph.model} is viewed with "
+                                 f"{self.graph.attention} attention, the settings ask {impl}")
+            return
+        g = with_attention(raw, impl, self.model.has_dropout)
+        object.__setattr__(self, "described", raw)
+        if g is not self.graph:
+            object.__setattr__(self, "graph", g)
+            object.__setattr__(self, "costs", CostTable(g, self.costs.hw, self.costs.profile,
+                                                        self.costs.compute))
+
+    @property
+    def attention(self) -> str:
+        """The attention implementation this problem prices (nest.graph.attention)."""
+        return self.graph.attention
+
+    @property
+    def compute(self) -> str:
+        """The compute dtype the cost table prices (nest.precision)."""
+        return self.training.precision.compute
 
     @property
     def mbs(self) -> int:
@@ -75,11 +114,12 @@ class Problem:
         except ValueError as e:  # a variant the model's modules cannot be split into
             keys = ", ".join(v.key for v in missing)
             raise PlanError(f"{where}: variant {keys}: {e}") from None
+        raw = self.described
         layers = [replace(la, costs={**la.costs, **{v.key: new.costs[v.key] for v in missing}})
-                  for la, new in zip(self.graph.layers, extra.layers)]
-        g = replace(self.graph, layers=layers, variants=[*self.graph.variants, *missing])
+                  for la, new in zip(raw.layers, extra.layers)]
+        g = replace(raw, layers=layers, variants=[*raw.variants, *missing])
         return replace(self, graph=g, costs=CostTable(g, self.cluster.hardware,
-                                                      self.costs.profile))
+                                                      self.costs.profile, self.compute))
 
     def with_mbs(self, mbs: int) -> "Problem":
         """The same problem for another micro-batch size (its own layer graph and cost table),
@@ -87,14 +127,14 @@ class Problem:
         if mbs == self.mbs:
             return self
         g = build_graph(self.model, mbs, self.training.graph_source)
-        out = replace(self, graph=g, costs=CostTable(g, self.cluster.hardware,
-                                                     self.costs.profile))
+        out = replace(self, graph=g, described=None, costs=CostTable(g, self.cluster.hardware,
+                                                     self.costs.profile, self.compute))
         return out.with_variants(self.graph.variants)
 
     def with_cluster(self, cluster: ClusterSpec) -> "Problem":
         costs = self.costs
         if cluster.hardware != self.cluster.hardware:
-            costs = CostTable(self.graph, cluster.hardware)
+            costs = CostTable(self.graph, cluster.hardware, compute=self.compute)
         return replace(self, cluster=cluster, costs=costs)
 
     def with_hardware(self, **kw) -> "Problem":
@@ -104,11 +144,16 @@ class Problem:
 
     def with_training(self, training: TrainingSettings | None = None, **kw) -> "Problem":
         tr = (training or self.training).with_(**kw) if kw else (training or self.training)
+        if tr.precision.compute != self.compute:  # FP8 GEMMs are priced differently
+            return replace(self, training=tr, costs=CostTable(self.graph, self.cluster.hardware,
+                                                              self.costs.profile,
+                                                              tr.precision.compute))
         return replace(self, training=tr)
 
     def with_graph(self, graph: LayerGraph, model: ModelSpec | None = None) -> "Problem":
-        return replace(self, model=model or self.model, graph=graph,
-                       costs=CostTable(graph, self.cluster.hardware))
+        """Another layer graph, as built (its attention described)."""
+        return replace(self, model=model or self.model, graph=graph, described=None,
+                       costs=CostTable(graph, self.cluster.hardware, compute=self.compute))
 
 
 def check_variant(m: ModelSpec, v: Variant, where: str) -> None:
@@ -130,10 +175,16 @@ def with_mbs(problem: Problem, mbs: int) -> Problem:
 
 def make_problem(model: str, cluster: str, num_devices: int | None = None, mbs: int = 1,
                  training: TrainingSettings | None = None,
-                 graph: LayerGraph | None = None, variants=()) -> Problem:
-    m = load_model(model)
+                 graph: LayerGraph | None = None, variants=(),
+                 seq_len: int | None = None) -> Problem:
+    """seq_len replaces the model's sequence length (a config.json has none of its own); with a
+    prebuilt `graph` it defaults to the graph's, so the model and its graph agree."""
+    if seq_len is None and graph is not None:
+        seq_len = graph.seq_len
+    m = load_model(model, seq_len=seq_len)
     c = load_cluster(cluster, num_devices)
     tr = training or load_training()
     g = graph or build_graph(m, mbs, tr.graph_source)
-    pr = Problem(m, c, g, CostTable(g, c.hardware), tr, str(model), str(cluster))
+    pr = Problem(m, c, g, CostTable(g, c.hardware, compute=tr.precision.compute), tr, str(model),
+                 str(cluster))
     return pr.with_variants(variants) if variants else pr

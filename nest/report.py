@@ -64,9 +64,11 @@ def summary_markdown(df: pd.DataFrame, figure: str) -> str:
         lines += ["", "NEST has no row in this figure: no gain can be computed."]
     else:
         worse = g[g.min_gain < 1 - 1e-9]
+        compared = int(g.points_both_feasible.sum()) if len(g) else 0
         lines += ["", "A gain below 1 means a baseline beat NEST under the shared evaluator "
                   "(NEST is exact for its space, so only a planner searching outside it can): "
-                  + ("none did." if worse.empty else
+                  + ("no point where NEST and a baseline both fit, so none is compared."
+                     if not compared else "none did." if worse.empty else
                      ", ".join(f"{r.planner} (min {r.min_gain:.3f}x)"
                                for r in worse.itertuples()) + ".")]
     return "\n".join(lines + schedule_check(df) + mfu_check(df)) + "\n"
@@ -83,16 +85,19 @@ def schedule_check(df: pd.DataFrame) -> list[str]:
     sim = df.assign(sim_throughput=df.throughput_samples_per_s * df.time_per_batch_s
                     / df.time_per_batch_simulated_s)
     g = gains(sim, column="sim_throughput")
+    g = g[g.points_both_feasible > 0] if len(g) else g  # no NaN gains ("nanx")
     lines = ["", "## Schedule check: closed form vs simulation", "",
              f"Over the {len(ok)} feasible plans, the evaluator's time per batch is "
              f"{gap.median():+.3%} (median) and at most {gap.max():+.3%} off the discrete-event "
              f"simulation of the same plan (largest: {worst.planner}, {worst.model} on "
              f"{int(worst.num_devices)} devices, p={int(worst.pp)}). The evaluator prices the "
              "pipeline by config/training.yaml's pipeline_time: by default the paper's "
-             "(m + p - 1) x slowest-stage formula, an upper bound, exact for equal stages. Priced "
-             "by the simulation instead, NEST's mean (min) gains would be: "
-             + ", ".join(f"{r.planner} {r.mean_gain:.3f}x ({r.min_gain:.3f}x)"
-                         for r in g.itertuples()) + "."]
+             "(m + p - 1) x slowest-stage formula, an upper bound, exact for equal stages. "
+             + ("Priced by the simulation instead, NEST's mean (min) gains would be: "
+                + ", ".join(f"{r.planner} {r.mean_gain:.3f}x ({r.min_gain:.3f}x)"
+                            for r in g.itertuples()) + "."
+                if len(g) else "No gain over a baseline can be computed by the simulation "
+                "either (no point where NEST and a baseline both fit).")]
     return lines
 
 

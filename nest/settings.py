@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from nest.precision import Precision, precision_from_dict
 from nest.specs import config_dir, read_yaml, validate
 
 # Bytes of optimizer state per parameter: mixed-precision Adam keeps fp32 master weights,
@@ -22,8 +23,9 @@ OPTIMIZER_STEP_BYTES = {"adam": 38, "sgd": 30}
 class TrainingSettings:
     global_batch: int = 4096
     optimizer: str = "adam"
-    weight_bytes_per_param: int = 2
-    grad_bytes_per_param: int = 4
+    # compute dtype, weights, gradients, optimizer states (nest.precision; defaults: Megatron-LM's
+    # --bf16 with fp32 gradient reduction and fp32 Adam states, 18 B per parameter)
+    precision: Precision = Precision()
     schedule: str = "1f1b"
     graph_source: str = "torch_fx"  # how layer graphs are built: torch_fx | closed_form
     # how the evaluator prices the pipeline (nest.evaluate.pipeline_time_s): "paper" (m + p - 1)
@@ -36,14 +38,35 @@ class TrainingSettings:
     # bucket is 40 M parameters, PyTorch DDP's 25 MiB)
     dp_overlap: str = "none"
     dp_bucket_params: int = 40_000_000
+    # the attention kernel (nest.graph.attention): "auto" (the hardware file's
+    # attention_implementation), "flash" or "unfused"; time, memory and recomputation follow it
+    attention: str = "auto"
+    # tensor-parallel communication overlapped with the GEMMs (Transformer Engine userbuffers,
+    # NeMo / Megatron-Bridge `tp_comm_overlap`; sequence-parallel stages; nest.costs.groups)
+    tp_comm_overlap: bool = False
+
+    @property
+    def weight_bytes_per_param(self) -> int:
+        return self.precision.weight_bytes
+
+    @property
+    def grad_bytes_per_param(self) -> int:
+        """The gradient buffer and its collectives (the reduce dtype)."""
+        return self.precision.grad_buffer_bytes
 
     @property
     def optimizer_state_bytes(self) -> int:
-        return OPTIMIZER_STATE_BYTES[self.optimizer]
+        return self.precision.optimizer_state_bytes(self.optimizer)
 
     @property
     def optimizer_step_bytes(self) -> int:
-        return OPTIMIZER_STEP_BYTES[self.optimizer]
+        return self.precision.optimizer_step_bytes(self.optimizer)
+
+    def with_precision(self, overrides: dict | None, where: str = "precision") -> "TrainingSettings":
+        """These settings with a `precision:` mapping (a figure's or a plan's) applied."""
+        if not overrides:
+            return self
+        return replace(self, precision=precision_from_dict(overrides, where, self.precision))
 
     def with_(self, **kw) -> "TrainingSettings":
         return replace(self, **kw)
@@ -53,4 +76,5 @@ def load_training(path=None) -> TrainingSettings:
     path = path or config_dir() / "training.yaml"
     d = read_yaml(path)
     validate(d, "training", str(path))
-    return TrainingSettings(**d)
+    prec = precision_from_dict(d.pop("precision", None), str(path))
+    return TrainingSettings(**d, precision=prec)

@@ -3,8 +3,9 @@
 A plan of the space is chosen by:
   * the sub-graph variant (tp, sp, ep, cp), shared by all stages (one of the model's variants);
   * the number of pipeline stages p and the data-parallel degree d, with p * d * tp*ep*cp <= N
-    (remaining devices stay idle) and d * ep * mbs <= global_batch (no rank without data);
-    micro-batches m = ceil(global_batch / (mbs * d * ep));
+    (remaining devices stay idle) and mbs * d * ep dividing global_batch (every plan processes
+    exactly the global batch, as Megatron-LM requires: `splits_batch`);
+    micro-batches m = global_batch / (mbs * d * ep);
   * contiguous cuts of the layer graph (embedding, blocks, head) into p non-empty stages;
   * per stage, a ZeRO stage and a recomputation mode;
   * a placement of stages and replicas on the hierarchy (nest.plan.place).
@@ -93,15 +94,24 @@ def declare(problem: Problem, overrides: dict | None = None) -> SearchSpace:
     )
 
 
+def splits_batch(problem: Problem, d: int, ep: int) -> bool:
+    """Whether d * ep data-parallel streams of mbs samples split the global batch exactly into
+    whole micro-batches (global_batch = mbs * d * ep * m): otherwise a plan would process more
+    samples than the batch it reports (Megatron-LM refuses such a configuration)."""
+    return problem.training.global_batch % (problem.mbs * d * ep) == 0
+
+
 def pp_dp_options(problem: Problem, space: SearchSpace, v: Variant) -> Iterator[tuple[int, int]]:
-    """(p, d) with p <= layers, p * d * width <= N and every data-parallel rank (d * ep of them)
-    getting at least one micro-batch: d <= global_batch / (mbs * ep)."""
+    """(p, d) with p <= layers, p * d * width <= N and mbs * d * ep dividing the global batch
+    (`splits_batch`: every data-parallel rank gets whole micro-batches and the plan processes
+    exactly the global batch)."""
     n_layers = problem.graph.num_layers
     top = min(n_layers, space.max_pp or n_layers, problem.num_devices // v.width)
     d_batch = problem.training.global_batch // (problem.mbs * v.ep)
     for p in range(1, top + 1):
         for d in range(1, min(problem.num_devices // (p * v.width), d_batch) + 1):
-            yield p, d
+            if splits_batch(problem, d, v.ep):
+                yield p, d
 
 
 def cut_options(num_layers: int, pp: int) -> Iterator[list[tuple[int, int]]]:

@@ -20,8 +20,12 @@ import yaml
 from nest.errors import SpecError
 
 GB = 1e9
+GiB = 2**30
 TFLOP = 1e12
 US = 1e-6
+# size guard: the most devices a problem may use (64x the paper's largest, 1024; a plan's
+# device ids, placements and collective groups are built per device)
+MAX_DEVICES = 65536
 
 SCHEMA_DIR = Path(__file__).parent / "schemas"
 
@@ -61,16 +65,85 @@ def validate(data: object, kind: str, where: str) -> None:
         raise SpecError(f"{where}: key '{_error_path(e)}': {e.message}{more}")
 
 
-def read_yaml(path: Path) -> dict:
+class _Loader(yaml.SafeLoader):
+    """safe_load with two fixes: a key given twice in one mapping is an error (PyYAML silently
+    keeps the last), and `5e1` / `1e9` are numbers as in YAML 1.2 (YAML 1.1 needs `5.0e+1`)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for k, _ in node.value:
+            key = self.construct_object(k, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"unhashable key {key!r}", k.start_mark) from None
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key '{key}' (first at line {seen[key] + 1})",
+                    k.start_mark)
+            seen[key] = k.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+def read_text(path, what: str = "file") -> str:
+    """A text file's contents; a missing file, a folder, an unreadable or binary file is a
+    SpecError naming the path."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise SpecError(f"{path}: is a folder, expected a {what}") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a text file (UTF-8), expected a {what}") from None
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read: {e.strerror or e}") from None
+
+
+def parse_yaml(text: str, where: str):
+    """YAML text -> data (`_Loader`); a syntax error or duplicate key is one SpecError line with
+    the file, line and column."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = " ".join(x for x in (e.context, e.problem) if x)
+        raise SpecError(f"{where}: malformed YAML{at}: {what}") from None
     except yaml.YAMLError as e:
-        raise SpecError(f"{path}: malformed YAML: {e}") from None
+        raise SpecError(f"{where}: malformed YAML: {' '.join(str(e).split())}") from None
+    except RecursionError:
+        raise SpecError(f"{where}: malformed YAML: nested too deeply") from None
+
+
+def read_yaml(path: Path) -> dict:
+    data = parse_yaml(read_text(path, "YAML file"), str(path))
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
+
+
+def write_text_atomic(path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder and a rename, so a
+    reader (or an interrupted run) never sees half a file."""
+    import tempfile
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _resolve(kind_dir: str, name_or_path: str | os.PathLike) -> Path:
@@ -81,7 +154,8 @@ def _resolve(kind_dir: str, name_or_path: str | os.PathLike) -> Path:
     path = config_dir() / kind_dir / f"{s}.yaml"
     if not path.exists():
         known = ", ".join(catalog_names(kind_dir)) or "(none)"
-        raise SpecError(f"unknown {kind_dir[:-1]} '{s}': no file {path}; known: {known}")
+        what = kind_dir if kind_dir == "hardware" else kind_dir[:-1]
+        raise SpecError(f"unknown {what} '{s}': no file {path}; known: {known}")
     return path
 
 
@@ -119,12 +193,48 @@ class ModelSpec:
     causal: bool = True
     tied_embeddings: bool = False
     published_num_params: float | None = None
+    rope_theta: float | None = None  # rotary base (HF rope_theta); None: 10000 where rope is used
+    norm_eps: float | None = None  # LayerNorm / RMSNorm epsilon; None: 1e-5 (Megatron's default)
     parallel_variants: ParallelVariants = field(default_factory=ParallelVariants)
     source_file: str = ""
+    # Architecture features of Hugging Face families (nest.graph.hf_spec); defaults = Llama / GPT.
+    head_size: int = 0  # Q/K/V width per head when not hidden/heads (Gemma-2, Qwen3); 0: h/a
+    qkv_bias: bool = False  # biases on the Q, K, V projections only (Qwen2)
+    qk_norm: bool = False  # RMSNorm over each head's Q and K (Qwen3)
+    sandwich_norm: bool = False  # a norm after attention and after the MLP too (Gemma-2)
+    sliding_window: int = 0  # attention window in tokens of the layers in window_layers
+    window_layers: tuple[int, ...] = ()  # 0-based block indices attending over the window
+    attn_softcap: float = 0.0  # tanh soft-capping of attention scores (Gemma-2), fused on chip
+    final_softcap: float = 0.0  # tanh soft-capping of the logits (Gemma-2)
+    shared_ffn_hidden_size: int = 0  # always-active shared expert(s) of an MoE layer, in total
+    shared_expert_gate: bool = False  # sigmoid gate Linear(h, 1) on the shared expert (Qwen2-MoE)
+    num_dense_layers: int = 0  # the first blocks of an MoE model with a dense MLP (DeepSeek)
+    dense_ffn_hidden_size: int = 0  # their MLP width
+    q_lora_rank: int = 0  # multi-head latent attention (DeepSeek-V2/V3): Q down-projection rank
+    kv_lora_rank: int = 0  # MLA: compressed K/V rank (> 0 turns MLA on)
+    qk_rope_head_dim: int = 0  # MLA: rotary part of each Q/K head (head_size = nope + rope)
+    v_head_dim: int = 0  # MLA: V width per head
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        return self.head_size or self.hidden_size // self.num_heads
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def q_hidden_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    def is_dense_block(self, i: int) -> bool:
+        """Block i (0-based) has a dense MLP (all of them in a dense model)."""
+        return not self.is_moe or i < self.num_dense_layers
+
+    def window_of(self, i: int) -> int:
+        """Attention window of block i in tokens (0: the whole sequence)."""
+        return self.sliding_window if i in self.window_layers and self.sliding_window < \
+            self.seq_len else 0
 
     @property
     def kv_hidden_size(self) -> int:
@@ -155,12 +265,14 @@ def model_from_dict(d: dict, where: str) -> ModelSpec:
     pv = d.pop("parallel_variants", {}) or {}
     d.pop("source", None)
     d.setdefault("num_kv_heads", d["num_heads"])
+    if "window_layers" in d:
+        d["window_layers"] = tuple(d["window_layers"])
     spec = ModelSpec(
         **d,
         parallel_variants=ParallelVariants(**{k: tuple(v) for k, v in pv.items()}),
         source_file=where,
     )
-    if spec.hidden_size % spec.num_heads:
+    if spec.hidden_size % spec.num_heads and not spec.head_size:
         raise SpecError(f"{where}: key 'hidden_size': {spec.hidden_size} is not a multiple of "
                         f"num_heads={spec.num_heads}")
     if spec.num_heads % spec.num_kv_heads:
@@ -179,90 +291,46 @@ def model_from_dict(d: dict, where: str) -> ModelSpec:
     return spec
 
 
-def load_model(name_or_path: str | os.PathLike) -> ModelSpec:
-    """A catalog name, a model YAML, or a Hugging Face config.json (Llama, Mistral, Mixtral,
-    GPT-2, BERT families; model_spec_from_hf_config below)."""
+def load_model(name_or_path: str | os.PathLike, seq_len: int | None = None) -> ModelSpec:
+    """A catalog name, a model YAML, or a Hugging Face config.json (nest.graph.hf_spec: Llama,
+    Mistral, Mixtral, Qwen2/2.5/3, Qwen2-MoE/Qwen3-MoE, Gemma-2, Phi-3, DeepSeek-V2/V3, GPT-2,
+    BERT). `seq_len` replaces the file's sequence length (a figure's `seq_len`, `--seq-len`); a
+    config.json has none of its own and warns when it is not given."""
     if str(name_or_path).endswith(".json"):
-        return model_spec_from_hf_config(name_or_path)
+        return model_spec_from_hf_config(name_or_path, seq_len=seq_len)
     path = _resolve("models", name_or_path)
-    return model_from_dict(read_yaml(path), str(path))
+    d = read_yaml(path)
+    if seq_len is not None:
+        d = {**d, "seq_len": seq_len}
+    return model_from_dict(d, str(path))
 
 
 # --------------------------------------------------------------------------------------------
-# Model from a Hugging Face config.json
+# Model from a Hugging Face config.json: nest.graph.hf_spec (imported lazily; re-exported here)
 # --------------------------------------------------------------------------------------------
-
-# Supported `model_type`s: llama, mistral (Llama family), mixtral (MoE), gpt2 (GPT family), bert.
-# A config that our compact modules cannot represent exactly (biases in a Llama, a head_dim other
-# than hidden/heads, another activation) is refused with the file and key, never approximated.
-# nest.graph.hf_config exports the transformers module itself (torch.export) as a cross-check.
-
-_HF_FAMILY = {"llama": "llama", "mistral": "llama", "mixtral": "mixtral", "gpt2": "gpt",
-              "bert": "bert"}
 
 
 def load_hf_config(path: str | os.PathLike) -> dict:
     try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise SpecError(f"{path}: file not found") from None
+        cfg = json.loads(read_text(path, "Hugging Face config.json"))
     except json.JSONDecodeError as e:
         raise SpecError(f"{path}: malformed JSON: {e}") from None
+    except RecursionError:
+        raise SpecError(f"{path}: malformed JSON: nested too deeply") from None
+    if not isinstance(cfg, dict):
+        raise SpecError(f"{path}: expected an object at the top level, got {type(cfg).__name__}")
+    return cfg
 
 
-def _hf_name(cfg: dict, where: str) -> str:
-    raw = cfg.get("_name_or_path") or Path(where).stem
-    return re.sub(r"[^a-z0-9_]+", "_", str(raw).lower().rsplit("/", 1)[-1]).strip("_") or "hf_model"
+def model_spec_from_hf_config(config: dict | str | os.PathLike, **kw) -> ModelSpec:
+    """nest.graph.hf_spec.model_spec_from_hf_config (see there)."""
+    from nest.graph.hf_spec import model_spec_from_hf_config as from_hf
 
-
-def _hf_require(cfg: dict, key: str, ok, where: str, what: str) -> None:
-    if key in cfg and cfg[key] is not None and not ok(cfg[key]):
-        raise SpecError(f"{where}: key '{key}': {cfg[key]!r} is not supported ({what})")
-
-
-def model_spec_from_hf_config(config: dict | str | os.PathLike, *, name: str | None = None,
-                              seq_len: int | None = None,
-                              parallel_variants: dict | None = None) -> ModelSpec:
-    """A HF config (dict or path to config.json) as our ModelSpec (validated like a catalog YAML).
-
-    seq_len defaults to max_position_embeddings (n_positions for gpt2)."""
-    where = "<config dict>" if isinstance(config, dict) else str(config)
-    cfg = config if isinstance(config, dict) else load_hf_config(config)
-    mtype = cfg.get("model_type")
-    if mtype not in _HF_FAMILY:
-        raise SpecError(f"{where}: key 'model_type': {mtype!r} is not supported "
-                        f"(known: {', '.join(sorted(_HF_FAMILY))})")
-    family = _HF_FAMILY[mtype]
-    if family == "gpt":
-        h = cfg["n_embd"]
-        d = dict(num_layers=cfg["n_layer"], hidden_size=h, num_heads=cfg["n_head"],
-                 ffn_hidden_size=cfg.get("n_inner") or 4 * h, ffn_type="gelu",
-                 seq_len=seq_len or cfg["n_positions"],
-                 tied_embeddings=cfg.get("tie_word_embeddings", True))
-    else:
-        d = dict(num_layers=cfg["num_hidden_layers"], hidden_size=cfg["hidden_size"],
-                 num_heads=cfg["num_attention_heads"],
-                 num_kv_heads=cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
-                 ffn_hidden_size=cfg["intermediate_size"],
-                 ffn_type="gelu" if family == "bert" else "swiglu",
-                 seq_len=seq_len or cfg["max_position_embeddings"],
-                 tied_embeddings=cfg.get("tie_word_embeddings", family == "bert"))
-    if family in ("llama", "mixtral"):
-        _hf_require(cfg, "attention_bias", lambda v: not v, where, "our Llama has no biases")
-        _hf_require(cfg, "mlp_bias", lambda v: not v, where, "our Llama has no biases")
-        _hf_require(cfg, "hidden_act", lambda v: v == "silu", where, "SwiGLU needs silu")
-        _hf_require(cfg, "head_dim", lambda v: v == d["hidden_size"] // d["num_heads"], where,
-                 "head_dim must be hidden_size / num_attention_heads")
-    if family == "bert":
-        _hf_require(cfg, "type_vocab_size", lambda v: v == 2, where, "BERT with 2 token types")
-        _hf_require(cfg, "hidden_act", lambda v: str(v).startswith("gelu"), where, "GELU MLP")
-    if family == "mixtral":
-        d.update(num_experts=cfg["num_local_experts"], top_k=cfg["num_experts_per_tok"])
-    d.update(name=name or _hf_name(cfg, where), family=family, vocab_size=cfg["vocab_size"],
-             causal=family != "bert")
-    if parallel_variants:
-        d["parallel_variants"] = parallel_variants
-    return model_from_dict(d, where)
+    try:
+        return from_hf(config, **kw)
+    except KeyError as e:  # a key the config's family needs (e.g. a llama's intermediate_size)
+        where = "<config dict>" if isinstance(config, dict) else str(config)
+        raise SpecError(f"{where}: key {e}: missing; this model_type needs it") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -281,10 +349,21 @@ class HardwareSpec:
     attention_efficiency: float = 0.5
     memory_efficiency: float = 0.85
     kernel_overhead_s: float = 0.0
-    memory_overhead_bytes: float = 0.0  # framework: runtime context, comm buffers, workspace
-    memory_fragmentation: float = 0.0  # allocator slack as a fraction of what is allocated
+    # the framework's reserve (YAML framework_reserve_GB): CUDA context, NCCL / cuBLAS buffers
+    memory_overhead_bytes: float = 0.0
+    # allocator slack as a fraction of what is allocated (YAML allocator_fragmentation)
+    memory_fragmentation: float = 0.0
     source: str = ""
     profile_dir: str | None = None  # measured operator profiles (nest.costs.profiled), if any
+    peak_fp8_flops_per_s: float = 0.0  # dense FP8 tensor-core peak; 0: no FP8 (nest.precision)
+    hbm_source: str = ""  # where the usable HBM bytes come from (device query or datasheet)
+    # how training code of this hardware's generation runs attention by default (nest.graph.
+    # attention): "flash" (fused kernel) | "unfused" (scores materialised, Megatron-LM 2021-22)
+    attention_implementation: str = "flash"
+    # eager PyTorch's host time per operator call, forward and backward (nest.profiling.host):
+    # the floor under a host-bound layer's time (nest.costs.table.layer_times); 0: none
+    host_fwd_s_per_op: float = 0.0
+    host_bwd_s_per_op: float = 0.0
 
 
 def _profile_dir(name: str, where: str) -> str:
@@ -298,22 +377,38 @@ def _profile_dir(name: str, where: str) -> str:
                     f"profiles/{name}/matmul.csv beside {config_dir()})")
 
 
+def hbm_bytes_of(d: dict, where: str) -> float:
+    """Usable HBM from exactly one of hbm_bytes (a device query: torch.cuda's total_memory),
+    hbm_GiB (nvidia-smi's MiB / 1024, or a datasheet's binary GB) or hbm_GB (decimal)."""
+    given = [k for k in ("hbm_bytes", "hbm_GiB", "hbm_GB") if k in d]
+    if len(given) != 1:
+        raise SpecError(f"{where}: key 'hbm_bytes': give exactly one of hbm_bytes, hbm_GiB, "
+                        f"hbm_GB (got {given or 'none'})")
+    k = given[0]
+    return float(d[k]) * {"hbm_bytes": 1.0, "hbm_GiB": GiB, "hbm_GB": GB}[k]
+
+
 def hardware_from_dict(d: dict, where: str) -> HardwareSpec:
     validate(d, "hardware", where)
     return HardwareSpec(
         name=d["name"],
         peak_flops_per_s=d["peak_flops_TFLOPs"] * TFLOP,
-        hbm_bytes=d["hbm_GB"] * GB,
+        hbm_bytes=hbm_bytes_of(d, where),
         hbm_bytes_per_s=d["hbm_bandwidth_GBps"] * GB,
         matmul_efficiency=d.get("matmul_efficiency", 0.75),
         matmul_half_efficiency_flops=d.get("matmul_half_efficiency_GFLOP", 0.0) * 1e9,
         attention_efficiency=d.get("attention_efficiency", 0.5),
         memory_efficiency=d.get("memory_efficiency", 0.85),
         kernel_overhead_s=d.get("kernel_overhead_us", 0.0) * US,
-        memory_overhead_bytes=d.get("memory_overhead_GB", 0.0) * GB,
-        memory_fragmentation=d.get("memory_fragmentation", 0.0),
+        memory_overhead_bytes=d.get("framework_reserve_GB", 0.0) * GB,
+        memory_fragmentation=d.get("allocator_fragmentation", 0.0),
         source=d["source"],
         profile_dir=_profile_dir(d["profile"], where) if d.get("profile") else None,
+        peak_fp8_flops_per_s=d.get("peak_fp8_TFLOPs", 0.0) * TFLOP,
+        hbm_source=d.get("hbm_source", ""),
+        attention_implementation=d.get("attention_implementation", "flash"),
+        host_fwd_s_per_op=d.get("host_fwd_us_per_op", 0.0) * US,
+        host_bwd_s_per_op=d.get("host_bwd_us_per_op", 0.0) * US,
     )
 
 
@@ -380,16 +475,26 @@ def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSp
     sizes = tuple(d.get("sizes", ()))
     n = num_devices if num_devices is not None else (sizes[-1] if sizes else levels[-1].devices_per_group)
     top = levels[-1].devices_per_group
-    if n < 1 or n > top:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise SpecError(f"{where}: num_devices={n!r}: expected a positive number of devices")
+    if n > top:
         raise SpecError(f"{where}: num_devices={n} does not fit: the cluster's top level "
                         f"'{levels[-1].name}' holds at most {top} devices")
+    if n > MAX_DEVICES:
+        raise SpecError(f"{where}: num_devices={n} exceeds the harness's limit of {MAX_DEVICES} "
+                        f"devices (placements and collective groups are built per device; "
+                        f"nest.specs.MAX_DEVICES)")
     inner = levels[0].devices_per_group
     if n > inner and n % inner:
         raise SpecError(f"{where}: num_devices={n} must be a multiple of {inner} (devices per "
                         f"'{levels[0].name}') when it spans more than one")
+    try:
+        hardware = load_hardware(d["hardware"])
+    except SpecError as e:
+        raise SpecError(f"{where}: key 'hardware': {e}") from None
     return ClusterSpec(
         name=d["name"],
-        hardware=load_hardware(d["hardware"]),
+        hardware=hardware,
         levels=levels,
         num_devices=n,
         sizes=sizes,
@@ -399,9 +504,4 @@ def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSp
 
 def load_cluster(name_or_path: str | os.PathLike, num_devices: int | None = None) -> ClusterSpec:
     path = _resolve("clusters", name_or_path)
-    try:
-        return cluster_from_dict(read_yaml(path), str(path), num_devices)
-    except SpecError as e:
-        if "unknown hardware" in str(e):
-            raise SpecError(f"{path}: key 'hardware': {e}") from None
-        raise
+    return cluster_from_dict(read_yaml(path), str(path), num_devices)

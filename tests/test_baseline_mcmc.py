@@ -90,8 +90,9 @@ def classify(chain, s: State, t: State) -> str:
     changed = {f for f in ("vi", "p", "d", "pl", "bounds", "zero", "rec")
                if getattr(s, f) != getattr(t, f)}
     w = chain.space.variants
-    rescaled = max(1, min(chain.dmax(t.vi, t.p), s.p * s.d * w[s.vi].width
-                          // (t.p * w[t.vi].width)))
+    rescaled = chain.fit_d(t.vi, max(1, min(chain.dmax(t.vi, t.p), s.p * s.d * w[s.vi].width
+                                            // (t.p * w[t.vi].width))))
+    assert chain.ok_d(t.vi, t.d)  # every state splits the global batch exactly
     if changed == {"bounds"}:
         diff = [(a, b) for a, b in zip(s.bounds, t.bounds) if a != b]
         assert len(diff) == 1 and abs(diff[0][0] - diff[0][1]) == 1

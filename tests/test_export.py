@@ -35,7 +35,9 @@ def test_korthikanti_example_exports_megatrons_own_arguments():
     assert "--pipeline-model-parallel-layout" not in a and "--use-tp-pp-dp-mapping" not in a
     assert exp.world_size == 64 and exp.identity_placement() and not exp.warnings
     assert exp.time_per_batch_s == evaluate(plan, pr).time_per_batch_s
-    assert exp.command().startswith("torchrun --nnodes 8 --nproc-per-node 8")
+    assert "torchrun --nnodes 8 --nproc-per-node 8 " in exp.command()
+    assert exp.env == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}  # tp > 1 on Ampere: asserted
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in exp.command()
 
 
 def test_rank_orders_by_hand():
@@ -211,3 +213,229 @@ def test_heterogeneous_plan_without_a_runnable_projection_is_a_plan_error(tmp_pa
     with pytest.raises(PlanError, match=r"plan 'h' for tiny_gpt .*no uniform projection.*"
                                         r"out of memory"):
         to_megatron(plan, pr)
+
+
+# ---------------------------------------------------------------------------------------------
+# Megatron-LM's own rules (megatron/training/arguments.py validate_args, read at d98e8a64) and
+# megatron-core's RankGenerator (the `megatron-core` package, dev extra)
+# ---------------------------------------------------------------------------------------------
+
+def _plan_in(order, tp, cp, ep, dp, pp):
+    """A bare uniform plan laid out in `order` (rank = device id under that order)."""
+    from nest.placement import stage_device_ids
+    from nest.plan import Plan, Stage
+
+    ids = stage_device_ids(pp, dp, tp, cp, ep, order)
+    stages = tuple(Stage(j, j, dp * tp * cp * ep, ids[j]) for j in range(pp))
+    return Plan("t", "m", "c", pp * dp * tp * cp * ep, 1, dp * ep, 1, tp, pp, dp, ep, cp, False,
+                stages, placement=order)
+
+
+def _core_groups(order, tp, cp, ep, dp, pp):
+    """The groups megatron-core's initialize_model_parallel builds, from its own RankGenerator:
+    the dense generator (ep 1, dp = world / (tp cp pp)) and the expert one on the separate
+    (expert-tp = tp, ep, expert-dp = world / (tp ep pp), pp) grid with cp 1, same order."""
+    ps = pytest.importorskip("megatron.core.parallel_state")
+    world = tp * cp * ep * dp * pp
+    dense = ps.RankGenerator(tp=tp, ep=1, dp=world // (tp * cp * pp), pp=pp, cp=cp, order=order)
+    expert = ps.RankGenerator(tp=tp, ep=ep, dp=world // (tp * ep * pp), pp=pp, cp=1, order=order)
+    out = {k: dense.get_ranks(t) for k, t in (("tp", "tp"), ("cp", "cp"), ("dp", "dp"),
+                                               ("dp_cp", "dp-cp"), ("pp", "pp"))}
+    out.update({k: expert.get_ranks(t) for k, t in (("ep", "ep"), ("expert_tp", "tp"),
+                                                      ("expert_dp", "dp"))})
+    return out
+
+
+DEGREES = [(tp, cp, ep, dp, pp) for tp in (1, 2) for cp in (1, 2) for ep in (1, 2, 4)
+           for dp in (1, 2) for pp in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("cli_order", ["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"])
+def test_rank_maps_agree_with_megatron_cores_rank_generator(cli_order):
+    """For every order the exporter launches with (Megatron-LM's two CLI orders) and every plan
+    order the launcher expresses, over tp, cp, ep, dp, pp grids: the groups megatron-core's own
+    RankGenerator builds, mapped through the export's rank map, are the groups the harness
+    prices; with cp > 1 and ep > 1 they never are (expert grid folds ep over cp), which is why
+    the export projects such plans (test_placement_orders)."""
+    from nest.export import _rank_map
+    from nest.placement import expressible, harness_groups, launcher_orders
+
+    cases = 0
+    for tp, cp, ep, dp, pp in DEGREES:
+        if not (cli_order.endswith("pp") or pp == 1 or cp == ep):
+            continue  # initialize_model_parallel asserts this itself
+        if not expressible(tp, cp, ep, dp, pp, cli_order):
+            assert cp > 1 and ep > 1
+            plan = _plan_in(cli_order, tp, cp, ep, dp, pp)
+            ours = harness_groups([s.device_ids for s in plan.stages], tp, cp, ep, dp)
+            assert _core_groups(cli_order, tp, cp, ep, dp, pp)["ep"] != [sorted(g) for g in
+                                                                       ours["ep"]]
+            assert {frozenset(g) for g in _core_groups(cli_order, tp, cp, ep, dp, pp)["ep"]} \
+                != ours["ep"]
+            continue
+        core = _core_groups(cli_order, tp, cp, ep, dp, pp)
+        for plan_order in launcher_orders(tp, cp, ep, dp, pp):
+            plan = _plan_in(plan_order, tp, cp, ep, dp, pp)
+            rmap = _rank_map(plan, cli_order, 8)
+            dev = {r["rank"]: r["device"] for r in rmap}
+            ours = harness_groups([s.device_ids for s in plan.stages], tp, cp, ep, dp)
+            for kind, groups in core.items():
+                assert {frozenset(dev[r] for r in g) for g in groups} == ours[kind], (
+                    kind, plan_order, (tp, cp, ep, dp, pp))
+            cases += 1
+    assert cases > 50
+
+
+def test_nest_placement_megatron_groups_is_megatron_cores():
+    """nest.placement.megatron_groups (what check_against_plan compares) == RankGenerator's, for
+    every order initialize_model_parallel accepts."""
+    from nest.placement import all_orders, megatron_groups
+
+    n = 0
+    for tp, cp, ep, dp, pp in DEGREES[::3]:
+        for order in all_orders():
+            if not (order.endswith("pp") or pp == 1 or cp == ep):
+                continue
+            core = _core_groups(order, tp, cp, ep, dp, pp)
+            ours = megatron_groups(tp, cp, ep, dp, pp, order)
+            for kind, groups in core.items():
+                assert {frozenset(g) for g in groups} == ours[kind], (kind, order)
+            n += 1
+    assert n > 500
+
+
+@pytest.mark.parametrize("tp,cp,ep", [(1, 2, 2), (2, 2, 2), (1, 2, 4)])
+def test_exported_rank_map_with_ep_and_cp_is_megatron_cores(tp, cp, ep):
+    """End to end, ep > 1 and cp > 1 on 8-GPU nodes: the export projects onto a plan Megatron-LM
+    runs, and megatron-core's RankGenerator groups for its order, through its rank map, are
+    exactly the exported plan's priced groups."""
+    from nest.placement import harness_groups
+
+    pr = make_problem("tiny_moe", "dgx_a100", 16)
+    L = pr.graph.num_layers
+    plan = make_plan(pr, "h", Variant(tp, False, ep, cp), 1, 16 // (tp * cp * ep), [(0, L - 1)],
+                     [0], ["none"], "replica_major")
+    exp = to_megatron(plan, pr)
+    out = exp.plan
+    assert out.cp == 1 or out.ep == 1
+    assert any("expert-dp, pp) grid" in w for w in exp.warnings)
+    dev = {r["rank"]: r["device"] for r in exp.rank_map}
+    ours = harness_groups([s.device_ids for s in out.stages[:out.pp]], out.tp, out.cp, out.ep,
+                          out.dp)
+    for kind, groups in _core_groups(exp.order, out.tp, out.cp, out.ep, out.dp, out.pp).items():
+        assert {frozenset(dev[r] for r in g) for g in groups} == ours[kind], kind
+
+
+def test_zero3_exports_megatron_fsdp_with_its_checkpoint_format_and_environment():
+    pr = make_problem("tiny_gpt", "tiny_cluster", 8)
+    L = pr.graph.num_layers
+    plan = make_plan(pr, "h", Variant(2), 2, 2, [(0, 2), (3, L - 1)], [3, 3], ["none", "none"],
+                     "replica_major")
+    exp = to_megatron(plan, pr)
+    a = exp.args
+    assert "--use-custom-fsdp" not in a and "--use-megatron-fsdp" in a
+    assert _flag(a, "--data-parallel-sharding-strategy") == "optim_grads_params"
+    assert _flag(a, "--ckpt-format") == "fsdp_dtensor"  # Megatron-FSDP asserts it
+    assert exp.env == {}  # FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 ...
+    assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in exp.command()  # ... so the launch clears it
+    z2 = to_megatron(plan.with_(stages=tuple(s.__class__(**{**s.__dict__, "zero_stage": 2})
+                                             for s in plan.stages)), pr)
+    assert _flag(z2.args, "--data-parallel-sharding-strategy") == "optim_grads"
+
+
+def test_uneven_interleaving_emits_the_layout_alone_and_indivisible_layers_get_a_layout():
+    """Megatron rejects --num-virtual-stages-per-pipeline-rank beside a layout, and a split
+    without a layout when pp x v does not divide the blocks."""
+    from nest.export import _pipeline_args
+    from nest.plan_spec import block_cuts
+
+    pr = make_problem("tiny_gpt", "tiny_cluster", 8)  # 4 blocks
+    L = pr.graph.num_layers
+    base = make_plan(pr, "h", Variant(), 2, 1, [(0, 2), (3, L - 1)], [0] * 2, ["none"] * 2,
+                     "replica_major")
+
+    def chunks(cuts):
+        from nest.plan import Stage
+
+        return base.with_(schedule="interleaved", virtual_stages=2, stages=tuple(
+            Stage(a, b, 1, base.stages[j % 2].device_ids) for j, (a, b) in enumerate(cuts)))
+
+    assert _pipeline_args(chunks([(0, 1), (2, 2), (3, 3), (4, L - 1)]), L - 2, L) == [
+        "--num-virtual-stages-per-pipeline-rank", "2"]
+    assert _pipeline_args(chunks([(0, 2), (3, 3), (4, 4), (5, L - 1)]), L - 2, L) == [
+        "--pipeline-model-parallel-layout", "Et*2|t|t|L"]
+    # 4 blocks on 3 stages: block_cuts' split (2, 1, 1) is not Megatron's default (it rejects 4/3)
+    three = make_plan(pr, "h", Variant(), 3, 1, block_cuts(4, 3), [0] * 3, ["none"] * 3,
+                      "replica_major")
+    assert _pipeline_args(three, L - 2, L) == ["--pipeline-model-parallel-layout",
+                                               "Et*2|t|tL"]
+
+
+def test_launch_starts_exactly_the_plans_ranks():
+    """3 ranks on 2-GPU nodes: two torchrun agents of 2 and 1 processes (never 4)."""
+    from nest.export_launch import node_runs, torchrun_script
+
+    rmap = [{"rank": r, "node": r // 2, "local_rank": r % 2, "device": r} for r in range(3)]
+    assert [len(x) for _, x in node_runs(rmap)] == [2, 1]
+    text = torchrun_script(["--a", "1"], "pretrain_gpt.py", {}, rmap, 2)
+    assert "NPROC=(2 1)" in text and "--nnodes 2 --nproc-per-node ${NPROC[$NODE_RANK]}" in text
+    assert "CUDA_VISIBLE_DEVICES" not in text
+    swapped = [dict(r, local_rank=1 - r["local_rank"]) if r["node"] == 0 else r for r in rmap]
+    assert 'VISIBLE=("1,0" "0")' in torchrun_script([], "x.py", {}, swapped, 2)
+
+
+def test_63_ranks_on_8_gpu_nodes_are_63_processes():
+    pr = make_problem("llama2_7b", "dgx_a100", 64)
+    from nest.plan_spec import block_cuts
+
+    plan = make_plan(pr, "h", Variant(), 7, 9, block_cuts(32, 7), [1] * 7, ["full"] * 7,
+                     "replica_major")
+    exp = to_megatron(plan, pr)
+    assert exp.world_size == 63 and exp.num_agents == 8
+    c = exp.command()
+    assert "NPROC=(8 8 8 8 8 8 8 7)" in c and "--nnodes 8 " in c
+    assert "--pipeline-model-parallel-layout" in exp.args  # 32 blocks on 7 stages
+    assert "--num-virtual-stages-per-pipeline-rank" not in exp.args
+    assert "#SBATCH --nodes=8" in exp.slurm()
+
+
+@pytest.mark.parametrize("model,rope,eps", [("llama3_70b", "500000", "1e-05"),
+                                            ("mixtral_8x7b", "1000000", "1e-05"),
+                                            ("tiny_llama", "10000", "1e-05")])
+def test_numerics_changing_model_arguments_come_from_the_spec(model, rope, eps):
+    from nest.export import _model_args
+    from nest.specs import load_model
+
+    m = load_model(model)
+    a = _model_args(m, [])
+    assert _flag(a, "--rotary-base") == rope and _flag(a, "--norm-epsilon") == eps
+    assert _flag(a, "--position-embedding-type") == "rope" and _flag(a, "--normalization") == \
+        "RMSNorm"
+    assert "--swiglu" in a and "--disable-bias-linear" in a
+    assert "--untie-embeddings-and-output-weights" in a
+    if m.num_kv_heads != m.num_heads:
+        assert _flag(a, "--num-query-groups") == str(m.num_kv_heads)
+
+
+def test_bert_runs_megatrons_examples_bert_entry_point():
+    pr = make_problem("bert_large", "dgx_a100", 8)
+    L = pr.graph.num_layers
+    plan = make_plan(pr, "h", Variant(), 1, 8, [(0, L - 1)], [0], ["none"], "replica_major")
+    exp = to_megatron(plan, pr)
+    assert exp.script == "examples/bert/pretrain_bert.py"
+    assert _flag(exp.args, "--norm-epsilon") == "1e-12"
+    assert _flag(exp.args, "--position-embedding-type") == "learned_absolute"
+    assert "--bert-no-binary-head" in exp.args and exp.env == {}
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("MEGATRON_LM"),
+                    reason="MEGATRON_LM (a Megatron-LM checkout) not set")
+def test_examples_pass_megatron_lms_own_validation():
+    """scripts/check_megatron_args.py on examples/: Megatron-LM's parse_args, validate_args and
+    TransformerConfig (needs a checkout in MEGATRON_LM and triton importable)."""
+    import os
+
+    r = subprocess.run([sys.executable, "scripts/check_megatron_args.py", "--megatron-lm",
+                        os.environ["MEGATRON_LM"], *map(str, sorted(EXAMPLES.glob("*.yaml")))],
+                       capture_output=True, text=True, cwd=EXAMPLES.parent)
+    assert r.returncode == 0, r.stdout + r.stderr

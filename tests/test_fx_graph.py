@@ -176,7 +176,8 @@ def test_json_round_trip_and_deterministic(tmp_path):
 
 
 def test_hf_config_gives_the_builtin_graph():
-    spec = model_spec_from_hf_config(HF_TINY_LLAMA)
+    spec = model_spec_from_hf_config(HF_TINY_LLAMA, seq_len=256, parallel_variants={
+        "tp": [1], "sp": [False], "ep": [1], "cp": [1]})
     builtin = load_model("tiny_llama")
     assert spec.name == "tiny_llama_hf"
     a, b = fx.build_layer_graph_fx(spec).to_dict(), fx.build_layer_graph_fx(builtin).to_dict()
@@ -188,8 +189,8 @@ def test_hf_transformers_block_exported_on_meta():
     pytest.importorskip("transformers")
     from nest.graph.hf_config import trace_hf_block
 
-    spec = model_spec_from_hf_config(HF_TINY_LLAMA)
-    tr = trace_hf_block(HF_TINY_LLAMA)
+    spec = model_spec_from_hf_config(HF_TINY_LLAMA, seq_len=256)
+    tr = trace_hf_block(HF_TINY_LLAMA, seq_len=256)
     ours = _block(spec)
     assert tr.num_params == ours.params
     assert tr.fwd_flops == ours.fwd_flops  # causal attention halved on both sides

@@ -178,5 +178,9 @@ def test_artifact_manual_rows_agree_with_the_manual_baseline(model, cluster, n):
     # config/paper/manual_configs.yaml was transcribed separately (REFERENCE.md section 1)
     pr = make_problem(model, cluster, n)
     a, b = run_planner("manual", pr), run_planner("paper_manual", pr)
+    if a.plan is None:  # Manual's 80/3/1 does not split the global batch of 4096 (issue 15)
+        why = "global batch 4096 is not a multiple of mbs x dp x ep = 3"
+        assert why in a.reason and not b.evaluation.feasible and why in b.evaluation.reason
+        return
     assert a.plan.stages == b.plan.stages
     assert a.evaluation.time_per_batch_s == b.evaluation.time_per_batch_s

@@ -92,6 +92,8 @@ def group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
         for k, x in rows[id(c)]:
             x_LK[li, k] += x
     fwd_K = np.array(fwd, dtype=bool)
+    if problem.training.tp_comm_overlap and v.sp and v.tp > 1:
+        x_LK = tp_overlapped(x_LK, fwd_K, np.array([n.startswith("tp_") for n in names]), lt)
     full_R = np.array([r == "full" for r in lt.modes])
     total_L = x_LK.sum(axis=1)
     fwd_L = x_LK[:, fwd_K].sum(axis=1) if K else np.zeros(L)
@@ -101,6 +103,22 @@ def group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
     lt.group_cache[key] = out
     if len(lt.group_cache) > GROUP_CACHE_ENTRIES:
         lt.group_cache.popitem(last=False)
+    return out
+
+
+def tp_overlapped(x_LK: np.ndarray, fwd_K: np.ndarray, tp_K: np.ndarray, lt: LayerTable):
+    """Tensor-parallel communication overlapped with the GEMMs it feeds and follows (Transformer
+    Engine's userbuffers, `tp_comm_overlap`; Wang et al. 2023, "Overlap communication with
+    dependent computation via decomposition"): the all-gathers and reduce-scatters of the
+    sequence-parallel linears run in chunks under their GEMMs, so per layer and phase only what
+    exceeds the layer's GEMM time stays exposed: each tp term of the phase is scaled by
+    max(0, tp - gemm) / tp. (The chunks' pipeline fill is not charged.)"""
+    out = x_LK.copy()
+    for phase_K, gemm_L in ((tp_K & fwd_K, lt.gemm_fwd_L), (tp_K & ~fwd_K, lt.gemm_bwd_L)):
+        comm_L = x_LK[:, phase_K].sum(axis=1)
+        keep_L = np.where(comm_L > 0, np.maximum(comm_L - gemm_L, 0.0) / np.where(
+            comm_L > 0, comm_L, 1.0), 1.0)
+        out[:, phase_K] *= keep_L[:, None]
     return out
 
 

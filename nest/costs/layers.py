@@ -40,6 +40,9 @@ class LayerTable:
     act_LLR: np.ndarray = None
     work_LLR: np.ndarray = None
     maxpar_LL: np.ndarray = None
+    fp8_LL: np.ndarray = None  # parameters of the stage's FP8 GEMMs (its blocks; nest.precision)
+    gemm_fwd_L: np.ndarray = None  # the GEMMs' part of fwd_L / bwd_L (tensor-parallel overlap)
+    gemm_bwd_L: np.ndarray = None
     cum: dict = field(default_factory=dict)  # prefix sums for one-cell breakdowns
     group_cache: OrderedDict = field(default_factory=OrderedDict)
 
@@ -80,6 +83,13 @@ def layer_table(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
     lt.act_LLR = range_sum(lt.act_LR)
     lt.work_LLR = range_max(lt.work_LR)
     lt.maxpar_LL = range_max(lt.dense_L + lt.expert_L)
+    # Transformer Engine runs the blocks' linear layers in FP8 (nest.precision.FP8_GEMMS); the
+    # embedding and the LM head stay BF16. A block's norm and router weights (2h + h E) are
+    # counted with them: < 0.1% of a block.
+    lt.fp8_LL = range_sum(np.array([(c.dense_params + c.expert_params) * (la.kind == "block")
+                                    for c, la in zip(costs, g.layers)]))
+    lt.gemm_fwd_L = np.array([t.gemm_fwd_s for t in times])
+    lt.gemm_bwd_L = np.array([t.gemm_bwd_s for t in times])
     for name in ("fwd_L", "bwd_L", "rec_LR"):
         lt.cum[name] = prefix(getattr(lt, name))
     cache[key] = lt

@@ -3,12 +3,21 @@
 Peak memory of a stage (Rajbhandari et al. 2020 for the ZeRO sharding; Narayanan et al. 2021a
 for the 1F1B stash; Korthikanti et al. 2022 for activations and recomputation):
     weights            w * P / shards(z >= 3)         w bytes per parameter (BF16: 2)
-    gradients          g * P / shards(z >= 2)         g bytes per parameter (FP32: 4)
-    optimizer_states   o * P / shards(z >= 1)         Adam: 12 (FP32 master copy + two moments)
+    gradients          g * P / shards(z >= 2)         g: the gradient buffer's (reduce) dtype
+                       + c * P / shards(z >= 1)       c: the optimizer's fp32 copy of its shard
+                                                      when the buffer is BF16 (else 0)
+    optimizer_states   o * P / shards(z >= 1)         master + moments; Adam FP32: 12
+    fp8_weights        f * P8 (z < 3)                 FP8: Transformer Engine's cached FP8 weight
+                                                      + transpose of the P8 FP8-GEMM parameters
     activations        stash * act                    micro-batches held at the peak
-    working            max layer (act(none) - act(r)) + (z == 3: one layer's gathered weights)
+    working            max layer (act(none) - act(r)) + (z == 3: one layer's gathered weights
+                                                        and their FP8 cache)
     allocated          the sum of the above
-    peak               allocated * (1 + fragmentation) + framework overhead   (hardware file)
+    peak               allocated * (1 + fragmentation) + framework reserve    (hardware file)
+w, g, c, o, f follow the training's precision (nest.precision); with the defaults (BF16 weights,
+FP32 gradients and Adam states) weights + gradients + optimizer_states are Megatron-LM's
+18 B per parameter, 6 + 12 / d with the distributed optimizer (z = 1;
+megatron/training/theoretical_memory_usage.py, num_bytes_per_parameter).
 P splits into dense and expert parameters: dense weights are replicated over the dp, ep and cp
 ranks of a stage, experts over the dp and cp ranks (`shard_sizes`). Every function broadcasts over
 NumPy arrays, so the solver's [b, a, z, r] tables and the evaluator's one stage are the same
@@ -37,19 +46,29 @@ def per_device(p_dense, p_expert, dp: int, ep: int, cp: int, sharded):
     return np.where(sharded, p_dense / n_dense + p_expert / n_exp, p_dense + p_expert)
 
 
-def state_bytes(p_dense, p_expert, dp: int, ep: int, cp: int, z: int, training) -> dict:
-    """Weights, gradients and optimizer states per device under ZeRO stage z."""
+def state_bytes(p_dense, p_expert, dp: int, ep: int, cp: int, z: int, training,
+                p_fp8=0.0) -> dict:
+    """Weights, gradients and optimizer states per device under ZeRO stage z; p_fp8: the
+    stage's parameters in FP8 GEMMs per device (nest.costs.layers, LayerTable.fp8_LL), whose
+    FP8 weight cache counts under FP8 compute (the key is present only then)."""
     def sh(on: bool):
         return per_device(p_dense, p_expert, dp, ep, cp, on)
 
-    return {"weights": training.weight_bytes_per_param * sh(z >= 3),
-            "gradients": training.grad_bytes_per_param * sh(z >= 2),
-            "optimizer_states": training.optimizer_state_bytes * sh(z >= 1)}
+    pr = training.precision
+    out = {"weights": training.weight_bytes_per_param * sh(z >= 3),
+           "gradients": training.grad_bytes_per_param * sh(z >= 2)
+           + pr.main_grad_copy_bytes * sh(z >= 1),
+           "optimizer_states": training.optimizer_state_bytes * sh(z >= 1)}
+    if pr.fp8:  # z = 3: cached per gathered layer only (`working_bytes`)
+        out["fp8_weights"] = pr.fp8_cache_bytes() * p_fp8 * (z < 3)
+    return out
 
 
 def working_bytes(work, max_layer_params, z: int, training):
-    """The recomputation working set of one layer, plus one layer's gathered weights (ZeRO-3)."""
-    return work + gathered_bytes(max_layer_params, z, training.weight_bytes_per_param)
+    """The recomputation working set of one layer, plus one layer's gathered weights and their
+    FP8 cache (ZeRO-3)."""
+    return work + gathered_bytes(max_layer_params, z, training.weight_bytes_per_param
+                                 + training.precision.fp8_cache_bytes())
 
 
 def gathered_bytes(max_layer_params, z: int, weight_bytes_per_param: float):
@@ -58,7 +77,8 @@ def gathered_bytes(max_layer_params, z: int, weight_bytes_per_param: float):
 
 
 def peak(allocated, hw):
-    """Peak bytes of an allocation: allocator fragmentation plus the framework's fixed overhead."""
+    """Peak bytes of an allocation: allocator fragmentation plus the framework's fixed reserve
+    (CUDA context, NCCL and cuBLAS buffers; hardware file framework_reserve_GB)."""
     return allocated + allocated * hw.memory_fragmentation + hw.memory_overhead_bytes
 
 

@@ -48,10 +48,11 @@ from __future__ import annotations
 import csv
 import math
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+from nest.costs.roofline import is_fp8_gemm
 from nest.costs.roofline import op_times as roofline_op_times
 from nest.errors import SpecError
 from nest.graph.layer_graph import Op
@@ -84,6 +85,9 @@ _MEMORY_MAP: dict[str, tuple[str, tuple[str, ...] | None, float, float | None]] 
     "gelu": ("elementwise", ("gelu",), 1.0, 1.0),
     "swiglu": ("elementwise", ("swiglu",), 1.0, 1.0),
     "expert_swiglu": ("elementwise", ("swiglu",), 1.0, 1.0),
+    # the unfused attention core's softmax over the scores (nest.graph.attention): the profile's
+    # attention-score softmax rows count the same bytes (read + write; backward 3 passes)
+    "attn_softmax": ("elementwise", ("softmax",), 1.0, 1.0),
     # the profile's embedding backward writes the dense V x h weight gradient, which the layer
     # graph's bytes do not count: backward by roofline
     "embedding_lookup": ("embedding", None, 1.0, None),
@@ -144,6 +148,19 @@ def _f(row: dict, key: str) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
+MATMUL_FP8 = "matmul_fp8"  # torch._scaled_mm GEMMs (nest.profiling.operators.bench_matmul_fp8)
+
+
+def _by_nk(rows: list[dict]) -> dict:
+    """GEMM rows -> {(n, k): (m grid, forward, backward)}."""
+    by_nk: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
+    for r in rows:
+        by_nk.setdefault((int(r["n"]), int(r["k"])), []).append(
+            (float(r["m"]), _f(r, "fwd_time_s"), _f(r, "bwd_time_s")))
+    return {nk: (tuple(p[0] for p in sorted(v)), tuple(p[1] for p in sorted(v)),
+                 tuple(p[2] for p in sorted(v))) for nk, v in by_nk.items()}
+
+
 class ProfileSet:
     """The operator CSVs of one profiles/<hardware>/ folder, indexed for lookup."""
 
@@ -159,13 +176,9 @@ class ProfileSet:
         if default_attention:
             rows["attention"] = default_attention
         self.attention_table = (ATTENTION_DEFAULT if default_attention else "attention") + ".csv"
-        # matmul: (n, k) -> (m grid, forward, backward)
-        by_nk: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
-        for r in rows["matmul"]:
-            by_nk.setdefault((int(r["n"]), int(r["k"])), []).append(
-                (float(r["m"]), _f(r, "fwd_time_s"), _f(r, "bwd_time_s")))
-        self._matmul = {nk: (tuple(p[0] for p in sorted(v)), tuple(p[1] for p in sorted(v)),
-                             tuple(p[2] for p in sorted(v))) for nk, v in by_nk.items()}
+        # matmul: (n, k) -> (m grid, forward, backward); FP8 GEMMs (matmul_fp8.csv) likewise
+        self._matmul = _by_nk(rows["matmul"])
+        self._matmul_fp8 = _by_nk(self._read(MATMUL_FP8))
         # moe: (op, experts, m, n, k) -> (forward, backward) of all local experts
         self._moe = {(r["op"], int(r["experts"]), int(r["m"]), int(r["n"]), int(r["k"])):
                      (_f(r, "fwd_time_s"), _f(r, "bwd_time_s")) for r in rows["moe"]}
@@ -191,23 +204,25 @@ class ProfileSet:
             return out
 
     # ---- matmul -------------------------------------------------------------------------------
-    def matmul(self, m: float, n: int, k: int) -> tuple[float, float] | None:
-        """(forward, backward) seconds of one GEMM X[m,k] @ W[n,k]^T, or None if not covered."""
-        if n <= 0 or k <= 0:
+    def matmul(self, m: float, n: int, k: int, fp8: bool = False) -> tuple[float, float] | None:
+        """(forward, backward) seconds of one GEMM X[m,k] @ W[n,k]^T (FP8: from matmul_fp8.csv),
+        or None if not covered."""
+        table = self._matmul_fp8 if fp8 else self._matmul
+        if n <= 0 or k <= 0 or not table:
             return None
         if n % ALIGN or k % ALIGN:  # an unpadded vocabulary: price the padded GEMM
             n, k = -(-n // PAD) * PAD if n % ALIGN else n, -(-k // PAD) * PAD if k % ALIGN else k
-        if (n, k) in self._matmul:
+        if (n, k) in table:
             cands = [(n, k)]
         else:
             lim = math.log(MAX_TRANSFER_RATIO) + 1e-9
             near = [(abs(math.log(n / n2)) + abs(math.log(k / k2)), n2, k2)
-                    for n2, k2 in self._matmul
+                    for n2, k2 in table
                     if not (n2 % ALIGN or k2 % ALIGN)
                     and abs(math.log(n / n2)) <= lim and abs(math.log(k / k2)) <= lim]
             cands = [(n2, k2) for _, n2, k2 in sorted(near)]
         for n2, k2 in cands:
-            ms, fw, bw = self._matmul[(n2, k2)]
+            ms, fw, bw = table[(n2, k2)]
             if m < ms[0]:
                 continue
             scale = (n * k) / (n2 * k2)
@@ -293,13 +308,15 @@ class ProfileSet:
         return out[0], out[1]
 
     # ---- one operator -------------------------------------------------------------------------
-    def price(self, hw: HardwareSpec, op: Op) -> OpTime:
-        """Seconds of all `op.count` instances, from the profile where covered, else roofline."""
+    def price(self, hw: HardwareSpec, op: Op, compute: str = "bf16") -> OpTime:
+        """Seconds of all `op.count` instances, from the profile where covered, else roofline;
+        under FP8 compute the FP8 GEMMs from matmul_fp8.csv (expert GEMMs per expert)."""
         fwd = bwd = None
+        fp8 = is_fp8_gemm(op, compute)
         if op.kind == "matmul":
-            pair = self.moe(op) if op.name.startswith("expert_") else None
-            if pair is None:
-                one = self.matmul(op.shape[0], op.shape[1], op.shape[2])
+            pair = self.moe(op) if op.name.startswith("expert_") and not fp8 else None
+            if pair is None and len(op.shape) == 3:  # (m, n, k, batch): batched, roofline
+                one = self.matmul(op.shape[0], op.shape[1], op.shape[2], fp8)
                 pair = None if one is None else (one[0] * op.count, one[1] * op.count)
             if pair is not None:
                 fwd, bwd = pair
@@ -311,7 +328,8 @@ class ProfileSet:
             f, b = self.memory(op)
             fwd = None if f is None else f * op.count
             bwd = None if b is None else b * op.count
-        rf, rb = roofline_op_times(hw, op) if fwd is None or bwd is None else (0.0, 0.0)
+        rf, rb = (roofline_op_times(hw, op, compute) if fwd is None or bwd is None
+                  else (0.0, 0.0))
         return OpTime(rf if fwd is None else fwd, rb if bwd is None else bwd,
                       "roofline" if fwd is None else "profile",
                       "roofline" if bwd is None else "profile")
@@ -332,9 +350,30 @@ def profile_for(hw: HardwareSpec) -> ProfileSet | None:
     return load_profile(hw.profile_dir) if hw.profile_dir else None
 
 
-def price_op(hw: HardwareSpec, op: Op, profile: ProfileSet | None) -> OpTime:
-    """One operator: measured where the profile covers it, else the roofline."""
+def price_op(hw: HardwareSpec, op: Op, profile: ProfileSet | None,
+             compute: str = "bf16") -> OpTime:
+    """One operator: measured where the profile covers it, else the roofline. Under FP8 compute
+    the FP8 GEMMs (nest.precision.FP8_GEMMS) come from the profile's matmul_fp8.csv
+    (torch._scaled_mm) where it covers them, else the FP8 roofline."""
     if profile is None:
-        f, b = roofline_op_times(hw, op)
-        return OpTime(f, b, "roofline", "roofline")
-    return profile.price(hw, op)
+        f, b = roofline_op_times(hw, op, compute)
+        out = OpTime(f, b, "roofline", "roofline")
+    else:
+        out = profile.price(hw, op, compute)
+    if is_fp8_gemm(op, compute):
+        f, b = fp8_cast_s(hw, op)
+        out = replace(out, fwd_s=out.fwd_s + f, bwd_s=out.bwd_s + b)
+    return out
+
+
+def fp8_cast_s(hw: HardwareSpec, op: Op) -> tuple[float, float]:
+    """Transformer Engine's casts around one FP8 GEMM X[m,k] W[n,k]^T (all `count` instances):
+    the BF16 input is cast to FP8 with its transpose for the weight-gradient GEMM, one fused
+    kernel (cast_transpose: read 2 m k, write m k + m k bytes), and in backward the output
+    gradient likewise (4 m n bytes); the weights' FP8 copies are cached across micro-batches
+    (nest.precision.FP8_CACHE_BYTES), so their cast is once per step and not counted here.
+    Bandwidth-bound, at the streaming efficiency, one launch each."""
+    m, n, k = op.shape[:3]
+    bw = hw.hbm_bytes_per_s * hw.memory_efficiency
+    return ((4.0 * m * k / bw + hw.kernel_overhead_s) * op.count,
+            (4.0 * m * n / bw + hw.kernel_overhead_s) * op.count)

@@ -16,15 +16,30 @@ nest.costs.table imports this module) until every caller imports them from nest.
 
 from __future__ import annotations
 
+import math
+
 from nest.graph.layer_graph import Op
 from nest.specs import HardwareSpec
 
+BF16 = 2  # bytes per GEMM operand element
+
+
+def gemm_time(hw: HardwareSpec, m: float, n: float, k: float, batch: int = 1,
+              peak: float | None = None) -> float:
+    """One GEMM kernel Y[m, n] = X[m, k] W[k, n] (x batch, one launch), bf16 operands: compute at
+    matmul_efficiency x F / (F + F_half) (small GEMMs under-fill the GPU), or its operand
+    traffic at the streaming bandwidth, whichever is slower, plus one launch. (Tile and wave
+    quantisation over the SMs was tried against the measured H100 GEMMs and fits them worse than
+    this curve: README, "Fidelity".)"""
+    flops = 2.0 * m * n * k * batch
+    eff = hw.matmul_efficiency * flops / (flops + hw.matmul_half_efficiency_flops)
+    t_flops = flops / ((peak or hw.peak_flops_per_s) * eff) if flops > 0 else 0.0
+    t_bytes = BF16 * batch * (m * k + k * n + m * n) / (hw.hbm_bytes_per_s * hw.memory_efficiency)
+    return max(t_flops, t_bytes) + hw.kernel_overhead_s
+
 
 def _compute_time(hw: HardwareSpec, op: Op, flops: float, nbytes: float, kernels: int) -> float:
-    if op.kind == "matmul":
-        per_gemm = flops / max(kernels, 1)
-        eff = hw.matmul_efficiency * per_gemm / (per_gemm + hw.matmul_half_efficiency_flops)
-    elif op.kind == "attention":
+    if op.kind == "attention":
         eff = hw.attention_efficiency
     else:
         eff = 1.0
@@ -33,8 +48,36 @@ def _compute_time(hw: HardwareSpec, op: Op, flops: float, nbytes: float, kernels
     return max(t_flops, t_bytes) + kernels * hw.kernel_overhead_s
 
 
-def op_times(hw: HardwareSpec, op: Op) -> tuple[float, float]:
-    """(forward, backward) seconds of all `count` instances of one operator."""
+def matmul_times(hw: HardwareSpec, op: Op, peak: float | None = None) -> tuple[float, float]:
+    """(forward, backward) of one matmul op instance: Y = X W^T forward, dX = dY W and
+    dW = dY^T X backward, each its own GEMM. Shape (m, n, k), or (m, n, k, batch) for a batched
+    GEMM run as one kernel (nest.graph.attention's unfused core)."""
+    m, n, k = op.shape[:3]
+    batch = op.shape[3] if len(op.shape) > 3 else 1
+    fwd = gemm_time(hw, m, n, k, batch, peak)
+    bwd = gemm_time(hw, m, k, n, batch, peak) + gemm_time(hw, n, k, m, batch, peak)
+    return fwd, bwd
+
+
+def is_fp8_gemm(op: Op, compute: str = "bf16") -> bool:
+    """Whether `op` runs as an FP8 GEMM under `compute` (nest.precision.FP8_GEMMS: the linear
+    layers Transformer Engine runs in FP8; attention, norms, the LM head stay BF16)."""
+    from nest.precision import FP8_GEMMS
+
+    return compute == "fp8" and op.kind == "matmul" and op.name in FP8_GEMMS
+
+
+def op_times(hw: HardwareSpec, op: Op, compute: str = "bf16") -> tuple[float, float]:
+    """(forward, backward) seconds of all `count` instances of one operator; FP8 GEMMs
+    (`is_fp8_gemm`) run against the FP8 peak of the hardware file."""
+    if op.kind == "matmul" and len(op.shape) >= 3:
+        peak = None
+        if is_fp8_gemm(op, compute):
+            if not hw.peak_fp8_flops_per_s:
+                raise ValueError(f"hardware {hw.name}: no FP8 peak (key 'peak_fp8_TFLOPs')")
+            peak = hw.peak_fp8_flops_per_s
+        fwd, bwd = matmul_times(hw, op, peak)
+        return fwd * op.count, bwd * op.count
     fwd = _compute_time(hw, op, op.fwd_flops, op.fwd_bytes, 1)
     bwd_kernels = 2 if op.kind in ("matmul", "attention") else 1  # dX and dW GEMMs
     bwd = _compute_time(hw, op, op.bwd_flops, op.bwd_bytes, bwd_kernels)

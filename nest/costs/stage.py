@@ -79,7 +79,10 @@ def zero_schedule(z: int, coll) -> tuple[dict, dict]:
 
 
 def bytes_per_param(training, which: str) -> int:
-    return training.grad_bytes_per_param if which == "grad" else training.weight_bytes_per_param
+    """Bytes per parameter a ZeRO collective moves: gradients in the reduce dtype, weights in
+    the gathered dtype (FP8 with fp8_param_gather; nest.precision)."""
+    return (training.grad_bytes_per_param if which == "grad"
+            else training.precision.gather_bytes)
 
 
 @dataclass
@@ -160,7 +163,7 @@ def fixed_bytes(problem, lt: LayerTable, d: int, opts: Options, cell=None):
     pd, pe = take(lt.pd_LL), take(lt.pe_LL)
     rows = []
     for z in opts.zero_stages:
-        states = sum(state_bytes(pd, pe, d, v.ep, v.cp, z, tr).values())
+        states = sum(state_bytes(pd, pe, d, v.ep, v.cp, z, tr, take(lt.fp8_LL)).values())
         work = working_bytes(take(lt.work_LLR)[..., ri], take(lt.maxpar_LL)[..., None], z, tr)
         rows.append(np.asarray(states)[..., None] + work)
     return np.stack(rows, axis=-2)
@@ -239,7 +242,8 @@ def _detail(problem, lt, gt, d, opts, stash, a, b, parts, send_fwd, send_bwd, ti
     sync = {f"{k}.{gt.dp_level}": float(x) for k, x in sy.items() if float(x)}
     if tied:
         sync["tied_embedding_all_reduce"] = tied
-    mem = {k: float(x) for k, x in state_bytes(pd, pe, d, v.ep, v.cp, z, tr).items()}
+    mem = {k: float(x) for k, x in state_bytes(pd, pe, d, v.ep, v.cp, z, tr,
+                                                   lt.fp8_LL[b, a]).items()}
     mem["activations"] = float(stash * lt.act_LLR[b, a, ri])
     mem["working"] = float(working_bytes(lt.work_LLR[b, a, ri], lt.maxpar_LL[b, a], z, tr))
     mem = with_overheads(mem, hw)

@@ -30,22 +30,33 @@ class LayerTimes:
     source: str = "roofline"  # "profile" when any operator came from a measured profile
     # op name -> "profile" | "roofline" | "mixed" (forward and backward from different sources)
     op_sources: dict[str, str] = field(default_factory=dict)
+    # the GEMMs' share of fwd_s / bwd_s: what tensor-parallel communication can overlap
+    # (TrainingSettings.tp_comm_overlap, nest.costs.groups)
+    gemm_fwd_s: float = 0.0
+    gemm_bwd_s: float = 0.0
 
 
 def layer_times(hw: HardwareSpec, cost: LayerCost,
-                profile: ProfileSet | None = None) -> LayerTimes:
+                profile: ProfileSet | None = None, compute: str = "bf16") -> LayerTimes:
     """Forward, backward and recompute seconds of one layer; from `profile` where it covers,
-    else (or with profile None) the roofline."""
-    priced = {op.name: price_op(hw, op, profile) for op in cost.ops}
+    else (or with profile None) the roofline; compute: the training's compute dtype
+    (nest.precision: "fp8" runs the linear layers' GEMMs in FP8)."""
+    priced = {op.name: price_op(hw, op, profile, compute) for op in cost.ops}
     per_op = {name: (t.fwd_s, t.bwd_s) for name, t in priced.items()}
     srcs = {name: t.fwd_source if t.fwd_source == t.bwd_source else "mixed"
             for name, t in priced.items()}
-    fwd = sum(f for f, _ in per_op.values())
-    bwd = sum(b for _, b in per_op.values())
-    rec = {mode: sum(per_op[name][0] for name in cost.recompute_ops.get(mode, ()))
-           for mode in RECOMPUTE_MODES}
+    calls = {op.name: op.count for op in cost.ops}  # operator calls the host issues
+    # host floor: the GPU cannot run a layer faster than the host issues its operators (per
+    # layer; nest.profiling.host measures the per-operator time)
+    fwd = max(sum(f for f, _ in per_op.values()), hw.host_fwd_s_per_op * sum(calls.values()))
+    bwd = max(sum(b for _, b in per_op.values()), hw.host_bwd_s_per_op * sum(calls.values()))
+    rec = {mode: max(sum(per_op[name][0] for name in names),
+                     hw.host_fwd_s_per_op * sum(calls[name] for name in names))
+           for mode in RECOMPUTE_MODES for names in [cost.recompute_ops.get(mode, ())]}
     source = "roofline" if all(s == "roofline" for s in srcs.values()) else "profile"
-    return LayerTimes(fwd, bwd, rec, source, srcs)
+    gemm = [per_op[op.name] for op in cost.ops if op.kind == "matmul"]
+    return LayerTimes(fwd, bwd, rec, source, srcs, sum(f for f, _ in gemm),
+                      sum(b for _, b in gemm))
 
 
 class CostTable:
@@ -53,11 +64,12 @@ class CostTable:
 
     profile: AUTO (default) uses the measured profile the hardware file names (`profile:` key;
     H100 SXM has one), None forces the roofline, or an explicit nest.costs.profiled.ProfileSet.
+    compute: the training's compute dtype (nest.precision.Precision.compute).
     """
 
     def __init__(self, graph: LayerGraph, hw: HardwareSpec,
-                 profile: ProfileSet | None | str = AUTO):
-        self.graph, self.hw = graph, hw
+                 profile: ProfileSet | None | str = AUTO, compute: str = "bf16"):
+        self.graph, self.hw, self.compute = graph, hw, compute
         if isinstance(profile, str):
             if profile != AUTO:
                 raise ValueError(f"CostTable: profile must be a ProfileSet, None or {AUTO!r}")
@@ -69,7 +81,7 @@ class CostTable:
         cost = self.graph.layers[layer_index].costs[variant_key]
         key = id(cost)
         if key not in self._cache:
-            self._cache[key] = layer_times(self.hw, cost, self.profile)
+            self._cache[key] = layer_times(self.hw, cost, self.profile, self.compute)
         return self._cache[key]
 
     def to_dict(self) -> dict:

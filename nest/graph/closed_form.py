@@ -23,6 +23,7 @@ The first-cut graph builder and, once torch.fx tracing lands, its cross-check. C
 from __future__ import annotations
 
 from nest.graph.layer_graph import Collective, Layer, LayerCost, LayerGraph, Op, Variant
+from nest.errors import SpecError
 from nest.specs import ModelSpec
 
 BYTES = 2  # bf16
@@ -105,7 +106,22 @@ def head_params(m: ModelSpec) -> int:
     return p
 
 
+# Features of Hugging Face families that only the traced modules (torch_fx) model.
+_FX_ONLY = ("head_size", "qkv_bias", "qk_norm", "sandwich_norm", "sliding_window",
+            "final_softcap", "shared_ffn_hidden_size", "num_dense_layers", "kv_lora_rank")
+
+
+def check_supported(m: ModelSpec) -> None:
+    """A SpecError naming the model's features this closed form does not price."""
+    used = [k for k in _FX_ONLY if getattr(m, k)] + (["ffn_type=geglu"] if m.ffn_type == "geglu"
+                                                      else [])
+    if used:
+        raise SpecError(f"{m.source_file or m.name}: the closed-form graph does not model "
+                        f"{', '.join(used)}; build it with graph_source torch_fx")
+
+
 def total_params(m: ModelSpec) -> int:
+    check_supported(m)
     return embedding_params(m) + m.num_layers * block_params(m) + head_params(m)
 
 
@@ -274,6 +290,7 @@ def head_cost(m: ModelSpec, b: int, v: Variant) -> LayerCost:
 
 
 def build_layer_graph(m: ModelSpec, mbs: int = 1, variants: list[Variant] | None = None) -> LayerGraph:
+    check_supported(m)
     variants = variants or variants_of(m)
     layers = [Layer(0, "embedding", "embedding", embedding_params(m),
                     {v.key: embedding_cost(m, mbs, v) for v in variants})]

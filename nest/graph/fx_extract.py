@@ -265,7 +265,7 @@ def _layer_trace(m: ModelSpec, kind: str, v: Variant, mbs: int) -> TracedLayer:
     act = {"none": saved.total}
 
     # passes 2 and 3: forward only, attention core / whole block checkpointed
-    if kind == "block":
+    if kind.startswith("block"):
         for mode in ("selective", "full"):
             module_inputs = tm.build_layer(m, kind, v, mbs)[1]
             s = _Saved(exclude)
@@ -343,7 +343,7 @@ def _params(module: torch.nn.Module) -> tuple[float, float]:
 def _layer_cost(m, kind, v, module, ops, records, act, out) -> LayerCost:
     dense, expert = _params(module)
     names = tuple(o.name for o in ops)
-    if kind == "block":
+    if kind.startswith("block"):
         recompute = {"none": (), "selective": tuple(o.name for o in ops if o.kind == "attention"),
                      "full": names}
     else:
@@ -373,8 +373,12 @@ def _cached(m: ModelSpec, kind: str, v: Variant, mbs: int) -> TracedLayer:
 
 def trace_layer(m: ModelSpec, kind: str, v: Variant | None = None, mbs: int = 1) -> TracedLayer:
     """Trace and measure one layer kind (embedding | block | head) of `m` under variant `v`
-    (default: no parallelism)."""
-    return _cached(_dims(m), kind, v or Variant(), mbs)
+    (default: no parallelism). Layers without experts (embedding, head, a dense block) do not
+    depend on ep: they are traced once at ep = 1 and shared by every ep."""
+    v = v or Variant()
+    if v.ep > 1 and (kind in ("embedding", "head") or "dense" in kind):
+        v = dataclasses.replace(v, ep=1)
+    return _cached(_dims(m), kind, v, mbs)
 
 
 @lru_cache(maxsize=256)
@@ -392,7 +396,8 @@ def num_params(m: ModelSpec, kind: str) -> float:
 
 
 def total_params(m: ModelSpec) -> float:
-    return num_params(m, "embedding") + m.num_layers * num_params(m, "block") + num_params(m, "head")
+    return (num_params(m, "embedding") + sum(num_params(m, k) for k in tm.block_kinds(m))
+            + num_params(m, "head"))
 
 
 def build_layer_graph_fx(model: ModelSpec, mbs: int = 1,
@@ -400,11 +405,12 @@ def build_layer_graph_fx(model: ModelSpec, mbs: int = 1,
     """The layer graph of `model` measured from traced torch modules (same contract as
     closed_form.build_layer_graph; identical blocks share one LayerCost)."""
     variants = variants or variants_of(model)
+    blocks = tm.block_kinds(model)  # identical blocks share one kind (DeepSeek: dense first)
     cost = {kind: {v.key: trace_layer(model, kind, v, mbs).cost for v in variants}
-            for kind in tm.LAYER_KINDS}
+            for kind in ("embedding", *dict.fromkeys(blocks), "head")}
     layers = [Layer(0, "embedding", "embedding", num_params(model, "embedding"), cost["embedding"])]
-    for i in range(model.num_layers):
-        layers.append(Layer(i + 1, f"block_{i}", "block", num_params(model, "block"), cost["block"]))
+    for i, kind in enumerate(blocks):
+        layers.append(Layer(i + 1, f"block_{i}", "block", num_params(model, kind), cost[kind]))
     layers.append(Layer(model.num_layers + 1, "head", "head", num_params(model, "head"),
                         cost["head"]))
     return LayerGraph(model.name, mbs, model.seq_len, model.hidden_size, model.tied_embeddings,

@@ -1,9 +1,9 @@
 """A Hugging Face model's transformers decoder layer itself, exported with torch.export on meta
 tensors (per-node FLOPs read from the exported graph): the cross-check of our compact modules.
 
-The config.json -> ModelSpec translation lives in nest.specs (model_spec_from_hf_config, which
-nest.specs.load_model uses for a .json path; supported `model_type`s and what is refused are
-documented there) and is re-exported here. The transformers path needs `pip install
+The config.json -> ModelSpec translation lives in nest.graph.hf_spec (model_spec_from_hf_config,
+which nest.specs.load_model uses for a .json path; supported `model_type`s, what is priced and
+what is refused are documented there) and is re-exported here. The transformers path needs `pip install
 transformers` (extra `hf`); nothing is downloaded.
 """
 
@@ -13,7 +13,8 @@ import os
 from dataclasses import dataclass
 
 from nest.errors import SpecError
-from nest.specs import load_hf_config, model_spec_from_hf_config
+from nest.graph.hf_spec import model_spec_from_hf_config
+from nest.specs import load_hf_config
 
 __all__ = ["HFBlockTrace", "load_hf_config", "model_spec_from_hf_config", "trace_hf_block"]
 

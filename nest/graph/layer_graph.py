@@ -110,6 +110,11 @@ class LayerGraph:
     variants: list[Variant]
     layers: list[Layer]
     source: str = "closed_form"
+    # "described": as built (nest.graph.attention); "flash" | "unfused" once viewed as a run
+    # implements attention (nest.graph.attention.with_attention; not serialised)
+    attention: str = "described"
+    # model FLOPs per sample {causal half, full square}, kept from the described graph by a view
+    model_flops: dict | None = None
 
     @property
     def num_layers(self) -> int:
@@ -119,10 +124,26 @@ class LayerGraph:
     def num_params(self) -> float:
         return sum(layer.num_params for layer in self.layers)
 
-    def model_flops_per_sample(self) -> float:
-        """Forward+backward FLOPs of one sequence without parallelism or recomputation."""
+    def model_flops_per_sample(self, full_attention: bool = False) -> float:
+        """Forward+backward model FLOPs of one sequence without parallelism or recomputation.
+        The convention (README, "FLOPs and MFU"): causal attention counted as half the score
+        square, as the graph describes it; full_attention=True counts the whole square, as
+        Korthikanti et al.'s 72 B s l h^2 (1 + s / 6h + V / 12 l h) and NeMo 24.07 do."""
+        if self.model_flops is not None:
+            return self.model_flops[full_attention]
+        if self.attention != "described":
+            raise ValueError(f"layer graph of {self.model}: model FLOPs need the unsplit "
+                             f"variant {Variant().key} in the described graph")
         v = Variant().key
-        return sum(la.costs[v].fwd_flops + la.costs[v].bwd_flops for la in self.layers) / self.mbs
+        total = sum(la.costs[v].fwd_flops + la.costs[v].bwd_flops for la in self.layers)
+        if full_attention:
+            for la in self.layers:
+                for o in la.costs[v].ops:
+                    if o.kind == "attention":
+                        b, heads, s_q, s_kv, d = o.shape
+                        total += o.count * (3 * 4.0 * b * heads * s_q * s_kv * d
+                                            - o.fwd_flops - o.bwd_flops)
+        return total / self.mbs
 
     # ---- JSON contract ----------------------------------------------------------------------
     def to_dict(self) -> dict:

@@ -256,6 +256,42 @@ class _PackQKV(Function):
         return dqkv, None, None, None, None, None
 
 
+class _GeGLU(Function):
+    """gelu_tanh(gate) * up (Gemma-2): saves its input only, like _SwiGLU (same bytes)."""
+
+    @staticmethod
+    def forward(ctx, gu):
+        ctx.save_for_backward(gu)
+        g, u = gu.chunk(2, dim=-1)
+        return F.gelu(g, approximate="tanh") * u
+
+    @staticmethod
+    def backward(ctx, dy):
+        (gu,) = ctx.saved_tensors
+        g, u = gu.float().chunk(2, dim=-1)
+        th = torch.tanh(0.7978845608 * (g + 0.044715 * g ** 3))
+        dgelu = 0.5 * (1 + th) + 0.5 * g * (1 - th * th) * 0.7978845608 * (1 + 0.134145 * g * g)
+        dg = dy.float() * u * dgelu
+        du = dy.float() * 0.5 * g * (1 + th)
+        return torch.cat([dg, du], dim=-1).to(gu.dtype)
+
+
+class _SoftCap(Function):
+    """c * tanh(x / c) (Gemma-2's final logits): keeps its output for backward (1 - (y/c)^2)."""
+
+    @staticmethod
+    def forward(ctx, x, cap):
+        y = (torch.tanh(x.float() / cap) * cap).to(x.dtype)
+        ctx.save_for_backward(y)
+        ctx.cap = cap
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        return (dy.float() * (1 - (y.float() / ctx.cap) ** 2)).to(dy.dtype), None
+
+
 class _VocabParallelCE(Function):
     """Megatron-LM vocab-parallel cross-entropy: fp32 softmax kept for backward; max, target
     logit and sum of exponentials all-reduced over tp (4 bytes per token each)."""
@@ -354,6 +390,8 @@ class Activation(nn.Module):
     def forward(self, x):
         if self.kind == "gelu":
             return F.gelu(x, approximate="tanh")
+        if self.kind == "geglu":
+            return _GeGLU.apply(x)
         return _SwiGLU.apply(x)
 
 
@@ -403,12 +441,12 @@ class AttentionCore(nn.Module):
 
     op_kind = "attention"
 
-    def __init__(self, b, a, kv, d, s_q, s_kv, cp, causal, dropout, packed):
+    def __init__(self, b, a, kv, d, s_q, s_kv, cp, causal, dropout, packed, window=0):
         super().__init__()
         self.op_name = "attention"
         self.b, self.a, self.kv, self.g, self.d = b, a, kv, a // kv, d
         self.s_q, self.s_kv, self.cp, self.p, self.packed = s_q, s_kv, cp, dropout, packed
-        self.flop_scale = 0.5 if causal else 1.0
+        self.flop_scale, self.band = window_scale(s_kv, window, causal)
         self.shape = (b, a, s_q, s_kv, d)
         self.kv_gather = Comm("gather", "cp", cp, dim=2 if packed else 0, keep_shard=True)
 
@@ -427,6 +465,8 @@ class AttentionCore(nn.Module):
             if self.cp > 1:
                 kvb = self.kv_gather(kvb)
             k, v = kvb[:, :, 0].transpose(0, 1), kvb[:, :, 1].transpose(0, 1)
+        if self.band < self.s_kv:  # sliding window: each query scores a band of w keys
+            k, v = k[:, : self.band], v[:, : self.band]
         # the causal mask is applied on chip (flash / fused masked softmax): no tensor for it
         probs = torch.softmax(torch.bmm(q, k.transpose(1, 2)) * (1.0 / math.sqrt(d)), dim=-1)
         probs = dropout(probs, self.p)
@@ -434,6 +474,96 @@ class AttentionCore(nn.Module):
         if self.packed:
             return ctx.view(b, kv, g, s, d).permute(3, 0, 1, 2, 4).reshape(s, b, a * d)
         return ctx.transpose(0, 1).reshape(s, b, a * d)
+
+
+def window_scale(s: int, window: int, causal: bool) -> tuple[float, int]:
+    """(flop_scale, band): the attention core scores each query against `band` keys and scales
+    the measured FLOPs so that they count the scores a kernel computes: s^2/2 for causal
+    attention (flash kernels skip masked blocks), and with a window w < s the causal band,
+    w^2/2 + (s - w) w of the s x s scores (query i sees min(i+1, w) keys, as transformers'
+    sliding-window mask), i.e. band w at scale 1 - w / (2 s)."""
+    if not window or window >= s:
+        return (0.5 if causal else 1.0), s
+    if not causal:
+        raise ValueError("a sliding window is modelled for causal attention only")
+    return 1.0 - window / (2.0 * s), window
+
+
+class QKNorm(nn.Module):
+    """RMSNorm over each head's Q and K (Qwen3), on the [s, b, kv*(g+2)*d] projection."""
+
+    op_kind = "memory"
+
+    def __init__(self, kv, g, d):
+        super().__init__()
+        self.op_name, self.kv, self.g, self.d = "qk_norm", kv, g, d
+        self.q_weight = nn.Parameter(torch.ones(d, dtype=DTYPE))
+        self.k_weight = nn.Parameter(torch.ones(d, dtype=DTYPE))
+
+    def forward(self, qkv):
+        s, b, _ = qkv.shape
+        x = qkv.view(s, b, self.kv, self.g + 2, self.d)
+        q = _RMSNorm.apply(x[:, :, :, : self.g], self.q_weight, 1e-6)
+        k = _RMSNorm.apply(x[:, :, :, self.g: self.g + 1], self.k_weight, 1e-6)
+        return torch.cat([q, k, x[:, :, :, self.g + 1:]], dim=3).view(s, b, -1)
+
+
+class MlaPack(nn.Module):
+    """Multi-head latent attention (DeepSeek-V2, section 2.1.2): per head Q = [q_nope, rope(q_pe)]
+    and K = [k_nope, rope(k_pe)] (k_pe one [s, b, r] tensor shared by all heads), V; written as
+    one buffer [b*a, s, 2*dq + dv] (the RoPE kernel's pack, as PackQKV; saves nothing)."""
+
+    op_kind = "memory"
+
+    def __init__(self, a, nope, rope, dv):
+        super().__init__()
+        self.op_name, self.a, self.nope, self.rope, self.dv = "mla_rope", a, nope, rope, dv
+
+    def forward(self, q, kv, k_pe):
+        s, b, _ = q.shape
+        a, n, r, dv = self.a, self.nope, self.rope, self.dv
+        q = q.view(s, b, a, n + r)
+        kv = kv.view(s, b, a, n + dv)
+        k = torch.cat([kv[..., :n], k_pe.view(s, b, 1, r).expand(s, b, a, r)], dim=-1)
+        out = torch.cat([q, k, kv[..., n:]], dim=-1)  # s, b, a, 2(n+r)+dv
+        return out.permute(1, 2, 0, 3).reshape(b * a, s, 2 * (n + r) + dv)
+
+
+class MlaCore(nn.Module):
+    """softmax(Q K^T / sqrt(dq), causal) V on MLA's packed [b*a, s, 2*dq + dv] buffer (unfused,
+    as AttentionCore); with cp, K and V all-gathered over cp. Output [s, b, a*dv]."""
+
+    op_kind = "attention"
+
+    def __init__(self, b, a, dq, dv, s_q, s_kv, cp, window=0):
+        super().__init__()
+        self.op_name = "attention"
+        self.b, self.a, self.dq, self.dv, self.s_q, self.s_kv, self.cp = b, a, dq, dv, s_q, s_kv, cp
+        self.flop_scale, self.band = window_scale(s_kv, window, True)
+        self.shape = (b, a, s_q, s_kv, dq)
+        self.kv_gather = Comm("gather", "cp", cp, dim=1, keep_shard=True)
+
+    def forward(self, x):
+        dq = self.dq
+        q, kvb = x[..., :dq], x[..., dq:]
+        if self.cp > 1:
+            kvb = self.kv_gather(kvb)
+        k, v = kvb[:, : self.band, :dq], kvb[:, : self.band, dq:]
+        probs = torch.softmax(torch.bmm(q, k.transpose(1, 2)) * (1.0 / math.sqrt(dq)), dim=-1)
+        ctx = torch.bmm(probs, v)  # b*a, s, dv
+        return ctx.view(self.b, self.a, self.s_q, self.dv).permute(2, 0, 1, 3).reshape(
+            self.s_q, self.b, self.a * self.dv)
+
+
+class SoftCap(nn.Module):
+    op_kind = "memory"
+
+    def __init__(self, cap):
+        super().__init__()
+        self.op_name, self.cap = "logit_softcap", cap
+
+    def forward(self, x):
+        return _SoftCap.apply(x, self.cap)
 
 
 class VocabEmbedding(nn.Module):
@@ -491,6 +621,9 @@ class MoeRoute(nn.Module):
 
 
 class MoePermute(nn.Module):
+    """Tokens in expert order as [E, cap, h]; when T*k is not a multiple of E, cap is rounded up
+    and the last slots are padding (at most E - 1 extra rows)."""
+
     op_kind = "memory"
 
     def __init__(self, E, cap):
@@ -498,6 +631,9 @@ class MoePermute(nn.Module):
         self.op_name, self.E, self.cap = "moe_permute", E, cap
 
     def forward(self, x, src):
+        pad = self.E * self.cap - src.shape[0]
+        if pad:
+            src = torch.cat([src, src.new_zeros(pad)])
         return x.index_select(0, src).view(self.E, self.cap, x.shape[-1])
 
 
@@ -534,16 +670,15 @@ class CrossEntropy(nn.Module):
 
 
 def _check(m: ModelSpec, v: Variant, mbs: int) -> None:
-    if m.num_heads % v.tp or m.num_kv_heads % v.tp or m.ffn_hidden_size % v.tp:
+    widths = (m.ffn_hidden_size, m.shared_ffn_hidden_size, m.dense_ffn_hidden_size)
+    if m.num_heads % v.tp or m.num_kv_heads % v.tp or any(w % v.tp for w in widths):
         raise ValueError(f"{m.source_file or m.name}: tp={v.tp} must divide num_heads, "
-                         f"num_kv_heads={m.num_kv_heads} and ffn_hidden_size (KV heads are not "
-                         f"replicated in the traced model)")
+                         f"num_kv_heads={m.num_kv_heads} and every MLP width {widths} (KV heads "
+                         f"are not replicated in the traced model)")
     if m.seq_len % (v.cp * (v.tp if v.sp else 1)):
         raise ValueError(f"{m.name}: seq_len={m.seq_len} not divisible by cp*tp(sp)")
     if m.num_experts % v.ep:
         raise ValueError(f"{m.name}: ep={v.ep} does not divide num_experts={m.num_experts}")
-    if m.is_moe and (mbs * m.seq_len // v.cp * m.top_k) % m.num_experts:
-        raise ValueError(f"{m.name}: tokens*top_k not divisible by num_experts (balanced routing)")
 
 
 class _TP:
@@ -566,16 +701,20 @@ class _TP:
 
 
 class Mlp(nn.Module):
-    def __init__(self, m: ModelSpec, t: int):
+    """The MLP of width `f` (default ffn_hidden_size) split over t; `prefix` names its ops."""
+
+    def __init__(self, m: ModelSpec, t: int, f: int | None = None, prefix: str = "mlp"):
         super().__init__()
-        h, f, bias = m.hidden_size, m.ffn_hidden_size // t, m.family in ("bert", "gpt")
+        h, bias = m.hidden_size, m.family in ("bert", "gpt")
+        f = (f or m.ffn_hidden_size) // t
         if m.ffn_type == "gelu":
-            self.up = Linear("mlp_up", h, f, bias)
-            self.act = Activation("gelu", "gelu")
+            self.up = Linear(f"{prefix}_up", h, f, bias)
+            self.act = Activation("gelu" if prefix == "mlp" else f"{prefix}_gelu", "gelu")
         else:
-            self.up = Linear("mlp_gate_up", h, 2 * f, False)
-            self.act = Activation("swiglu", "swiglu")
-        self.down = Linear("mlp_down", f, h, False)  # its bias lives in residual2 (replicated)
+            self.up = Linear(f"{prefix}_gate_up", h, 2 * f, False)
+            name = m.ffn_type if prefix == "mlp" else f"{prefix}_{m.ffn_type}"
+            self.act = Activation(name, m.ffn_type)
+        self.down = Linear(f"{prefix}_down", f, h, False)  # its bias lives in residual2
 
     def forward(self, x):
         return self.down(self.act(self.up(x)))
@@ -585,17 +724,22 @@ class MoE(nn.Module):
     def __init__(self, m: ModelSpec, v: Variant, tokens: int):
         super().__init__()
         h, f, E, e, k = m.hidden_size, m.ffn_hidden_size // v.tp, m.num_experts, v.ep, m.top_k
-        cap = tokens * k // E  # balanced routing: slots per expert on this device
+        cap = -(-tokens * k // E)  # balanced routing: slots per expert on this device
         self.h = h
         self.router = Linear("router", h, E, False)
         self.route = MoeRoute(k)
         self.permute = MoePermute(E, cap)
         self.dispatch = Comm("all_to_all", "ep", e, out_shape=(E // e, e * cap, h)) if e > 1 else None
         self.experts_gate_up = ExpertLinear("expert_gate_up", E // e, h, 2 * f)
-        self.experts_act = Activation("expert_swiglu", "swiglu")
+        self.experts_act = Activation(f"expert_{m.ffn_type}", m.ffn_type)
         self.experts_down = ExpertLinear("expert_down", E // e, f, h)
         self.undispatch = Comm("all_to_all", "ep", e, out_shape=(E, cap, h)) if e > 1 else None
         self.combine = MoeCombine(k)
+        # shared experts: a dense MLP on every token, split over tp (Qwen2-MoE, DeepSeek)
+        self.shared = Mlp(m, v.tp, m.shared_ffn_hidden_size, "shared") \
+            if m.shared_ffn_hidden_size else None
+        self.shared_gate = Linear("shared_gate", h, 1, False) if m.shared_expert_gate else None
+        self.shared_add = SharedAdd() if self.shared is not None else None
 
     def forward(self, x):
         flat = x.view(-1, self.h)
@@ -606,48 +750,99 @@ class MoE(nn.Module):
         y = self.experts_down(self.experts_act(self.experts_gate_up(y)))
         if self.undispatch is not None:
             y = self.undispatch(y)
-        return self.combine(y, inv, w).view(x.shape)
+        out = self.combine(y, inv, w)
+        if self.shared is not None:
+            gate = self.shared_gate(flat) if self.shared_gate is not None else None
+            out = self.shared_add(out, self.shared(flat), gate)
+        return out.view(x.shape)
+
+
+class SharedAdd(nn.Module):
+    """routed + (sigmoid(gate) *) shared expert output."""
+
+    op_kind = "memory"
+    op_name = "shared_add"
+
+    def forward(self, routed, shared, gate):
+        if gate is not None:
+            shared = torch.sigmoid(gate) * shared
+        return routed + shared
 
 
 class Block(nn.Module):
-    """One transformer block; input and output [s_loc (/t with sp), b, h]."""
+    """One transformer block; input and output [s_loc (/t with sp), b, h]. `dense`: a dense MLP
+    in an MoE model (DeepSeek's first blocks); `window`: this block's attention window."""
 
-    def __init__(self, m: ModelSpec, v: Variant, mbs: int):
+    def __init__(self, m: ModelSpec, v: Variant, mbs: int, dense: bool = False, window: int = 0):
         super().__init__()
         t = v.tp
         h, a, kv, d = m.hidden_size, m.num_heads // t, m.num_kv_heads // t, m.head_dim
         s_loc = m.seq_len // v.cp
         bias, p = m.family in ("bert", "gpt"), (DROPOUT_P if m.has_dropout else 0.0)
+        rope = m.family in ("llama", "mixtral")
         self.post_norm = m.family == "bert"
         self.norm1 = Norm("norm1", h, m.norm)
         self.tp_in1, self.tp_out1 = _TP(v).enter(), _TP(v).exit()
-        self.qkv = Linear("qkv", h, (a + 2 * kv) * d, bias)
-        packed = m.family in ("llama", "mixtral") or kv != a
-        self.pack = PackQKV("rope" if m.family in ("llama", "mixtral") else "qkv_layout",
-                            s_loc, kv, a // kv, d, rope=m.family in ("llama", "mixtral")) \
-            if packed else None
-        self.attention = AttentionCore(mbs, a, kv, d, s_loc, m.seq_len, v.cp, m.causal, p, packed)
-        self.out_proj = Linear("out_proj", a * d, h, False)
+        self.mla = m.is_mla
+        if self.mla:  # down-projections and their norms replicated over tp (Megatron-core MLA)
+            r, dq, dv = m.qk_rope_head_dim, m.head_dim, m.v_head_dim
+            if m.q_lora_rank:
+                self.q_down = Linear("q_down", h, m.q_lora_rank, False)
+                self.q_norm = Norm("q_norm", m.q_lora_rank, "rmsnorm")
+                self.q_up = Linear("q_up", m.q_lora_rank, a * dq, False)
+            else:
+                self.q_up = Linear("q_proj", h, a * dq, False)
+            self.kv_down = Linear("kv_down", h, m.kv_lora_rank + r, False)
+            self.kv_norm = Norm("kv_norm", m.kv_lora_rank, "rmsnorm")
+            self.kv_up = Linear("kv_up", m.kv_lora_rank, a * (dq - r + dv), False)
+            self.pack = MlaPack(a, dq - r, r, dv)
+            self.attention = MlaCore(mbs, a, dq, dv, s_loc, m.seq_len, v.cp, window)
+            self.out_proj = Linear("out_proj", a * dv, h, False)
+        else:
+            self.qkv = Linear("qkv", h, (a + 2 * kv) * d, bias or m.qkv_bias)
+            self.qk_norm = QKNorm(kv, a // kv, d) if m.qk_norm else None
+            packed = rope or kv != a
+            self.pack = PackQKV("rope" if rope else "qkv_layout", s_loc, kv, a // kv, d,
+                                rope=rope) if packed else None
+            self.attention = AttentionCore(mbs, a, kv, d, s_loc, m.seq_len, v.cp, m.causal, p,
+                                           packed, window)
+            self.out_proj = Linear("out_proj", a * d, h, False)
+        self.post_norm1 = Norm("post_norm1", h, m.norm) if m.sandwich_norm else None
         self.residual1 = BiasDropoutAdd("residual1", h, bias, p)
         self.norm2 = Norm("norm2", h, m.norm)
         self.tp_in2, self.tp_out2 = _TP(v).enter(), _TP(v).exit()
-        self.mlp = MoE(m, v, mbs * s_loc) if m.is_moe else Mlp(m, t)
+        if m.is_moe and not dense:
+            self.mlp = MoE(m, v, mbs * s_loc)
+        else:
+            self.mlp = Mlp(m, t, m.dense_ffn_hidden_size if m.is_moe else None)
+        self.post_norm2 = Norm("post_norm2", h, m.norm) if m.sandwich_norm else None
         self.residual2 = BiasDropoutAdd("residual2", h, bias, p)
 
     def _attn(self, x):
         if self.tp_in1 is not None:
             x = self.tp_in1(x)
-        x = self.qkv(x)
-        if self.pack is not None:
-            x = self.pack(x)
+        if self.mla:
+            q = self.q_up(self.q_norm(self.q_down(x)) if hasattr(self, "q_down") else x)
+            ckv = self.kv_down(x)
+            r = self.pack.rope
+            kv = self.kv_up(self.kv_norm(ckv[..., :-r]))
+            x = self.pack(q, kv, ckv[..., -r:])
+        else:
+            x = self.qkv(x)
+            if self.qk_norm is not None:
+                x = self.qk_norm(x)
+            if self.pack is not None:
+                x = self.pack(x)
         x = self.out_proj(self.attention(x))
-        return self.tp_out1(x) if self.tp_out1 is not None else x
+        x = self.tp_out1(x) if self.tp_out1 is not None else x
+        return self.post_norm1(x) if self.post_norm1 is not None else x
 
     def _mlp(self, x):
         if self.tp_in2 is not None:
             x = self.tp_in2(x)
         x = self.mlp(x)
-        return self.tp_out2(x) if self.tp_out2 is not None else x
+        x = self.tp_out2(x) if self.tp_out2 is not None else x
+        return self.post_norm2(x) if self.post_norm2 is not None else x
 
     def forward(self, x):
         if self.post_norm:  # BERT: x = LN(x + f(x))
@@ -699,6 +894,7 @@ class HeadLayer(nn.Module):
             self.tp_in = _TP(v, keep_shard=False).enter()
             self.tp_in2 = None
         self.lm_head = Linear("lm_head", h, math.ceil(m.vocab_size / t), self.bert)
+        self.softcap = SoftCap(m.final_softcap) if m.final_softcap else None
         self.loss = CrossEntropy(t)
 
     def forward(self, x, target):
@@ -712,10 +908,26 @@ class HeadLayer(nn.Module):
             x = self.final_norm(x)
             if self.tp_in is not None:
                 x = self.tp_in(x)
-        return self.loss(self.lm_head(x), target)
+        logits = self.lm_head(x)
+        if self.softcap is not None:
+            logits = self.softcap(logits)
+        return self.loss(logits, target)
 
 
 LAYER_KINDS = ("embedding", "block", "head")
+
+
+def block_kind(m: ModelSpec, i: int) -> str:
+    """The layer kind that builds block i (0-based): "block" (the model's MLP, full attention),
+    with ":dense" for a dense block of an MoE model and ":window" for a windowed one."""
+    kind = "block:dense" if m.is_moe and m.is_dense_block(i) else "block"
+    if m.window_of(i):
+        kind += ":window"
+    return kind
+
+
+def block_kinds(m: ModelSpec) -> list[str]:
+    return [block_kind(m, i) for i in range(m.num_layers)]
 
 
 def build_layer(m: ModelSpec, kind: str, v: Variant | None = None, mbs: int = 1,
@@ -730,8 +942,12 @@ def build_layer(m: ModelSpec, kind: str, v: Variant | None = None, mbs: int = 1,
         if kind == "embedding":
             return EmbeddingLayer(m, v), (torch.zeros(s_loc, mbs, dtype=torch.long),)
         x = torch.empty(s_in, mbs, m.hidden_size, dtype=DTYPE, requires_grad=True)
-        if kind == "block":
-            return Block(m, v, mbs), (x,)
+        if kind.startswith("block"):
+            flags = kind.split(":")[1:]
+            if kind != "block" and set(flags) - {"dense", "window"}:
+                raise ValueError(f"unknown layer kind '{kind}'")
+            window = m.sliding_window if "window" in flags else 0
+            return Block(m, v, mbs, dense="dense" in flags, window=window), (x,)
         if kind == "head":
             return HeadLayer(m, v), (x, torch.zeros(s_loc, mbs, dtype=torch.long))
     raise ValueError(f"unknown layer kind '{kind}' (expected one of {LAYER_KINDS})")

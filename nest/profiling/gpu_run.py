@@ -76,6 +76,11 @@ def _parser():
     p.add_argument("--models", help="comma-separated model names (default: all)")
     p.add_argument("--skip-blocks", action="store_true")
     p.add_argument("--skip-operators", action="store_true")
+    p.add_argument(
+        "--tables",
+        help="comma-separated operator tables to (re)measure, e.g. attention_unfused,matmul_fp8 "
+        "(default: all); the run's metadata then goes to meta_<tables>.json, not meta.json",
+    )
     p.add_argument("--block-steps", type=int, default=10)
     p.add_argument(
         "--time-budget-s",
@@ -139,7 +144,14 @@ def main(argv=None) -> int:
             "conventions": _ops.__doc__.strip() + "\n\n" + _shapes.__doc__.strip(),
         }
     )
-    meta_path = os.path.join(out_dir, "meta.json")
+    tables = args.tables.split(",") if args.tables else None
+    if tables:
+        unknown = set(tables) - set(_ops.TABLE_ORDER)
+        if unknown:
+            raise SystemExit(f"--tables: unknown tables {sorted(unknown)}; "
+                             f"expected some of {list(_ops.TABLE_ORDER)}")
+    meta_path = os.path.join(out_dir, "meta.json" if not tables else
+                             "meta_" + "+".join(tables) + ".json")
 
     def write_meta():
         meta["elapsed_s"] = time.monotonic() - t_start
@@ -176,7 +188,8 @@ def main(argv=None) -> int:
         say(f"operators: {len(shapes)} shapes {counts}")
         deadline = time.monotonic() + args.time_budget_s
         summary = profile_operators(
-            shapes, out_dir, device=device, timer=timer, deadline=deadline, progress=say
+            shapes, out_dir, device=device, timer=timer, deadline=deadline, progress=say,
+            families=set(tables) if tables else None,
         )
         meta["operators"] = {
             f: {

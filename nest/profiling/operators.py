@@ -55,7 +55,14 @@ MEASURE_COLUMNS = (
 FAMILY_ORDER = ("matmul", "attention", "moe", "norm", "elementwise", "cross_entropy", "embedding")
 # Extra tables over one family's shapes, timed another way: table -> shape family.
 # attention_default: SDPA with PyTorch's own backend choice (module docstring).
-TABLE_FAMILY = {"attention_default": "attention"}
+# attention_unfused: Megatron-LM's CoreAttention of 2021-22 (scores materialised, Korthikanti
+# et al. 2022, section 4.1), the implementation the A100-era published runs used.
+# matmul_fp8: the same GEMM shapes in FP8 through torch._scaled_mm (Transformer Engine's
+# hybrid recipe: E4M3 activations and weights forward, E5M2 gradients backward).
+TABLE_FAMILY = {"attention_default": "attention", "attention_unfused": "attention",
+                "matmul_fp8": "matmul"}
+# Megatron-LM's attention dropout (--attention-dropout default 0.1), used by attention_unfused.
+UNFUSED_ATTENTION_DROPOUT = 0.1
 # Tables in the order profile_operators writes them (each family's extra tables right after it).
 TABLE_ORDER = tuple(
     t for f in FAMILY_ORDER for t in (f, *(x for x, y in TABLE_FAMILY.items() if y == f))
@@ -273,6 +280,96 @@ def bench_attention_default(s, timer, device, dtype):
     return bench_attention(s, timer, device, dtype, backend="default")
 
 
+def bench_attention_unfused(s, timer, device, dtype):
+    """Megatron-LM's unfused CoreAttention: per (batch x head) ``baddbmm`` of Q K^T scaled by
+    1/sqrt(d), the causal mask (``masked_fill``), softmax, dropout (p = 0.1), ``bmm`` with V.
+    K/V heads are expanded for GQA as Megatron did. Eager PyTorch: the mask, softmax and dropout
+    run as separate kernels (Megatron fused scale + mask + softmax into one; the s x s traffic of
+    the GEMMs and of dropout is the same)."""
+    b, sq, skv, a, kv, d = s["b"], s["s_q"], s["s_kv"], s["heads"], s["kv_heads"], s["head_dim"]
+    causal = bool(s["causal"])
+    q = _randn(b * a, sq, d, device=device, dtype=dtype, grad=True)
+    k = _randn(b * kv, skv, d, device=device, dtype=dtype, grad=True)
+    v = _randn(b * kv, skv, d, device=device, dtype=dtype, grad=True)
+    rep = a // kv
+    mask = (torch.ones(sq, skv, device=device, dtype=torch.bool).triu(1 + skv - sq)
+            if causal else None)
+    scale = 1.0 / math.sqrt(d)
+
+    def fwd():
+        kk = k if rep == 1 else k.view(b, kv, skv, d).repeat_interleave(rep, 1).view(b * a, skv, d)
+        vv = v if rep == 1 else v.view(b, kv, skv, d).repeat_interleave(rep, 1).view(b * a, skv, d)
+        scores = torch.baddbmm(torch.empty(b * a, sq, skv, device=device, dtype=dtype), q,
+                               kk.transpose(1, 2), beta=0.0, alpha=scale)
+        if mask is not None:
+            scores = scores.masked_fill(mask, float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        probs = F.dropout(probs, p=UNFUSED_ATTENTION_DROPOUT, training=True)
+        return torch.bmm(probs, vv)
+
+    out = fwd()
+    t_f, reps = timer(fwd)
+    go = torch.randn_like(out)
+    t_b, _ = timer(_bwd(out, (q, k, v), go))
+    e = torch.tensor([], dtype=dtype).element_size()
+    fwd_flops = int(4 * b * a * sq * skv * d)  # both GEMMs run over the whole s x s square
+    q_el, kv_el, ss = b * sq * a * d, b * skv * kv * d, b * a * sq * skv
+    return {
+        "fwd_time_s": t_f,
+        "bwd_time_s": t_b,
+        "fwd_flops": fwd_flops,
+        "bwd_flops": 2 * fwd_flops,
+        # Q, K, V in, O out; scores written + read by softmax, probabilities written, dropout
+        # reads them and writes its output and mask (1 B), the second GEMM reads the output
+        "fwd_bytes": e * (2 * q_el + 2 * kv_el) + e * ss * 5 + ss,
+        "bwd_bytes": 2 * (e * (2 * q_el + 2 * kv_el) + e * ss * 5 + ss),
+        "num_repeats": reps,
+        "backend": f"unfused eager: baddbmm, masked_fill, softmax, dropout "
+                   f"{UNFUSED_ATTENTION_DROPOUT}, bmm",
+    }
+
+
+def bench_matmul_fp8(s, timer, device, dtype):
+    """The matmul shapes in FP8 (torch._scaled_mm, per-tensor scales, BF16 output): forward
+    E4M3 x E4M3, dgrad E5M2 gradient x E4M3 weight, wgrad E5M2 x E4M3 (Transformer Engine's
+    HYBRID format). The casts to FP8 are not timed (Transformer Engine fuses them into the
+    preceding kernels where it can); n, k, m must be multiples of 16."""
+    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+        raise RuntimeError("this torch has no FP8 GEMM (torch._scaled_mm)")
+    m, n, k = s["m"], s["n"], s["k"]
+    if m % 16 or n % 16 or k % 16:
+        raise ValueError(f"FP8 GEMM needs multiples of 16, got m={m} n={n} k={k}")
+    e4, e5 = torch.float8_e4m3fn, torch.float8_e5m2
+    one = torch.ones((), device=device, dtype=torch.float32)
+    x = _randn(m, k, device=device, dtype=torch.bfloat16).to(e4)
+    w = _randn(n, k, device=device, dtype=torch.bfloat16).to(e4)
+    dy = _randn(m, n, device=device, dtype=torch.bfloat16).to(e5)
+    # _scaled_mm wants the first operand row-major and the second column-major
+    w_t = w.t()  # [k, n], column-major view of the row-major weight
+    w_kn_cm = w.t().contiguous().t()  # [n, k] column-major for dgrad: dy [m, n] @ w [n, k]
+    x_cm = x.t().contiguous().t()  # [m, k] column-major for wgrad: dy^T [n, m] @ x [m, k]
+    dy_t = dy.t().contiguous()  # [n, m] row-major
+    mm = lambda a_, b_: torch._scaled_mm(a_, b_, scale_a=one, scale_b=one,
+                                         out_dtype=torch.bfloat16)
+    t_f, reps = timer(lambda: mm(x, w_t))
+    t_dg, _ = timer(lambda: mm(dy, w_kn_cm))
+    t_wg, _ = timer(lambda: mm(dy_t, x_cm))
+    gemm_bytes = m * k + n * k + 2 * m * n  # FP8 inputs, BF16 output
+    return {
+        "fwd_time_s": t_f,
+        "bwd_time_s": t_dg + t_wg,
+        "bwd_dgrad_time_s": t_dg,
+        "bwd_wgrad_time_s": t_wg,
+        "fwd_flops": 2 * m * n * k,
+        "bwd_flops": 4 * m * n * k,
+        "fwd_bytes": gemm_bytes,
+        "bwd_bytes": 2 * gemm_bytes,
+        "num_repeats": reps,
+        "backend": "torch._scaled_mm e4m3 x e4m3 fwd, e5m2 x e4m3 bwd, per-tensor scale, bf16 out",
+        "dtype": "float8_e4m3fn",
+    }
+
+
 def _elementwise_common(op, rows, cols, n_in, t_f, t_b, reps, e, backend):
     ff, fb = _ELEM_FLOPS[op]
     el = rows * cols
@@ -387,6 +484,8 @@ BENCH = {
     "moe": bench_moe,
     "attention": bench_attention,
     "attention_default": bench_attention_default,
+    "attention_unfused": bench_attention_unfused,
+    "matmul_fp8": bench_matmul_fp8,
     "norm": bench_norm,
     "elementwise": bench_elementwise,
     "embedding": bench_embedding,

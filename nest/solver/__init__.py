@@ -13,7 +13,10 @@ order, or every order a launcher can express, nest.placement). Every cost is the
 Objective: exactly the shared evaluator's time per batch,
     T = (m + p - 1) * max_j t_j + max_j u_j,
 t_j the stage's time per micro-batch, u_j its gradient sync + optimizer step: the evaluator under
-the default training settings (pipeline_time: paper, dp_overlap: none). Under the other settings
+the default training settings (pipeline_time: paper, dp_overlap: none). With pipeline_time: dapple
+the objective is sum_j t_j + (m - 1) max_j t_j + max_j u_j, the evaluator's tight form, solved
+exactly per candidate by nest.solver.tight (every bound below scaled by m / (m + p - 1), which
+keeps it a lower bound of that form). Under the other settings
 the evaluator prices a plan at most this (tighter schedule forms, overlapped sync), so the plan
 found is the optimum of this upper bound, re-scored; the summary's schedule check reports how far
 the two are apart on the figures' plans. Network awareness:
@@ -61,6 +64,7 @@ from nest.solver.arrays import StageArrays, class_arrays, even_cut_mask
 from nest.solver.bounds import (compute_bounds, joint_bound, memory_aware_bound, p2p_floor,
                                 weight_bound)
 from nest.solver.dp import bottleneck
+from nest.solver.tight import solve_fixed_tight
 from nest.space import SearchSpace, declare, make_plan, pp_dp_options
 
 
@@ -82,6 +86,24 @@ def solve_fixed(arr: StageArrays, C: float, best_T: float):
     X, stages = bottleneck(t, u, ok, best[1])
     assert X == best[0]
     return best_T, stages
+
+
+TIGHT = "dapple"  # the training settings' pipeline_time whose tight form nest.solver.tight solves
+
+
+def solve_candidate(arr: StageArrays, p: int, best_T: float, form: str = "paper"):
+    """Exact min of the objective `form` (the training settings' pipeline_time: "dapple", else
+    the paper's) for one candidate: (T, stages) or None."""
+    if form == TIGHT:
+        return solve_fixed_tight(arr.t_JLLO, arr.options.per_option(arr.u_JLLZ), arr.ok_JLLO,
+                                 arr.num_microbatches, best_T)
+    return solve_fixed(arr, arr.num_microbatches + p - 1, best_T)
+
+
+def bound_scale(form: str, m: int, p: int) -> float:
+    """Lower bounds are stated for the paper's form (m + p - 1) max t + max u; the tight form is
+    at least m max t + max u >= m / (m + p - 1) times that."""
+    return m / (m + p - 1) if form == TIGHT else 1.0
 
 
 def candidate_arrays(problem: Problem, space: SearchSpace, lts, p: int, d: int,
@@ -112,6 +134,7 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
     best_T, best = math.inf, None
     heap: list = []
     lts, refined, floors, sends = {}, {}, {}, {}
+    form = problem.training.pipeline_time
     for ci, cls in enumerate(space.classes):
         lts[ci] = [layer_table(problem, v, space.recompute_modes) for v in cls]
         options = list(pp_dp_options(problem, space, cls[0]))
@@ -123,7 +146,8 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
             if even_cuts and p > num_blocks(problem):
                 continue
             m = problem.num_microbatches(d, cls[0].ep)
-            heap.append(((m + p - 1) * lb[p] if prune else 0.0, False, ci, p, d))
+            heap.append(((m + p - 1) * lb[p] * bound_scale(form, m, p) if prune else 0.0, False,
+                         ci, p, d))
     num_candidates = len(heap)
     heapq.heapify(heap)
     visited = 0
@@ -135,18 +159,19 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
                 refined[(ci, p)] = memory_aware_bound(problem, space, lts[ci], p, floors[ci],
                                                       sends[ci])
             m = problem.num_microbatches(d, cls[0].ep)
-            bound = (m + p - 1) * refined[(ci, p)]
+            scale = bound_scale(form, m, p)
+            bound = (m + p - 1) * refined[(ci, p)] * scale
             if bound < best_T:  # else pruned already; cheaper bounds first
-                bound = max(bound, joint_bound(problem, space, lts[ci], p, d, floors[ci],
-                                               sends[ci]))
+                bound = max(bound, scale * joint_bound(problem, space, lts[ci], p, d,
+                                                       floors[ci], sends[ci]))
             if bound < best_T:
-                bound = max(bound, weight_bound(problem, space, lts[ci], p, d))
+                bound = max(bound, scale * weight_bound(problem, space, lts[ci], p, d))
             heapq.heappush(heap, (bound, True, ci, p, d))
             continue
         for placement in space.placements_for(cls[0], p, d):
             arr = candidate_arrays(problem, space, lts[ci], p, d, placement, even_cuts)
             visited += 1
-            res = solve_fixed(arr, arr.num_microbatches + p - 1, best_T)
+            res = solve_candidate(arr, p, best_T, form)
             if res is not None and res[0] < best_T:
                 O = space.options.size
                 stages = [(a, b, o % O) for a, b, o in res[1]]
@@ -169,7 +194,7 @@ def candidate_optimum(problem: Problem, space: SearchSpace, cls, p: int, d: int,
     best = math.inf
     for placement in space.placements_for(cls[0], p, d):
         arr = candidate_arrays(problem, space, lts, p, d, placement, even_cuts)
-        res = solve_fixed(arr, arr.num_microbatches + p - 1, best)
+        res = solve_candidate(arr, p, best, problem.training.pipeline_time)
         if res is not None:
             best = min(best, res[0])
     return best

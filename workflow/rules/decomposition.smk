@@ -4,21 +4,28 @@
 
 rule decomposition_point:
     """Every ablation of the decomposition on one point, in one process (a process start costs
-    about as much as a small solve): their plans and evaluations (nest.point) in one JSON."""
+    about as much as a small solve): their plans and evaluations (nest.point) in one JSON. A
+    planner still running when the job nears its runtime gives a `crashed` record (plan.smk)."""
     input:
-        graph="results/graphs/{model}/mbs{mbs}.json",
+        graph=lambda wc: graph_file(wc.model, wc.batch),
         cluster=cluster_files,
         registry="config/planners.yaml",
         space="config/search_space.yaml",
         training="config/training.yaml",
     output:
-        "results/decomposition/{model}/{cluster}/{num_devices}/mbs{mbs}.json",
+        "results/decomposition/{model}/{cluster}/{num_devices}/{batch}.json",
     log:
-        "logs/decomposition/{model}/{cluster}/{num_devices}/mbs{mbs}.log",
+        "logs/decomposition/{model}/{cluster}/{num_devices}/{batch}.log",
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=240,
     conda:
         "../envs/nest.yaml"
     params:
         planners=lambda wc: config["decomposition"]["planners"],
+        settings=lambda wc: batch_settings(wc.batch),
+        code=CODE,
     script:
         "../scripts/decomposition_point.py"
 
@@ -34,8 +41,14 @@ rule decomposition_collect:
         "results/decomposition.csv",
     log:
         "logs/decomposition/collect.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
     conda:
         "../envs/nest.yaml"
+    params:
+        code=CODE,
     script:
         "../scripts/decomposition_collect.py"
 
@@ -51,11 +64,16 @@ rule decomposition_report:
         pdf="figures/decomposition.pdf",
     log:
         "logs/decomposition/report.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
     conda:
         "../envs/nest.yaml"
     params:
         reference=lambda wc: config["decomposition"].get("reference", "nest"),
         planners=lambda wc: config["decomposition"]["planners"],
+        code=CODE,
     script:
         "../scripts/decomposition_report.py"
 
@@ -77,11 +95,16 @@ rule codesign:
         pdf="figures/codesign.pdf",
     log:
         "logs/codesign.log",
+    threads: 1
+    resources:
+        mem_mb=6000,
+        runtime=240,
     conda:
         "../envs/nest.yaml"
     params:
         cfg=lambda wc: config["codesign"],
         cache=lambda wc, output: os.path.splitext(output.csv)[0],
+        code=CODE,
     script:
         "../scripts/codesign.py"
 

@@ -10,11 +10,11 @@ def decomposition_planners():
 
 
 def decomposition_points():
-    """(model, cluster, num_devices, mbs) of every point of the decomposition's figures, once."""
+    """(model, cluster, num_devices, batch) of every point of the decomposition's figures, once."""
     pts = {}
     for fig in config["decomposition"]["figures"]:
-        for _, m, c, n, b in figure_points(fig):
-            pts[(m, c, n, b)] = None
+        for pt in figure_points(fig):
+            pts[(pt.model, pt.cluster, pt.num_devices, pt.batch)] = None
     return list(pts)
 
 
@@ -22,10 +22,10 @@ def decomposition_files(kind):
     """The reference planner's files (the figures' plan rule makes them) or, for kind "points",
     one file per point holding every ablation (decomposition_point)."""
     if kind == "points":
-        return [f"results/decomposition/{m}/{c}/{n}/mbs{b}.json"
+        return [f"results/decomposition/{m}/{c}/{n}/{b}.json"
                 for m, c, n, b in decomposition_points()]
     ref = config["decomposition"].get("reference", "nest")
-    return [f"results/{kind}/{ref}/{m}/{c}/{n}/mbs{b}.json"
+    return [f"results/{kind}/{ref}/{m}/{c}/{n}/{b}.json"
             for m, c, n, b in decomposition_points()]
 
 
@@ -52,13 +52,13 @@ def _cluster_files(cluster):
 
 
 def _point_files(kind, points):
-    return [f"results/{kind}/{p}/{m}/{c}/{n}/mbs{b}.json" for p, m, c, n, b in points]
+    return [point_file(kind, pt) for pt in points]
 
 
 def table2_points():
     t = tables_cfg("table2")
-    return [pt for pt in figure_points(t["figure"])
-            if pt[2] == t["cluster"] and pt[3] == t["num_devices"] and pt[4] == t["mbs"]]
+    return [pt for pt in figure_points(t["figure"]) if pt.cluster == t["cluster"]
+            and pt.num_devices == t["num_devices"] and pt.mbs == t.get("mbs", 1)]
 
 
 def table6_models(wc=None):
@@ -77,12 +77,14 @@ def table7_point_files():
 
 def figure2_points():
     f = tables_cfg("figure2")
-    return [(p, m, f["cluster"], f["num_devices"], 1) for m in f["models"] for p in f["planners"]]
+    return [Point(p, m, f["cluster"], f["num_devices"], 1, "mbs1")
+            for m in f["models"] for p in f["planners"]]
 
 
 def comm_share_points():
     t = tables_cfg("comm_share")
     out = []
     for fig in t["figures"]:
-        out += [pt for pt in figure_points(fig) if pt[0] == t["planner"] and pt[1] == t["model"]]
+        out += [pt for pt in figure_points(fig) if pt.planner == t["planner"]
+                and pt.model == t["model"]]
     return list(dict.fromkeys(out))

@@ -7,8 +7,14 @@ rule collect_results:
         "results/{figure}.csv",
     log:
         "logs/collect_results/{figure}.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
     conda:
         "../envs/nest.yaml",
+    params:
+        code=CODE,
     script:
         "../scripts/collect_results.py"
 
@@ -25,10 +31,15 @@ rule plot_figure:
                      subcategory="{figure}"),
     log:
         "logs/plot_figure/{figure}.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
     conda:
         "../envs/nest.yaml",
     params:
         title=lambda wc: config["figures"][wc.figure]["title"],
+        code=CODE,
     script:
         "../scripts/plot_figure.py"
 
@@ -42,8 +53,14 @@ rule summarize_figure:
         report("results/{figure}_summary.md", category="Figures", subcategory="{figure}"),
     log:
         "logs/summarize_figure/{figure}.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
     conda:
         "../envs/nest.yaml"
+    params:
+        code=CODE,
     script:
         "../scripts/summarize_figure.py"
 
@@ -61,10 +78,14 @@ rule search_time:
     log:
         "logs/search_time.log",
     threads: 4096
+    resources:
+        mem_mb=8000,
+        runtime=120,
     conda:
         "../envs/nest.yaml"
     params:
         cfg=lambda wc: config["search_time"],
+        code=CODE,
     script:
         "../scripts/search_time.py"
 
@@ -83,11 +104,16 @@ rule reproduction_report:
         report("results/REPRODUCTION.md", category="Reproduction report"),
     log:
         "logs/reproduction_report.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
     conda:
         "../envs/nest.yaml"
     params:
         figures=lambda wc: {f: config["figures"][f] for f in config["run"]
                             if f in config["figures"]},
+        code=CODE,
     script:
         "../scripts/reproduction_report.py"
 
@@ -107,7 +133,13 @@ rule expected:
         directory(f"results/expected/{config.get('expected_name', 'default')}"),
     log:
         "logs/expected.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
     conda:
         "../envs/nest.yaml"
+    params:
+        code=CODE,
     script:
         "../scripts/expected.py"

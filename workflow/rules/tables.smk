@@ -19,8 +19,14 @@ rule table2:
         md="results/table2.md",
     log:
         "logs/tables/table2.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
     conda:
         "../envs/nest.yaml"
+    params:
+        code=CODE,
     script:
         "../scripts/table_strategies.py"
 
@@ -44,10 +50,15 @@ rule table6:
         md="results/table6.md",
     log:
         "logs/tables/table6.log",
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
     conda:
         "../envs/nest.yaml"
     params:
         cfg=lambda wc: tables_cfg("table6"),
+        code=CODE,
     script:
         "../scripts/table_memory.py"
 
@@ -70,10 +81,15 @@ rule table7_point:
         "results/table7/{model}/{variant}.json",
     log:
         "logs/tables/table7/{model}/{variant}.log",
+    threads: 1
+    resources:
+        mem_mb=6000,
+        runtime=120,
     conda:
         "../envs/nest.yaml"
     params:
         cfg=lambda wc: tables_cfg("table7"),
+        code=CODE,
     script:
         "../scripts/table_ablation_point.py"
 
@@ -88,8 +104,14 @@ rule table7:
         md="results/table7.md",
     log:
         "logs/tables/table7.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
     conda:
         "../envs/nest.yaml"
+    params:
+        code=CODE,
     script:
         "../scripts/table_ablation.py"
 
@@ -113,10 +135,15 @@ rule figure2:
         pdf="figures/figure2.pdf",
     log:
         "logs/tables/figure2.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
     conda:
         "../envs/nest.yaml"
     params:
         cfg=lambda wc: tables_cfg("figure2"),
+        code=CODE,
     script:
         "../scripts/table_comm.py"
 
@@ -138,10 +165,15 @@ rule comm_share:
         md="results/comm_share.md",
     log:
         "logs/tables/comm_share.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
     conda:
         "../envs/nest.yaml"
     params:
         cfg=lambda wc: tables_cfg("comm_share"),
+        code=CODE,
     script:
         "../scripts/table_comm.py"
 

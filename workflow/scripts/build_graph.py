@@ -1,13 +1,18 @@
-"""Snakemake adapter: model YAML -> layer graph JSON."""
-import sys
+"""Snakemake adapter: model YAML -> layer graph JSON (at the file name's mbs and seq_len)."""
+import os
+
+from _job import model_at, start
 
 from nest.graph import build_graph
 from nest.settings import load_training
-from nest.specs import load_model
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-sys.stderr = sys.stdout = open(sm.log[0], "w")
+start(sm)
+s = sm.params.settings
 source = load_training(sm.input.training).graph_source
-graph = build_graph(load_model(sm.input.model), sm.params.mbs, source)
-graph.write(sm.output[0])
-print(f"{graph.model}: {graph.num_layers} layers, {len(graph.variants)} variants ({source})")
+graph = build_graph(model_at(sm.input.model, s["seq_len"]), s["mbs"], source)
+tmp = f"{sm.output[0]}.tmp{os.getpid()}.json"
+graph.write(tmp)
+os.replace(tmp, sm.output[0])
+print(f"{graph.model}: {graph.num_layers} layers, {len(graph.variants)} variants ({source}), "
+      f"seq_len {graph.seq_len}")

@@ -1,13 +1,14 @@
 """Snakemake adapter: the network co-design sweep -> results/codesign.csv, .md and figure
 (nest.ablation.codesign_sweep; points cached under results/codesign/, so a rerun resumes)."""
-import sys
 from pathlib import Path
+
+from _job import start
 
 from nest.ablation import codesign_markdown, codesign_sweep, digest, plot_codesign, write_csv
 from nest.graph.layer_graph import LayerGraph
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-sys.stderr = sys.stdout = open(sm.log[0], "w")
+start(sm)
 cfg = dict(sm.params.cfg)
 planner, flat = cfg.get("planner", "nest"), cfg.get("flat_planner", "nest_flat_network")
 inputs = [sm.input[k] for k in ("graph", "cluster", "hardware", "registry", "space", "training")]

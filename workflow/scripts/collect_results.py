@@ -1,10 +1,10 @@
 """Snakemake adapter: evaluations + plans of a figure -> results CSV."""
-import sys
+from _job import start
 
 from nest.results import collect, write_csv
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-sys.stderr = sys.stdout = open(sm.log[0], "w")
+start(sm)
 df = collect(list(zip(sm.input.evaluations, sm.input.plans)))
 write_csv(df, sm.output[0])
 print(df.to_string())

@@ -1,13 +1,14 @@
 """Snakemake adapter: NEST's evaluations and plans + the ablations' point files ->
 results/decomposition.csv."""
 import json
-import sys
 from pathlib import Path
+
+from _job import start
 
 from nest.results import collect_records, write_csv
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-sys.stderr = sys.stdout = open(sm.log[0], "w")
+start(sm)
 records = [(json.loads(Path(e).read_text()), json.loads(Path(p).read_text()))
            for e, p in zip(sm.input.evaluations, sm.input.plans)]
 for f in sm.input.points:

@@ -1,21 +1,18 @@
 """Snakemake adapter: one point x every ablation planner -> one JSON of their plans and
-evaluations (nest.point), written once all are done."""
-import json
-import sys
+evaluations (nest.point), written once all are done; each planner under the runtime guard."""
+from _job import point_problem, run_point, start, write_json
 
-from nest.evaluate import make_problem
 from nest.graph.layer_graph import LayerGraph
-from nest.point import plan_point
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-sys.stderr = sys.stdout = open(sm.log[0], "w")
+start(sm)
 w = sm.wildcards
 graph = LayerGraph.read(sm.input.graph)
-problem = make_problem(w.model, w.cluster, int(w.num_devices), graph.mbs, graph=graph)
+problem = point_problem(w.model, w.cluster, int(w.num_devices), graph, sm.params.settings,
+                        sm.input.training)
 rows = []
 for planner in sm.params.planners:
-    plan, evaluation = plan_point(planner, problem, w.model, w.cluster)
+    plan, evaluation = run_point(planner, problem, w.model, w.cluster)
     rows.append({"planner": planner, "plan": plan, "evaluation": evaluation})
     print(f"{planner}: {evaluation['time_per_batch_s']} {evaluation['reason']}", flush=True)
-open(sm.output[0], "w").write(json.dumps({"schema": "nest.decomposition_point/v1", "rows": rows},
-                                         indent=1, sort_keys=True) + "\n")
+write_json({"schema": "nest.decomposition_point/v1", "rows": rows}, sm.output[0])

@@ -1,13 +1,14 @@
 """Snakemake adapter: results/decomposition.csv -> table CSV, Markdown and figure (nest.ablation)."""
-import sys
 from pathlib import Path
+
+from _job import start
 
 from nest.ablation import (decomposition_markdown, decomposition_table, plot_decomposition,
                            write_csv)
 from nest.results import read_csv
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-sys.stderr = sys.stdout = open(sm.log[0], "w")
+start(sm)
 df = read_csv(sm.input[0])
 table = decomposition_table(df, sm.params.reference, list(sm.params.planners))
 write_csv(table, sm.output.table)

@@ -1,10 +1,10 @@
 """Snakemake adapter: every experiment's outputs -> results/REPRODUCTION.md."""
-import sys
+from _job import start
 
 from nest.reproduction import write
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-sys.stderr = sys.stdout = open(sm.log[0], "w")
+start(sm)
 csvs = dict(zip(sm.params.figures, sm.input.csvs))
 md = sorted(str(p) for p in sm.input.extra if str(p).endswith(".md"))
 csv = sorted(str(p) for p in sm.input.extra if str(p).endswith(".csv"))

@@ -1,10 +1,10 @@
 """Snakemake adapter: Table 4 (NEST vs Mist search time, each solve alone)."""
-import sys
+from _job import start
 
 from nest.search_time import markdown, measure, table
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-sys.stderr = sys.stdout = open(sm.log[0], "w")
+start(sm)
 cfg = sm.params.cfg
 rows = []
 for model in cfg["models"]:

@@ -1,12 +1,12 @@
 """Snakemake adapter: one Table 7 point -> NEST (with the variant's overrides) on the problem
 with reduced HBM -> one JSON record."""
-import sys
+from _job import start
 
 from nest.graph.layer_graph import LayerGraph
 from nest.tables import ablation_point, reduced_problem, write_point
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-sys.stderr = sys.stdout = open(sm.log[0], "w")
+start(sm)
 cfg, model, variant = sm.params.cfg, sm.wildcards.model, sm.wildcards.variant
 pt = cfg["points"][model]
 if variant not in pt["variants"]:

@@ -1,13 +1,14 @@
 """Snakemake adapter: measured blocks (profiles/) x memory model -> Table 6 (CSV + Markdown)."""
-import sys
 from pathlib import Path
+
+from _job import start
 
 from nest.graph.layer_graph import LayerGraph
 from nest.problem import make_problem
 from nest.tables import memory_table, table6_markdown, write_csv
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-sys.stderr = sys.stdout = open(sm.log[0], "w")
+start(sm)
 cfg = sm.params.cfg
 problems = {}
 for path in sm.input.graphs:

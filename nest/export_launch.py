@@ -1,0 +1,125 @@
+"""A rank map -> the launch environment and a torchrun / SLURM launch that starts exactly its ranks.
+
+Environment (Megatron-LM megatron/training/arguments.py, validate_args, read at d98e8a64):
+    CUDA_DEVICE_MAX_CONNECTIONS=1   asserted whenever tp > 1 or cp > 1 without FSDP on compute
+                                    capability < 10 (Ampere, Hopper): one hardware queue keeps
+                                    the tensor-parallel communication kernels ordered before the
+                                    GEMMs they overlap with. Harmless on Blackwell (not asserted).
+    (unset)                         with Megatron-FSDP (--use-megatron-fsdp), which asserts that it
+                                    is NOT 1; the launch then unsets it explicitly.
+
+Processes. torchrun (static rendezvous: --node-rank, --master-addr) gives the agent with node
+rank n the global ranks base_n .. base_n + k_n - 1 (base_n = k_0 + ... + k_{n-1}, k_n its
+--nproc-per-node; torch.distributed.elastic assigns contiguous blocks also when the k_n differ).
+So the rank map's ranks, in rank order, are cut into maximal runs on one cluster node; run n is
+agent n, started on that node with k_n processes. Every node holds one run (else the map is not
+launchable: nest.export re-scores the nearest launchable order). World size = sum k_n exactly:
+63 ranks on 8-GPU nodes are 7 agents of 8 and one of 7, never 64 processes.
+A rank's device: Megatron-LM binds local rank i to cuda:i; CUDA_VISIBLE_DEVICES lists the node's
+devices in rank order, so local rank i lands on the i-th device the rank map gives that node.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+
+def launch_env(tp: int, cp: int, megatron_fsdp: bool) -> dict[str, str]:
+    """The environment Megatron-LM's validate_args requires for these degrees (docstring)."""
+    if megatron_fsdp:
+        return {}
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if tp > 1 or cp > 1 else {}
+
+
+def node_runs(rank_map: list[dict]) -> list[tuple[int, list[dict]]]:
+    """(cluster node, its ranks in rank order) for each maximal run of consecutive ranks on one
+    node, in rank order: torchrun's agents (docstring)."""
+    runs: list[tuple[int, list[dict]]] = []
+    for r in sorted(rank_map, key=lambda r: r["rank"]):
+        if runs and runs[-1][0] == r["node"]:
+            runs[-1][1].append(r)
+        else:
+            runs.append((r["node"], [r]))
+    return runs
+
+
+def launchable(rank_map: list[dict]) -> bool:
+    """Every cluster node holds one run of consecutive ranks (one torchrun agent per node)."""
+    nodes = [n for n, _ in node_runs(rank_map)]
+    return len(nodes) == len(set(nodes))
+
+
+def identity_devices(rank_map: list[dict], devices_per_node: int) -> bool:
+    """Local rank i of every agent is the node's device i (no CUDA_VISIBLE_DEVICES needed)."""
+    return all(r["local_rank"] == i for _, rs in node_runs(rank_map) for i, r in enumerate(rs))
+
+
+def _pairs(args: list[str]) -> list[str]:
+    out, i = [], 0
+    while i < len(args):
+        a = args[i]
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            out.append(f"{a} {shlex.quote(args[i + 1])}")
+            i += 2
+        else:
+            out.append(a)
+            i += 1
+    return out
+
+
+DATA_ARGS = ["--mock-data", "--tokenizer-type", "NullTokenizer"]
+TRAIN_ARGS = ["--train-iters", "100", "--lr", "1.0e-4", "--min-lr", "1.0e-5",
+              "--lr-decay-style", "cosine", "--weight-decay", "0.1", "--clip-grad", "1.0",
+              "--eval-iters", "0", "--log-interval", "1"]
+
+
+def torchrun_script(args: list[str], script: str, env: dict[str, str], rank_map: list[dict],
+                    devices_per_node: int, *, unset: tuple[str, ...] = ()) -> str:
+    """The bash lines that start exactly the rank map's ranks on this node ($NODE_RANK = the
+    torchrun agent, $MASTER_ADDR = agent 0's host); DATA_ARGS / TRAIN_ARGS default to mock data
+    and a short run and may be replaced from the environment."""
+    runs = node_runs(rank_map)
+    sizes = [len(rs) for _, rs in runs]
+    lines = [f"# {len(rank_map)} ranks: {len(runs)} torchrun agents (NODE_RANK 0..{len(runs) - 1})"]
+    hosts = [n for n, _ in runs]
+    if hosts != list(range(len(runs))):
+        lines.append("# agent NODE_RANK=i runs on cluster node NODES[i] (rank_map.csv)")
+    lines.append(f"NODES=({' '.join(map(str, hosts))})")
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    lines += [f"unset {k}" for k in unset]
+    if len(set(sizes)) == 1:
+        nproc = str(sizes[0])
+    else:
+        lines.append(f"NPROC=({' '.join(map(str, sizes))})  # processes of agent NODE_RANK")
+        nproc = "${NPROC[$NODE_RANK]}"
+    if not identity_devices(rank_map, devices_per_node):
+        vis = [",".join(str(r["local_rank"]) for r in rs) for _, rs in runs]
+        lines.append("VISIBLE=(" + " ".join(f'"{v}"' for v in vis) + ")  # local rank i -> "
+                     "device VISIBLE[NODE_RANK][i]")
+        lines.append('export CUDA_VISIBLE_DEVICES="${VISIBLE[$NODE_RANK]}"')
+    lines.append(f"DATA_ARGS=${{DATA_ARGS:-{' '.join(DATA_ARGS)}}}")
+    lines.append(f"TRAIN_ARGS=${{TRAIN_ARGS:-{' '.join(TRAIN_ARGS)}}}")
+    lines.append(f"torchrun --nnodes {len(runs)} --nproc-per-node {nproc} --node-rank "
+                 f"\"${{NODE_RANK:?}}\" --master-addr \"${{MASTER_ADDR:?}}\" --master-port "
+                 f"\"${{MASTER_PORT:-6000}}\" \\")
+    lines.append(f"    {script} \\")
+    lines += [f"    {p} \\" for p in _pairs(args)]
+    lines.append("    $DATA_ARGS $TRAIN_ARGS")
+    return "\n".join(lines)
+
+
+def slurm_script(num_agents: int, devices_per_node: int, job: str) -> str:
+    """An sbatch file beside launch.sh: one task per node runs launch.sh with NODE_RANK =
+    SLURM_NODEID (a non-identity NODES list needs the job's nodes in that order: --nodelist)."""
+    return "\n".join([
+        "#!/usr/bin/env bash",
+        f"#SBATCH --job-name={job}",
+        f"#SBATCH --nodes={num_agents}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --gpus-per-node={devices_per_node}",
+        "#SBATCH --exclusive",
+        "set -euo pipefail",
+        'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "srun --ntasks-per-node=1 bash -c 'NODE_RANK=$SLURM_NODEID exec bash "
+        '"$SLURM_SUBMIT_DIR/launch.sh"\'',
+    ]) + "\n"

@@ -1,0 +1,282 @@
+"""A Hugging Face config.json -> ModelSpec: every architecture key is priced or refused by name.
+
+Supported `model_type`s (the block each becomes in nest.graph.torch_models; parameter counts
+equal transformers' meta-device count, tests/test_hf_families.py):
+
+* llama, mistral, phi3 (fused qkv / gate_up: the same weights as Llama's), qwen2 (biases on Q, K,
+  V), qwen3 (RMSNorm over each head's Q and K, head_dim key), gemma2 (head_dim key, a norm
+  before and after attention and MLP, GeGLU, soft-capping, alternating sliding window) -> a dense
+  "llama" family block;
+* mixtral, qwen2_moe (shared expert with a sigmoid gate), qwen3_moe, deepseek_v2 / deepseek_v3
+  (multi-head latent attention with q/kv LoRA ranks and a rotary part per head, shared experts,
+  the first `first_k_dense_replace` blocks dense) -> "mixtral" family blocks;
+* gpt2, bert.
+
+Priced rather than ignored:
+* sliding_window: the windowed blocks' attention FLOPs count the band of w keys per query
+  (w^2/2 + (s-w) w of the s x s scores instead of s^2/2) and their saved scores the s x w band
+  (nest.graph.torch_models.AttentionCore). Which blocks attend over the window follows
+  transformers' own `layer_types` rule per family (or the config's `layer_types`).
+* attn_logit_softcapping: a tanh on each score inside the attention kernel (FlashAttention-2
+  >= 2.6 applies it on chip): no matmul FLOPs and no HBM bytes change, so it costs nothing here,
+  as every elementwise FLOP does in this model (closed_form's conventions).
+* final_logit_softcapping: an elementwise op on the logits (read, write, and the capped logits
+  kept for backward), priced like the cross-entropy's bytes.
+* rope_scaling / rope_parameters (linear, dynamic, yarn, longrope, llama3) and
+  partial_rotary_factor change only the rotation frequencies (yarn / longrope also a constant
+  attention temperature): no matmul FLOPs, no bytes, no parameters. Accepting them is exact for
+  this cost model. An unknown rope type is refused.
+Refused with the key: dropout > 0 in a decoder family, biases other than the ones above, other
+activations, MoE layer patterns other than "every layer" / "the first k dense", mlp_only_layers.
+
+The training sequence length is not in a config.json (max_position_embeddings is the longest
+context, 131072 for Llama-3.1): pass `seq_len` (CLI --seq-len, a figure's seq_len). Without it a
+RoPE model gets DEFAULT_SEQ_LEN (capped at max_position_embeddings) with a warning; GPT-2 and
+BERT (learned positions) get their position table's length.
+
+Parallel variants, unless given: every tp <= NODE_SIZE dividing the attention heads, KV heads and
+every MLP width; sp both ways; every ep <= MAX_EP dividing the routed experts; every cp in
+{1, 2, 4, 8} dividing the sequence (with tp under sp).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import warnings
+from pathlib import Path
+
+from nest.errors import SpecError
+from nest.specs import ModelSpec, load_hf_config, model_from_dict
+
+DEFAULT_SEQ_LEN = 4096  # Llama-3 pre-training's 8192 halved: the common fine-tuning length
+NODE_SIZE = 8  # tp and cp up to one 8-GPU node (every catalog cluster's innermost level)
+MAX_EP = 64  # the largest expert-parallel group of a published recipe (DeepSeek-V3: EP 64)
+CP_SIZES = (1, 2, 4, 8)
+
+FAMILY = {"llama": "llama", "mistral": "llama", "phi3": "llama", "qwen2": "llama",
+          "qwen3": "llama", "gemma2": "llama",
+          "mixtral": "mixtral", "qwen2_moe": "mixtral", "qwen3_moe": "mixtral",
+          "deepseek_v2": "mixtral", "deepseek_v3": "mixtral",
+          "gpt2": "gpt", "bert": "bert"}
+ROPE_TYPES = {"default", "linear", "dynamic", "yarn", "longrope", "llama3", "su"}
+
+
+def _name(cfg: dict, where: str) -> str:
+    raw = cfg.get("_name_or_path") or Path(where).stem
+    return re.sub(r"[^a-z0-9_]+", "_", str(raw).lower().rsplit("/", 1)[-1]).strip("_") or "hf_model"
+
+
+class _Cfg:
+    """The config dict with the file name for messages."""
+
+    def __init__(self, cfg: dict, where: str):
+        self.cfg, self.where = cfg, where
+
+    def get(self, key, default=None):
+        v = self.cfg.get(key)
+        return default if v is None else v
+
+    def need(self, key):
+        if self.cfg.get(key) is None:
+            raise SpecError(f"{self.where}: key '{key}': required for model_type "
+                            f"'{self.cfg.get('model_type')}'")
+        return self.cfg[key]
+
+    def refuse(self, key, ok, what: str) -> None:
+        v = self.cfg.get(key)
+        if v is not None and not ok(v):
+            raise SpecError(f"{self.where}: key '{key}': {v!r} is not supported ({what})")
+
+
+def _rope(c: _Cfg) -> None:
+    for key in ("rope_scaling", "rope_parameters"):
+        r = c.cfg.get(key)
+        if isinstance(r, dict):
+            kind = r.get("rope_type", r.get("type", "default"))
+            if kind not in ROPE_TYPES:
+                raise SpecError(f"{c.where}: key '{key}.rope_type': {kind!r} is not supported "
+                                f"(known: {', '.join(sorted(ROPE_TYPES))}; a RoPE variant "
+                                f"changes no FLOPs only when it is one of these)")
+
+
+def _window_layers(c: _Cfg, mtype: str, n: int) -> tuple[int, tuple[int, ...]]:
+    """(window, windowed block indices) by transformers' layer_types rule of each family."""
+    types = c.cfg.get("layer_types")
+    w = c.get("sliding_window", 0)
+    if mtype in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and not c.get("use_sliding_window",
+                                                                            False):
+        w = 0
+    if not w:
+        return 0, ()
+    if types is not None:
+        layers = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+    elif mtype == "gemma2":  # Gemma2Config: sliding on even blocks, global on odd
+        layers = tuple(i for i in range(n) if (i + 1) % 2)
+    elif mtype in ("qwen2", "qwen3"):  # Qwen2Config: sliding from max_window_layers on
+        layers = tuple(i for i in range(n) if i >= c.get("max_window_layers", n))
+    elif mtype in ("qwen2_moe", "qwen3_moe"):
+        layers = tuple(i for i in range(n) if (i + 1) % 2 and i < c.get("max_window_layers", n))
+    elif mtype in ("mistral", "phi3", "mixtral"):  # every block
+        layers = tuple(range(n))
+    else:
+        raise SpecError(f"{c.where}: key 'sliding_window': {w} is not supported for model_type "
+                        f"'{mtype}'")
+    return int(w), layers
+
+
+def _seq_len(c: _Cfg, family: str, seq_len: int | None) -> int:
+    max_pos = c.get("n_positions") if family == "gpt" else c.get("max_position_embeddings")
+    if seq_len is not None:
+        if seq_len < 1:
+            raise SpecError(f"{c.where}: seq_len={seq_len} must be positive")
+        if family in ("gpt", "bert") and max_pos and seq_len > max_pos:
+            raise SpecError(f"{c.where}: seq_len={seq_len} exceeds the learned position table "
+                            f"(key '{'n_positions' if family == 'gpt' else 'max_position_embeddings'}'"
+                            f" = {max_pos})")
+        if max_pos and seq_len > max_pos:
+            warnings.warn(f"{c.where}: seq_len={seq_len} exceeds max_position_embeddings="
+                          f"{max_pos}", stacklevel=3)
+        return int(seq_len)
+    if family in ("gpt", "bert"):
+        return int(max_pos)
+    s = min(DEFAULT_SEQ_LEN, max_pos or DEFAULT_SEQ_LEN)
+    warnings.warn(f"{c.where}: no training sequence length given; using seq_len={s} (not "
+                  f"max_position_embeddings={max_pos}); pass --seq-len or a figure's seq_len",
+                  stacklevel=3)
+    return s
+
+
+def _decoder(c: _Cfg, mtype: str) -> dict:
+    """The fields of a RoPE decoder (llama / mixtral families)."""
+    h, a = c.need("hidden_size"), c.need("num_attention_heads")
+    n = c.need("num_hidden_layers")
+    for key in ("attention_dropout", "resid_pdrop", "embd_pdrop", "hidden_dropout"):
+        c.refuse(key, lambda v: v == 0, "dropout in a decoder is not modelled")
+    c.refuse("mlp_bias", lambda v: not v, "MLP biases are not modelled")
+    _rope(c)
+    d = dict(num_layers=n, hidden_size=h, num_heads=a,
+             num_kv_heads=c.get("num_key_value_heads", a),
+             ffn_hidden_size=c.need("intermediate_size"), ffn_type="swiglu",
+             tied_embeddings=bool(c.get("tie_word_embeddings", mtype == "gemma2")))
+    if mtype == "qwen2":
+        d["qkv_bias"] = True  # Qwen2Attention: bias=True on q, k, v (hard-coded)
+    elif mtype == "qwen2_moe":
+        d["qkv_bias"] = bool(c.get("qkv_bias", True))
+    if mtype not in ("qwen2", "qwen2_moe"):
+        c.refuse("attention_bias", lambda v: not v, "attention biases are not modelled")
+    if mtype in ("qwen3", "qwen3_moe"):
+        d["qk_norm"] = True
+    head_dim = c.get("head_dim")
+    if head_dim and head_dim != h // a and mtype in ("qwen3", "qwen3_moe", "gemma2", "mistral",
+                                                     "qwen2", "qwen2_moe", "llama", "mixtral"):
+        d["head_size"] = head_dim
+    elif head_dim and head_dim != h // a and mtype not in ("deepseek_v2", "deepseek_v3"):
+        raise SpecError(f"{c.where}: key 'head_dim': {head_dim} != hidden_size / "
+                        f"num_attention_heads is not supported for model_type '{mtype}'")
+    if mtype == "gemma2":
+        act = c.get("hidden_activation", c.get("hidden_act", "gelu_pytorch_tanh"))
+        if not str(act).startswith("gelu"):
+            raise SpecError(f"{c.where}: key 'hidden_activation': {act!r} is not supported "
+                            f"(Gemma-2's GeGLU)")
+        d.update(ffn_type="geglu", sandwich_norm=True,
+                 attn_softcap=float(c.get("attn_logit_softcapping", 0.0)),
+                 final_softcap=float(c.get("final_logit_softcapping", 0.0)))
+    else:
+        c.refuse("hidden_act", lambda v: v == "silu", "the gated MLP needs silu (SwiGLU)")
+        for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+            c.refuse(key, lambda v: not v, "soft-capping is modelled for gemma2 only")
+    w, layers = _window_layers(c, mtype, n)
+    if w:
+        d.update(sliding_window=w, window_layers=list(layers))
+    return d
+
+
+def _moe(c: _Cfg, mtype: str, d: dict) -> None:
+    n = d["num_layers"]
+    if mtype == "mixtral":
+        d.update(num_experts=c.need("num_local_experts"), top_k=c.need("num_experts_per_tok"))
+        return
+    d["top_k"] = c.need("num_experts_per_tok")
+    if mtype in ("qwen2_moe", "qwen3_moe"):
+        c.refuse("decoder_sparse_step", lambda v: v == 1, "MoE in every block only")
+        c.refuse("mlp_only_layers", lambda v: not v, "dense blocks between MoE blocks are not "
+                 "modelled")
+        d.update(num_experts=c.need("num_experts"), ffn_hidden_size=c.need("moe_intermediate_size"))
+        if mtype == "qwen2_moe" and c.get("shared_expert_intermediate_size", 0):
+            d.update(shared_ffn_hidden_size=c.cfg["shared_expert_intermediate_size"],
+                     shared_expert_gate=True)
+        return
+    # DeepSeek-V2 / V3
+    c.refuse("moe_layer_freq", lambda v: v == 1, "MoE in every block after the first dense ones")
+    E = c.need("n_routed_experts")
+    k_dense = c.get("first_k_dense_replace", 0)
+    f_moe = c.need("moe_intermediate_size")
+    d.update(num_experts=E, ffn_hidden_size=f_moe, num_dense_layers=min(k_dense, n),
+             dense_ffn_hidden_size=c.need("intermediate_size"),
+             shared_ffn_hidden_size=f_moe * c.get("n_shared_experts", 0))
+    if k_dense >= n:
+        raise SpecError(f"{c.where}: key 'first_k_dense_replace': {k_dense} leaves no MoE block")
+    if c.get("num_nextn_predict_layers", 0):
+        warnings.warn(f"{c.where}: key 'num_nextn_predict_layers': the multi-token-prediction "
+                      f"module is not part of the transformers model and is not priced",
+                      stacklevel=4)
+    # multi-head latent attention (DeepSeek-V2, section 2.1.2)
+    nope, rope, vd = c.need("qk_nope_head_dim"), c.need("qk_rope_head_dim"), c.need("v_head_dim")
+    d.update(kv_lora_rank=c.need("kv_lora_rank"), q_lora_rank=c.get("q_lora_rank", 0),
+             qk_rope_head_dim=rope, v_head_dim=vd, head_size=nope + rope,
+             num_kv_heads=d["num_heads"])
+    c.refuse("attention_bias", lambda v: not v, "MLA biases are not modelled")
+
+
+def derive_variants(d: dict) -> dict:
+    """Parallel variants from the architecture (module docstring)."""
+    a, kv = d["num_heads"], d.get("num_kv_heads", d["num_heads"])
+    widths = [d["ffn_hidden_size"], d.get("shared_ffn_hidden_size") or 0,
+              d.get("dense_ffn_hidden_size") or 0]
+    g = math.gcd(a, kv, *widths)
+    tps = [t for t in range(1, NODE_SIZE + 1) if g % t == 0]
+    s, tmax = d["seq_len"], max(tps)
+    cps = [c for c in CP_SIZES if s % (c * tmax) == 0]
+    E = d.get("num_experts", 1)
+    eps = [e for e in range(1, min(E, MAX_EP) + 1) if E % e == 0]
+    return {"tp": tps, "sp": [False, True] if tmax > 1 else [False], "ep": eps, "cp": cps}
+
+
+def model_spec_from_hf_config(config: dict | str | os.PathLike, *, name: str | None = None,
+                              seq_len: int | None = None,
+                              parallel_variants: dict | None = None) -> ModelSpec:
+    """A HF config (dict or path to config.json) as our ModelSpec (validated like a catalog
+    YAML). seq_len: the training sequence length (module docstring for its default)."""
+    where = "<config dict>" if isinstance(config, dict) else str(config)
+    cfg = config if isinstance(config, dict) else load_hf_config(config)
+    c = _Cfg(cfg, where)
+    mtype = cfg.get("model_type")
+    if mtype not in FAMILY:
+        raise SpecError(f"{where}: key 'model_type': {mtype!r} is not supported "
+                        f"(known: {', '.join(sorted(FAMILY))})")
+    family = FAMILY[mtype]
+    if family == "gpt":
+        h = c.need("n_embd")
+        d = dict(num_layers=c.need("n_layer"), hidden_size=h, num_heads=c.need("n_head"),
+                 ffn_hidden_size=c.get("n_inner") or 4 * h, ffn_type="gelu",
+                 tied_embeddings=bool(c.get("tie_word_embeddings", True)))
+    elif family == "bert":
+        c.refuse("type_vocab_size", lambda v: v == 2, "BERT with 2 token types")
+        c.refuse("hidden_act", lambda v: str(v).startswith("gelu"), "GELU MLP")
+        d = dict(num_layers=c.need("num_hidden_layers"), hidden_size=c.need("hidden_size"),
+                 num_heads=c.need("num_attention_heads"),
+                 ffn_hidden_size=c.need("intermediate_size"), ffn_type="gelu",
+                 tied_embeddings=bool(c.get("tie_word_embeddings", True)))
+    else:
+        d = _decoder(c, mtype)
+        if family == "mixtral":
+            _moe(c, mtype, d)
+    d.update(name=name or _name(cfg, where), family=family, vocab_size=c.need("vocab_size"),
+             causal=family != "bert", seq_len=_seq_len(c, family, seq_len))
+    d["parallel_variants"] = parallel_variants or (
+        derive_variants(d) if family in ("llama", "mixtral") else None)
+    if d["parallel_variants"] is None:
+        del d["parallel_variants"]
+    return model_from_dict(d, where)

@@ -1,0 +1,298 @@
+"""Published measured training runs (config/validation/published_runs.yaml) -> predicted vs measured.
+
+Each row of the table states a run the way its source does (model, cluster, GPUs, tp / pp / dp /
+cp / ep / sp, interleaving, micro-batch, global batch, sequence, recomputation, distributed
+optimizer, precision) and what was measured, exactly as printed: an iteration time, tokens/s per
+GPU, model TFLOP/s per GPU or MFU. The runner
+
+* turns the row into a compact plan (nest.plan_spec.expand, the format of examples/*.yaml) and
+  scores it with the shared evaluator (nest.evaluate.evaluate), with the row's sequence length
+  and global batch;
+* converts the measurement to a step time: an iteration time as is; tokens/s per GPU by
+  global_batch x seq / (tokens/s x GPUs) (no FLOP convention enters); TFLOP/s per GPU or MFU by
+  the row's own FLOP formula (`flops:`, FLOP_FORMULAS below, named per row in the output);
+* prints predicted vs measured step time (and peak memory where a source publishes it), the
+  signed error per row and the mean / max absolute error over the rows whose precision the cost
+  model prices (PRICED_PRECISIONS; FP8 rows are evaluated with BF16 pricing and shown apart).
+
+`main(argv)` (`nest validate --published`) prints the Markdown table and writes it to
+results/validation_published.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from nest.errors import SpecError
+from nest.specs import ModelSpec, config_dir, load_cluster, load_model, read_yaml
+
+SCHEMA = "nest.published_runs/v1"
+# Precisions the cost model prices today. FP8 rows are evaluated with BF16 pricing, reported, and
+# kept out of the mean / max until FP8 pricing lands (add "fp8" here then, and pass the row's
+# precision to the training settings in `training_for`).
+PRICED_PRECISIONS = ("bf16", "fp16", "fp8")
+DEFAULT_OUT = "results/validation_published.md"
+REQUIRED = ("id", "model", "cluster", "num_devices", "tp", "pp", "dp", "cp", "ep", "sp",
+            "schedule", "virtual_stages", "mbs", "global_batch", "seq_len", "recompute",
+            "zero_stage", "precision", "measured", "flops", "source")
+MEASURES = ("iteration_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu",
+            "peak_memory_GB")
+
+
+def table_path() -> Path:
+    return config_dir() / "validation" / "published_runs.yaml"
+
+
+def load_runs(path: str | Path | None = None) -> list[dict]:
+    """The rows of the published table, with every required key (SpecError naming file and key)."""
+    path = Path(path or table_path())
+    d = read_yaml(path)
+    if d.get("schema") != SCHEMA:
+        raise SpecError(f"{path}: key 'schema': expected {SCHEMA}")
+    runs = d.get("runs") or []
+    seen = set()
+    for i, r in enumerate(runs):
+        missing = [k for k in REQUIRED if k not in r]
+        if missing:
+            raise SpecError(f"{path}: key 'runs.{i}.{missing[0]}': missing")
+        if r["id"] in seen:
+            raise SpecError(f"{path}: key 'runs.{i}.id': duplicate '{r['id']}'")
+        seen.add(r["id"])
+        unknown = set(r["measured"]) - set(MEASURES)
+        if unknown or not r["measured"]:
+            raise SpecError(f"{path}: key 'runs.{i}.measured': expected some of {MEASURES}")
+        if r["flops"] not in FLOP_FORMULAS:
+            raise SpecError(f"{path}: key 'runs.{i}.flops': '{r['flops']}' is none of "
+                            f"{sorted(FLOP_FORMULAS)}")
+    return runs
+
+
+# --------------------------------------------------------------------------------------------
+# FLOP formulas of the sources (per global batch). B: sequences, s: sequence, l: layers, h: hidden,
+# V: vocabulary, a: heads, g: key/value heads, f: FFN hidden size.
+# --------------------------------------------------------------------------------------------
+
+
+def megatron_model_flops(m: ModelSpec, batch: int, seq: int, vocab: int | None = None) -> float:
+    """Korthikanti et al. 2022 (section 6): model FLOPs per iteration 72 B s l h^2 (1 + s/6h +
+    V/12lh), i.e. Narayanan et al. 2021's 96 B s l h^2 (1 + s/6h + V/16lh) without the recomputed
+    forward pass (3 passes, not 4; the logit GEMM is never recomputed). Full s x s attention."""
+    b, s, l, h, v = batch, seq, m.num_layers, m.hidden_size, vocab or m.vocab_size
+    return 72 * b * s * l * h**2 * (1 + s / (6 * h) + v / (12 * l * h))
+
+
+def nemo_flops(m: ModelSpec, batch: int, seq: int, vocab: int | None = None,
+               causal_half: bool = False) -> float:
+    """NeMo's "Model TFLOP/sec/GPU" formulas (NVIDIA/NeMo nemo/utils/flops_formulas.py):
+    GPT-3 (GELU MLP, f = 4h): (24 B s h^2 + 4 B s^2 h c) 3 l + 6 B s h V;
+    Llama (SwiGLU): B s l h^2 (12 + 12 g/a + 18 f/h + 12 (s/h) c + 6 V/(l h));
+    c = 1/2 when causal attention counts half (Megatron-Bridge 25.x), 1 in NeMo 24.07's tables."""
+    b, s, l, h, v = batch, seq, m.num_layers, m.hidden_size, vocab or m.vocab_size
+    c = 0.5 if causal_half else 1.0
+    if m.ffn_type == "gelu":
+        return (24 * b * s * h * h + 4 * b * s * s * h * c) * 3 * l + 6 * b * s * h * v
+    if m.ffn_type != "swiglu" or m.is_moe:
+        raise SpecError(f"{m.source_file}: key 'ffn_type': no NeMo FLOP formula for "
+                        f"{m.ffn_type}{' MoE' if m.is_moe else ''}")
+    g, a, f = m.num_kv_heads, m.num_heads, m.ffn_hidden_size
+    return b * s * l * h * h * (12 + 12 * g / a + 18 * f / h + 12 * s / h * c + 6 * v / (l * h))
+
+
+FLOP_FORMULAS = {
+    "megatron_model": megatron_model_flops,
+    "nemo_noncausal": lambda m, b, s, v=None: nemo_flops(m, b, s, v, causal_half=False),
+    "nemo_causal": lambda m, b, s, v=None: nemo_flops(m, b, s, v, causal_half=True),
+}
+
+
+def flops_per_step(row: dict, m: ModelSpec) -> float:
+    """The row's FLOP formula for one global batch (`flops_vocab_size` overrides V: NeMo counts
+    GPT-3 with 51,200)."""
+    return FLOP_FORMULAS[row["flops"]](m, row["global_batch"], row["seq_len"],
+                                       row.get("flops_vocab_size"))
+
+
+def peak_flops_per_s(row: dict) -> float:
+    return load_cluster(row["cluster"], row["num_devices"]).hardware.peak_flops_per_s
+
+
+def measured_step_s(row: dict, m: ModelSpec | None = None) -> tuple[float, str]:
+    """(measured seconds per global batch, how it was obtained) from the row's measurement."""
+    me, n = row["measured"], row["num_devices"]
+    if "iteration_time_s" in me:
+        return me["iteration_time_s"], "iteration time as reported"
+    if "tokens_per_s_per_gpu" in me:
+        tokens = row["global_batch"] * row["seq_len"]
+        return tokens / (me["tokens_per_s_per_gpu"] * n), "GBS x seq / (tokens/s/GPU x GPUs)"
+    m = m or model_for(row)
+    f = flops_per_step(row, m)
+    if "model_tflops_per_gpu" in me:
+        return f / (me["model_tflops_per_gpu"] * 1e12 * n), f"{row['flops']} / (TFLOP/s x GPUs)"
+    return f / (me["mfu"] * peak_flops_per_s(row) * n), f"{row['flops']} / (MFU x peak x GPUs)"
+
+
+# --------------------------------------------------------------------------------------------
+# Row -> plan -> evaluation
+# --------------------------------------------------------------------------------------------
+
+PLAN_KEYS = ("model", "cluster", "num_devices", "global_batch", "mbs", "tp", "sp", "pp", "dp",
+             "ep", "cp", "recompute", "zero_stage", "schedule")
+
+
+def plan_spec(row: dict) -> dict:
+    """The row as a compact plan (nest.plan_spec; examples/*.yaml), Megatron's rank order."""
+    d = {k: row[k] for k in PLAN_KEYS}
+    if row["schedule"] == "interleaved":
+        d["virtual_stages"] = row["virtual_stages"]
+    d["planner"] = "published"
+    d["placement"] = "replica_major"
+    return d
+
+
+def model_for(row: dict) -> ModelSpec:
+    """The catalog model with the run's sequence length."""
+    m = load_model(row["model"])
+    return m if m.seq_len == row["seq_len"] else replace(m, seq_len=row["seq_len"])
+
+
+def training_for(row: dict):
+    """config/training.yaml with the run's global batch (and its attention implementation where
+    the training settings model that choice)."""
+    from nest.settings import load_training
+
+    tr = load_training().with_(global_batch=row["global_batch"])
+    names = {f.name for f in fields(tr)}
+    if "attention" in names and "attention" in row:
+        tr = tr.with_(attention=row["attention"])
+    if row.get("tp_comm_overlap"):  # the recipe overlaps tp communication (nest.costs.groups)
+        tr = tr.with_(tp_comm_overlap=True)
+    if row["precision"] == "fp8":  # Transformer Engine's FP8 GEMMs (nest.precision)
+        tr = tr.with_precision({"compute": "fp8", "fp8_recipe": row.get("fp8_recipe", "delayed")},
+                               f"{table_path().name}: run '{row['id']}'")
+    return tr
+
+
+def problem_for(row: dict):
+    from nest.graph import build_graph
+    from nest.problem import make_problem
+
+    m, tr = model_for(row), training_for(row)
+    g = build_graph(m, row["mbs"], tr.graph_source)
+    pr = make_problem(row["model"], row["cluster"], row["num_devices"], row["mbs"], tr, graph=g)
+    return pr if pr.model == m else pr.with_graph(g, model=m)
+
+
+@dataclass(frozen=True)
+class RowResult:
+    id: str
+    row: dict
+    measured_s: float
+    how: str
+    predicted_s: float
+    feasible: bool
+    reason: str
+    mfu: float
+    peak_memory_GB: float
+    measured_memory_GB: float | None
+
+    @property
+    def error(self) -> float:
+        """Signed relative error of the predicted step time (negative: predicted too fast)."""
+        return self.predicted_s / self.measured_s - 1
+
+    @property
+    def priced(self) -> bool:
+        return self.row["precision"] in PRICED_PRECISIONS
+
+
+def evaluate_row(row: dict) -> RowResult:
+    from nest.evaluate import evaluate
+    from nest.plan_spec import expand
+
+    pr = problem_for(row)
+    plan = expand(plan_spec(row), pr, f"{table_path().name}: run '{row['id']}'")
+    ev = evaluate(plan, pr)
+    meas, how = measured_step_s(row, pr.model)
+    peak = max(s.peak_memory_bytes for s in ev.stages) / 1e9
+    return RowResult(row["id"], row, meas, how, ev.time_per_batch_s, ev.feasible, ev.reason,
+                     ev.mfu, peak, row["measured"].get("peak_memory_GB"))
+
+
+def run(rows: list[dict] | None = None) -> list[RowResult]:
+    return [evaluate_row(r) for r in (rows if rows is not None else load_runs())]
+
+
+def summary(results: list[RowResult]) -> dict:
+    """Mean / max |error| of the step time over the rows the cost model prices."""
+    errs = [abs(r.error) for r in results if r.priced]
+    fp8 = [abs(r.error) for r in results if not r.priced]
+    return {"n": len(errs), "mean_abs": sum(errs) / len(errs) if errs else math.nan,
+            "max_abs": max(errs) if errs else math.nan, "n_unpriced": len(fp8),
+            "mean_abs_unpriced": sum(fp8) / len(fp8) if fp8 else math.nan}
+
+
+def _hw(row: dict) -> str:
+    return load_cluster(row["cluster"], row["num_devices"]).hardware.name
+
+
+def render(results: list[RowResult]) -> str:
+    """The Markdown table, one row per run, then the mean / max error and the assumptions."""
+    lines = ["# Predicted vs published measured training runs", "",
+             f"Source table: config/validation/published_runs.yaml ({len(results)} runs). "
+             "Error = predicted / measured - 1 (negative: the cost model is too fast).", "",
+             "| run | model | hw | GPUs | tp/pp/dp/cp/ep | sp | vpp | mbs/gbs | seq | recompute "
+             "| zero | prec | measured as reported | measured step (s) | how | predicted (s) "
+             "| error | pred. MFU | pred. peak mem (GB) | meas. mem (GB) |",
+             "|" + "---|" * 20]
+    for r in results:
+        w = r.row
+        me = ", ".join(f"{k} {v}" for k, v in w["measured"].items())
+        flag = "" if r.priced else " (priced as bf16)"
+        vpp = w["virtual_stages"] if w["schedule"] == "interleaved" else "-"
+        lines.append(
+            f"| {r.id} | {w['model']} | {_hw(w)} | {w['num_devices']} | {w['tp']}/{w['pp']}/"
+            f"{w['dp']}/{w['cp']}/{w['ep']} | {'y' if w['sp'] else 'n'} | {vpp} | "
+            f"{w['mbs']}/{w['global_batch']} | {w['seq_len']} | {w['recompute']} | "
+            f"{w['zero_stage']} | {w['precision']}{flag} | {me} | {r.measured_s:.3f} | {r.how} | "
+            f"{r.predicted_s:.3f} | {100 * r.error:+.1f}% | {100 * r.mfu:.1f}% | "
+            f"{r.peak_memory_GB:.1f}{'' if r.feasible else ' (OOM)'} | "
+            f"{'n/p' if r.measured_memory_GB is None else r.measured_memory_GB} |")
+    s = summary(results)
+    lines += ["", f"Step time over the {s['n']} runs in {'/'.join(PRICED_PRECISIONS)}: mean "
+              f"|error| {100 * s['mean_abs']:.1f}%, max |error| {100 * s['max_abs']:.1f}%."]
+    if s["n_unpriced"]:
+        lines.append(f"FP8 runs ({s['n_unpriced']}, priced as BF16 until FP8 pricing lands, not "
+                     f"in the statistics): mean |error| {100 * s['mean_abs_unpriced']:.1f}%.")
+    lines += ["", "Settings a source does not state (the value used is in the table):", ""]
+    lines += [f"- {r.id}: {', '.join(r.row['assumed'])}" for r in results if r.row.get("assumed")]
+    lines += ["", "Sources:", ""] + [f"- {r.id}: {r.row['source']}" for r in results]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`nest validate --published`: print the table, write it to results/ (or --out)."""
+    ap = argparse.ArgumentParser(prog="nest validate --published",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--table", help="published runs YAML (default config/validation/"
+                    "published_runs.yaml)")
+    ap.add_argument("-o", "--out", default=DEFAULT_OUT, help=f"Markdown file to write (default "
+                    f"{DEFAULT_OUT}; '-' writes nothing)")
+    ap.add_argument("--only", nargs="+", help="run ids to evaluate")
+    a = ap.parse_args(argv)
+    try:
+        rows = load_runs(a.table)
+    except SpecError as e:
+        print(f"error: {e}", flush=True)
+        return 1
+    if a.only:
+        rows = [r for r in rows if r["id"] in a.only]
+    md = render(run(rows))
+    print(md, end="")
+    if a.out != "-":
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(md)
+        print(f"written to {a.out}")
+    return 0

@@ -1,0 +1,320 @@
+"""Hugging Face families (nest.graph.hf_spec): parameter counts equal transformers' own count on
+the meta device, for a tiny config of every family and for the published configs of one model
+each; every architecture feature priced or refused by key; the sequence length never defaults to
+max_position_embeddings; parallel variants derived from the config."""
+
+import json
+import warnings
+
+import pytest
+
+from nest.errors import SpecError
+from nest.graph import fx_extract as fx
+from nest.graph.hf_spec import DEFAULT_SEQ_LEN, model_spec_from_hf_config
+from nest.graph.layer_graph import Variant
+from nest.graph.torch_models import block_kinds
+from nest.specs import load_model
+
+SMALL_PV = {"tp": [1, 2], "sp": [False], "ep": [1], "cp": [1]}
+MOE_PV = {**SMALL_PV, "ep": [1, 2]}
+MOE = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3"}
+
+# ---- published config.json values (no network in tests; each dict names its source) ----------
+# https://huggingface.co/Qwen/Qwen2.5-7B/blob/main/config.json
+QWEN2_5_7B = {
+    "_name_or_path": "Qwen/Qwen2.5-7B", "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
+    "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+    "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+    "max_position_embeddings": 131072, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
+    "hidden_act": "silu", "tie_word_embeddings": False, "use_sliding_window": False,
+    "sliding_window": 131072, "max_window_layers": 28, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "eos_token_id": 151643}
+
+# https://huggingface.co/Qwen/Qwen3-8B/blob/main/config.json
+QWEN3_8B = {
+    "_name_or_path": "Qwen/Qwen3-8B", "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
+    "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+    "max_position_embeddings": 40960, "rope_theta": 1000000, "rope_scaling": None,
+    "rms_norm_eps": 1e-06, "hidden_act": "silu", "tie_word_embeddings": False,
+    "attention_bias": False, "attention_dropout": 0.0, "use_sliding_window": False,
+    "sliding_window": None, "max_window_layers": 36,
+    "bos_token_id": 151643, "eos_token_id": 151645}
+
+# https://huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json
+QWEN3_30B_A3B = {
+    "_name_or_path": "Qwen/Qwen3-30B-A3B", "model_type": "qwen3_moe",
+    "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048, "intermediate_size": 6144,
+    "moe_intermediate_size": 768, "num_hidden_layers": 48, "num_attention_heads": 32,
+    "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8,
+    "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True,
+    "vocab_size": 151936, "max_position_embeddings": 40960, "rope_theta": 1000000.0,
+    "rope_scaling": None, "rms_norm_eps": 1e-06, "hidden_act": "silu",
+    "tie_word_embeddings": False, "attention_bias": False, "attention_dropout": 0.0,
+    "use_sliding_window": False, "sliding_window": None, "max_window_layers": 48,
+    "router_aux_loss_coef": 0.001, "bos_token_id": 151643, "eos_token_id": 151645}
+
+# https://huggingface.co/Qwen/Qwen1.5-MoE-A2.7B/blob/main/config.json (model_type qwen2_moe)
+QWEN1_5_MOE_A2_7B = {
+    "_name_or_path": "Qwen/Qwen1.5-MoE-A2.7B", "model_type": "qwen2_moe",
+    "architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 2048, "intermediate_size": 5632,
+    "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+    "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
+    "num_experts": 60, "num_experts_per_tok": 4, "decoder_sparse_step": 1,
+    "norm_topk_prob": False, "vocab_size": 151936, "max_position_embeddings": 8192,
+    "rope_theta": 1000000.0, "rms_norm_eps": 1e-06, "hidden_act": "silu",
+    "tie_word_embeddings": False, "use_sliding_window": False, "sliding_window": 32768,
+    "max_window_layers": 21, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "eos_token_id": 151643}
+
+# https://huggingface.co/google/gemma-2-9b/blob/main/config.json
+GEMMA2_9B = {
+    "_name_or_path": "google/gemma-2-9b", "model_type": "gemma2",
+    "architectures": ["Gemma2ForCausalLM"], "hidden_size": 3584, "intermediate_size": 14336,
+    "num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8,
+    "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192,
+    "sliding_window": 4096, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+    "query_pre_attn_scalar": 256, "hidden_act": "gelu_pytorch_tanh",
+    "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+    "attention_bias": False, "attention_dropout": 0.0, "cache_implementation": "hybrid",
+    "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0}
+
+# https://huggingface.co/microsoft/Phi-3-mini-4k-instruct/blob/main/config.json
+PHI3_MINI_4K = {
+    "_name_or_path": "microsoft/Phi-3-mini-4k-instruct", "model_type": "phi3",
+    "architectures": ["Phi3ForCausalLM"], "hidden_size": 3072, "intermediate_size": 8192,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+    "vocab_size": 32064, "max_position_embeddings": 4096,
+    "original_max_position_embeddings": 4096, "sliding_window": 2047, "rope_scaling": None,
+    "rope_theta": 10000.0, "rms_norm_eps": 1e-05, "hidden_act": "silu",
+    "tie_word_embeddings": False, "attention_dropout": 0.0, "embd_pdrop": 0.0,
+    "resid_pdrop": 0.0, "bos_token_id": 1, "eos_token_id": 32000, "pad_token_id": 32000}
+
+# https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json
+DEEPSEEK_V2_LITE = {
+    "_name_or_path": "deepseek-ai/DeepSeek-V2-Lite", "model_type": "deepseek_v2",
+    "architectures": ["DeepseekV2ForCausalLM"], "hidden_size": 2048, "intermediate_size": 10944,
+    "moe_intermediate_size": 1408, "num_hidden_layers": 27, "num_attention_heads": 16,
+    "num_key_value_heads": 16, "n_routed_experts": 64, "n_shared_experts": 2,
+    "num_experts_per_tok": 6, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+    "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+    "v_head_dim": 128, "vocab_size": 102400, "max_position_embeddings": 163840,
+    "rope_theta": 10000, "rope_scaling": {"type": "yarn", "factor": 40, "beta_fast": 32,
+                                          "beta_slow": 1, "mscale": 0.707,
+                                          "mscale_all_dim": 0.707,
+                                          "original_max_position_embeddings": 4096},
+    "topk_method": "greedy", "scoring_func": "softmax", "norm_topk_prob": False,
+    "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1, "rms_norm_eps": 1e-06,
+    "hidden_act": "silu", "tie_word_embeddings": False, "attention_bias": False,
+    "attention_dropout": 0.0, "bos_token_id": 100000, "eos_token_id": 100001}
+
+# https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json
+DEEPSEEK_V3 = {
+    "_name_or_path": "deepseek-ai/DeepSeek-V3", "model_type": "deepseek_v3",
+    "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168, "intermediate_size": 18432,
+    "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128,
+    "num_key_value_heads": 128, "n_routed_experts": 256, "n_shared_experts": 1,
+    "num_experts_per_tok": 8, "first_k_dense_replace": 3, "moe_layer_freq": 1,
+    "num_nextn_predict_layers": 1, "kv_lora_rank": 512, "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "n_group": 8,
+    "topk_group": 4, "topk_method": "noaux_tc", "scoring_func": "sigmoid",
+    "norm_topk_prob": True, "routed_scaling_factor": 2.5, "vocab_size": 129280,
+    "max_position_embeddings": 163840, "rope_theta": 10000,
+    "rope_scaling": {"type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1,
+                     "mscale": 1.0, "mscale_all_dim": 1.0,
+                     "original_max_position_embeddings": 4096},
+    "rms_norm_eps": 1e-06, "hidden_act": "silu", "tie_word_embeddings": False,
+    "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 0, "eos_token_id": 1}
+
+FULL_SIZE = {"qwen2_5_7b": QWEN2_5_7B, "qwen3_8b": QWEN3_8B, "qwen3_30b_a3b": QWEN3_30B_A3B,
+             "qwen1_5_moe_a2_7b": QWEN1_5_MOE_A2_7B, "gemma_2_9b": GEMMA2_9B,
+             "phi_3_mini_4k": PHI3_MINI_4K, "deepseek_v2_lite": DEEPSEEK_V2_LITE,
+             "deepseek_v3": DEEPSEEK_V3}
+
+
+# ---- tiny configs of each family (hidden 64: transformers builds them in milliseconds) --------
+_BASE = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+             intermediate_size=128, vocab_size=1000, max_position_embeddings=512,
+             tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+_MLA = dict(num_key_value_heads=4, num_experts_per_tok=2, moe_intermediate_size=32,
+            first_k_dense_replace=1, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+            v_head_dim=16)
+TINY = {
+    "llama": dict(_BASE, model_type="llama"),
+    "mistral": dict(_BASE, model_type="mistral", sliding_window=64),
+    "mixtral": dict(_BASE, model_type="mixtral", num_local_experts=4, num_experts_per_tok=2),
+    "qwen2": dict(_BASE, model_type="qwen2"),
+    "qwen3": dict(_BASE, model_type="qwen3", head_dim=32),
+    "qwen2_moe": dict(_BASE, model_type="qwen2_moe", num_experts=6, num_experts_per_tok=4,
+                      moe_intermediate_size=32, shared_expert_intermediate_size=64),
+    "qwen3_moe": dict(_BASE, model_type="qwen3_moe", head_dim=32, num_experts=8,
+                      num_experts_per_tok=2, moe_intermediate_size=32),
+    "gemma2": dict(_BASE, model_type="gemma2", head_dim=32, tie_word_embeddings=True,
+                   sliding_window=64, attn_logit_softcapping=50.0, final_logit_softcapping=30.0),
+    "phi3": dict(_BASE, model_type="phi3", sliding_window=64),
+    "deepseek_v2": dict(_BASE, **_MLA, model_type="deepseek_v2", n_routed_experts=8,
+                        n_shared_experts=2, q_lora_rank=None),
+    "deepseek_v3": dict(_BASE, **_MLA, model_type="deepseek_v3", n_routed_experts=8,
+                        n_shared_experts=1, q_lora_rank=24, n_group=2, topk_group=1),
+}
+
+
+def hf_num_params(cfg: dict) -> int:
+    """transformers' own model built from the config on the meta device."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    kw = {k: v for k, v in cfg.items() if not k.startswith("_") and k != "model_type"}
+    hf_cfg = transformers.AutoConfig.for_model(cfg["model_type"], **kw)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(hf_cfg)
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("family", sorted(TINY))
+def test_tiny_family_params_equal_transformers_and_graph_builds(family):
+    spec = model_spec_from_hf_config(TINY[family], seq_len=128,
+                                     parallel_variants=MOE_PV if family in MOE else SMALL_PV)
+    assert fx.total_params(spec) == hf_num_params(TINY[family])
+    g = fx.build_layer_graph_fx(spec)
+    assert g.num_params == fx.total_params(spec)
+    for v in g.variants:  # every layer of every variant priced; sharded params add up
+        assert all(v.key in la.costs for la in g.layers)
+
+
+@pytest.mark.parametrize("name", sorted(FULL_SIZE))
+@pytest.mark.filterwarnings("ignore:.*num_nextn_predict_layers")
+def test_published_config_params_equal_transformers(name):
+    """Within 0.1% of transformers' meta-device count (they are equal)."""
+    spec = model_spec_from_hf_config(FULL_SIZE[name], seq_len=4096)
+    ref = hf_num_params(FULL_SIZE[name])
+    assert fx.total_params(spec) == pytest.approx(ref, rel=1e-3)
+    assert fx.total_params(spec) == ref
+
+
+# ---- sequence length ----------------------------------------------------------------------------
+
+
+def test_seq_len_never_defaults_to_max_position_embeddings(tmp_path):
+    with pytest.warns(UserWarning, match="no training sequence length"):
+        spec = model_spec_from_hf_config(QWEN3_8B)
+    assert spec.seq_len == DEFAULT_SEQ_LEN != QWEN3_8B["max_position_embeddings"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(QWEN3_8B))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_model(path, seq_len=2048).seq_len == 2048
+    assert load_model("tiny_llama", seq_len=128).seq_len == 128  # a catalog model too
+
+
+def test_cli_seq_len(tmp_path):
+    from nest.cli import main
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY["qwen3"]))
+    g = tmp_path / "g.json"
+    assert main(["graph", "--model", str(path), "--seq-len", "64", "-o", str(g)]) == 0
+    assert json.loads(g.read_text())["seq_len"] == 64
+
+
+# ---- parallel variants derived from the config ------------------------------------------------
+
+
+def test_parallel_variants_derived():
+    pv = model_spec_from_hf_config(QWEN2_5_7B, seq_len=4096).parallel_variants
+    assert pv.tp == (1, 2, 4)  # 28 heads, 4 KV heads
+    assert pv.sp == (False, True) and pv.ep == (1,) and pv.cp == (1, 2, 4, 8)
+    pv = model_spec_from_hf_config(DEEPSEEK_V2_LITE, seq_len=4096).parallel_variants
+    assert pv.tp == (1, 2, 4, 8) and pv.ep == (1, 2, 4, 8, 16, 32, 64)
+    pv = model_spec_from_hf_config(QWEN3_30B_A3B, seq_len=1000).parallel_variants
+    assert pv.cp == (1, 2)  # 1000 = 2 x 4 x 125: cp x tp(sp) must divide it
+
+
+# ---- features priced ----------------------------------------------------------------------------
+
+
+def test_sliding_window_prices_the_band():
+    """Gemma-2: even blocks attend over 64 of 256 tokens: w^2/2 + (s-w) w scores instead of
+    s^2/2, and the saved scores shrink to the s x w band."""
+    spec = model_spec_from_hf_config(TINY["gemma2"], seq_len=256, parallel_variants=SMALL_PV)
+    assert block_kinds(spec) == ["block:window", "block", "block:window", "block"]
+    full = fx.trace_layer(spec, "block").cost
+    win = fx.trace_layer(spec, "block:window").cost
+    att_full, att_win = (next(o for o in c.ops if o.kind == "attention") for c in (full, win))
+    s, w = 256, 64
+    assert att_win.fwd_flops / att_full.fwd_flops == pytest.approx(
+        (w * w / 2 + (s - w) * w) / (s * s / 2))
+    assert win.act_bytes["none"] < full.act_bytes["none"]
+    assert win.act_bytes["selective"] == full.act_bytes["selective"]  # scores not kept
+
+
+def test_phi3_and_mistral_window_every_block():
+    for fam in ("phi3", "mistral"):
+        spec = model_spec_from_hf_config(TINY[fam], seq_len=128)
+        assert set(block_kinds(spec)) == {"block:window"}
+        assert set(block_kinds(model_spec_from_hf_config(TINY[fam], seq_len=64))) == {"block"}
+
+
+def test_deepseek_dense_first_blocks_and_mla_flops():
+    spec = model_spec_from_hf_config(TINY["deepseek_v2"], seq_len=128, parallel_variants=MOE_PV)
+    assert block_kinds(spec) == ["block:dense", "block", "block", "block"]
+    g = fx.build_layer_graph_fx(spec)
+    assert g.layers[1].costs["tp1_sp0_ep1_cp1"] is not g.layers[2].costs["tp1_sp0_ep1_cp1"]
+    cost = fx.trace_layer(spec, "block").cost
+    att = next(o for o in cost.ops if o.kind == "attention")
+    b, a, s, dq, dv = 1, 4, 128, 16 + 8, 16
+    assert att.fwd_flops == pytest.approx(2 * b * a * s * s * (dq + dv) * 0.5)  # causal half
+    # the MoE block's experts are expert parameters; its shared experts are dense
+    assert cost.expert_params == 8 * 3 * 64 * 32
+
+
+def test_softcap_priced_on_the_logits():
+    spec = model_spec_from_hf_config(TINY["gemma2"], seq_len=128)
+    head = fx.trace_layer(spec, "head").cost
+    assert "logit_softcap" in {o.name for o in head.ops}
+    nocap = model_spec_from_hf_config({**TINY["gemma2"], "final_logit_softcapping": None},
+                                      seq_len=128)
+    assert head.act_bytes["none"] > fx.trace_layer(nocap, "head").cost.act_bytes["none"]
+
+
+def test_rope_scaling_accepted_unknown_refused():
+    model_spec_from_hf_config({**TINY["llama"], "rope_scaling": {"rope_type": "llama3",
+                                                                 "factor": 8.0}}, seq_len=64)
+    with pytest.raises(SpecError, match="rope_scaling.rope_type"):
+        model_spec_from_hf_config({**TINY["llama"], "rope_scaling": {"rope_type": "fancy"}},
+                                  seq_len=64)
+
+
+# ---- features refused by key --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family,extra,key", [
+    ("llama", {"attention_bias": True}, "attention_bias"),
+    ("llama", {"mlp_bias": True}, "mlp_bias"),
+    ("phi3", {"resid_pdrop": 0.1}, "resid_pdrop"),
+    ("qwen2", {"attn_logit_softcapping": 30.0}, "attn_logit_softcapping"),
+    ("qwen3_moe", {"mlp_only_layers": [0]}, "mlp_only_layers"),
+    ("qwen3_moe", {"decoder_sparse_step": 2}, "decoder_sparse_step"),
+    ("deepseek_v2", {"moe_layer_freq": 2}, "moe_layer_freq"),
+    ("llama", {"hidden_act": "relu"}, "hidden_act"),
+    ("llama", {"model_type": "falcon"}, "model_type"),
+])
+def test_unpriced_feature_is_an_error_naming_the_key(family, extra, key):
+    with pytest.raises(SpecError, match=f"key '{key}'"):
+        model_spec_from_hf_config({**TINY[family], **extra}, seq_len=64)
+
+
+def test_closed_form_refuses_what_it_does_not_model():
+    from nest.graph import closed_form as cf
+
+    spec = model_spec_from_hf_config(TINY["qwen3"], seq_len=64)
+    with pytest.raises(SpecError, match="qk_norm"):
+        cf.build_layer_graph(spec)
+
+
+def test_unbalanced_expert_count_is_padded():
+    """60 experts x top-4 over 128 tokens is not a whole number per expert: capacity rounds up."""
+    spec = model_spec_from_hf_config({**TINY["qwen2_moe"], "num_experts": 60}, seq_len=128,
+                                     parallel_variants={"ep": [1, 4]})
+    cost = fx.trace_layer(spec, "block", Variant(ep=4)).cost
+    up = next(o for o in cost.ops if o.name == "expert_gate_up")
+    assert up.count == 15 and up.shape[0] == 4 * -(-128 * 4 // 60)

@@ -1,0 +1,111 @@
+"""Interrupted pipelines resume to the same results: the tiny pipeline is killed mid-run with
+SIGINT (Ctrl-C: the whole process group), SIGTERM and SIGKILL (Snakemake alone, as a scheduler
+or the OOM killer would), resumed with the README's commands (`snakemake --unlock` after a
+SIGKILL, then the same command with `--rerun-incomplete`), and its results CSVs must equal an
+uninterrupted run's byte for byte (solve_time_s, a wall-clock measurement, aside).
+
+About 5 minutes on 2 cores: one reference run shared by the three kill tests, each of which
+makes the whole pipeline once more (killed after a few points, then resumed).
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nest.expected import machine_free
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = Path(sys.executable).parent / "snakemake"
+TINY = ["figures", "--configfile", "config/tiny.yaml", "-j2", "--quiet"]
+
+pytestmark = pytest.mark.skipif(not SNAKEMAKE.exists(),
+                                reason="snakemake is not installed beside this Python")
+
+
+def _copy_workflow(dst: Path) -> None:
+    for name in ("Snakefile", "workflow", "config"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst / name)
+
+
+def _snakemake(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(SNAKEMAKE), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=900, check=False)
+
+
+def _results(d: Path) -> dict[str, str]:
+    return {p.name: machine_free(p) for p in sorted((d / "results").glob("*.csv"))}
+
+
+def _processes_in(d: Path) -> list[int]:
+    """Pids of processes whose command line names a file under d (the run's jobs)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if str(d).encode() in (p / "cmdline").read_bytes():
+                    out.append(int(p.name))
+            except OSError:
+                pass
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    d = tmp_path_factory.mktemp("uninterrupted")
+    _copy_workflow(d)
+    r = _snakemake(d, *TINY)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = _results(d)
+    assert len(res) == 4, sorted(res)
+    return d, res
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_killed_run_resumes_to_the_same_results(sig, reference, tmp_path):
+    _copy_workflow(tmp_path)
+    log = open(tmp_path / "killed.log", "w")
+    proc = subprocess.Popen([str(SNAKEMAKE), *TINY], cwd=tmp_path, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    evaluations = tmp_path / "results" / "evaluations"
+    t0 = time.monotonic()
+    while len(list(evaluations.rglob("*.json"))) < 6:  # killed after a few points, mid-run
+        assert proc.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
+        assert time.monotonic() - t0 < 600, "no progress in 10 minutes"
+        time.sleep(0.2)
+    if sig == "SIGINT":  # Ctrl-C in a terminal: the whole foreground process group
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        os.kill(proc.pid, getattr(signal, sig))
+    assert proc.wait(timeout=600) != 0
+    log.close()
+    assert not (tmp_path / "results" / "tiny_scaling.csv").exists(), "killed too late"
+    if sig == "SIGKILL":
+        # the jobs notice that Snakemake is gone and stop (workflow/scripts/_job.py)
+        t0 = time.monotonic()
+        while _processes_in(tmp_path) and time.monotonic() - t0 < 20:
+            time.sleep(0.5)
+        assert not _processes_in(tmp_path), "orphaned jobs still running 20 s after SIGKILL"
+        locked = _snakemake(tmp_path, *TINY)
+        assert locked.returncode != 0 and "--unlock" in locked.stderr
+        r = _snakemake(tmp_path, "--unlock")
+        assert r.returncode == 0, r.stderr[-3000:]
+    r = _snakemake(tmp_path, *TINY, "--rerun-incomplete")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert _results(tmp_path) == reference[1]
+
+
+def test_a_moved_clone_has_nothing_to_rerun(reference, tmp_path):
+    """Nothing of a finished run depends on where it lies: moved elsewhere, it is up to date
+    (params carry the library's digest over relative paths, not the clone's path)."""
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(reference[0], moved, symlinks=True)
+    r = _snakemake(moved, *TINY, "-n")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Nothing to be done" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]

@@ -1,0 +1,141 @@
+"""config/validation/published_runs.yaml: the table is internally consistent (closed forms computed
+here another way than nest.published does), and `nest validate --published` evaluates every row.
+No assertion on the size of the errors: the cost model is being changed (issue 13)."""
+
+import math
+
+import pytest
+
+from nest import published
+from nest.cli import main as cli_main
+from nest.errors import SpecError
+from nest.specs import load_cluster
+
+ROWS = published.load_runs()
+IDS = [r["id"] for r in ROWS]
+A100_PEAK = 312e12  # A100 datasheet, dense fp16 / bf16 tensor core
+
+
+def _model(r):
+    return published.model_for(r)
+
+
+def test_table_covers_sizes_hardware_and_precisions():
+    assert len(ROWS) >= 12
+    hws = {load_cluster(r["cluster"], r["num_devices"]).hardware.name for r in ROWS}
+    assert {"a100_sxm", "h100_sxm"} <= hws
+    priced = [r for r in ROWS if r["precision"] in published.PRICED_PRECISIONS]
+    assert len(priced) >= 10 and any(r["precision"] == "fp8" for r in ROWS)
+    layers_h = [(_model(r).num_layers, _model(r).hidden_size) for r in ROWS]
+    params = [12 * l * h * h for l, h in layers_h]  # blocks only: 12 l h^2 (Narayanan et al.)
+    assert min(params) < 10e9 and max(params) > 0.9e12
+    for r in ROWS:
+        assert r["source"].strip() and set(r.get("assumed", [])) <= set(r) | {"flops"}
+
+
+@pytest.mark.parametrize("r", ROWS, ids=IDS)
+def test_parallel_settings_compose(r):
+    """Megatron-LM's rules: tp x pp x dp x cp = GPUs; the global batch splits into micro-batches;
+    the interleaved schedule needs micro-batches in multiples of pp; sp needs tp > 1."""
+    assert r["tp"] * r["pp"] * r["dp"] * r["cp"] == r["num_devices"]
+    per_step = r["mbs"] * r["dp"] * r["ep"]
+    assert r["global_batch"] % per_step == 0
+    m = r["global_batch"] // per_step
+    if "gradient_accumulation" in r:
+        assert r["gradient_accumulation"] == m
+    if r["schedule"] == "interleaved":
+        assert r["virtual_stages"] > 1 and m % r["pp"] == 0
+    else:
+        assert r["virtual_stages"] == 1
+    assert not r["sp"] or r["tp"] > 1
+    mod = _model(r)
+    assert mod.num_heads % r["tp"] == 0 and r["seq_len"] % r["cp"] == 0
+    assert r["pp"] * r["virtual_stages"] <= mod.num_layers
+
+
+def _flops_per_token(mod, seq, vocab, causal_half):
+    """6 x (matmul parameters per token, output head included) + the attention score and value
+    GEMMs 2 x 2 s h per layer forward, x 3 for forward + backward, halved when causal."""
+    h, l = mod.hidden_size, mod.num_layers
+    kv = mod.num_kv_heads * mod.head_dim
+    mlp = (3 if mod.ffn_type == "swiglu" else 2) * h * mod.ffn_hidden_size
+    per_layer = 2 * h * h + 2 * h * kv + mlp  # q, o, k, v, MLP
+    attn = 3 * 4 * seq * h * l * (0.5 if causal_half else 1.0)
+    return 6 * (l * per_layer + h * vocab) + attn
+
+
+@pytest.mark.parametrize("r", [r for r in ROWS if {"tokens_per_s_per_gpu", "model_tflops_per_gpu"}
+                               <= set(r["measured"])], ids=lambda r: r["id"])
+def test_reported_tokens_and_tflops_agree(r):
+    """Where a source prints both tokens/s/GPU and model TFLOP/s/GPU, they agree through the
+    row's FLOP convention computed from parameter counts (not nest.published's formula)."""
+    mod = _model(r)
+    vocab = r.get("flops_vocab_size", mod.vocab_size)
+    f = _flops_per_token(mod, r["seq_len"], vocab, r["flops"] == "nemo_causal")
+    tflops = r["measured"]["tokens_per_s_per_gpu"] * f / 1e12
+    assert tflops == pytest.approx(r["measured"]["model_tflops_per_gpu"], rel=0.01)
+    # and nest.published's formula is the same number
+    assert published.flops_per_step(r, mod) == pytest.approx(
+        f * r["global_batch"] * r["seq_len"], rel=1e-9)
+
+
+@pytest.mark.parametrize("r", [r for r in ROWS if "mfu" in r["measured"]],
+                         ids=lambda r: r["id"])
+def test_reported_mfu_matches_reported_time(r):
+    """Korthikanti et al.'s MFU from Table 5's iteration time: Narayanan et al.'s
+    96 B s l h^2 (1 + s/6h + V/16lh) is 4 passes with the recomputed forward; model FLOPs are
+    3/4 of its transformer part plus the unrecomputed logit GEMM (6 B s h V)."""
+    mod, b, s = _model(r), r["global_batch"], r["seq_len"]
+    l, h, v = mod.num_layers, mod.hidden_size, mod.vocab_size
+    with_recompute = 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+    logits = 6 * b * s * h * v
+    model_flops = (with_recompute - logits) * 3 / 4 + logits
+    mfu = model_flops / (r["measured"]["iteration_time_s"] * r["num_devices"] * A100_PEAK)
+    assert mfu == pytest.approx(r["measured"]["mfu"], abs=0.005)
+    assert published.flops_per_step(r, mod) == pytest.approx(model_flops, rel=1e-9)
+
+
+def test_measured_step_conversions():
+    """tokens/s/GPU -> step time without a FLOP formula; TFLOP/s -> step with the row's formula."""
+    for r in ROWS:
+        t, how = published.measured_step_s(r)
+        me = r["measured"]
+        if "iteration_time_s" in me:
+            assert t == me["iteration_time_s"]
+        elif "tokens_per_s_per_gpu" in me:
+            tokens = r["global_batch"] * r["seq_len"]
+            assert t * me["tokens_per_s_per_gpu"] * r["num_devices"] == pytest.approx(tokens)
+        else:
+            f = published.flops_per_step(r, _model(r))
+            assert t * me["model_tflops_per_gpu"] * 1e12 * r["num_devices"] == pytest.approx(f)
+        assert how
+
+
+def test_load_runs_names_the_file_and_key(tmp_path):
+    bad = tmp_path / "runs.yaml"
+    bad.write_text("schema: nest.published_runs/v1\nruns:\n  - {id: x, model: tiny_gpt}\n")
+    with pytest.raises(SpecError, match=r"runs.yaml: key 'runs.0.cluster': missing"):
+        published.load_runs(bad)
+
+
+def test_runner_evaluates_every_row(tmp_path):
+    """Every row becomes a plan the shared evaluator scores; the Markdown names every run."""
+    results = published.run(ROWS)
+    assert [r.id for r in results] == IDS
+    for r in results:
+        assert math.isfinite(r.predicted_s) and r.predicted_s > 0
+        assert math.isfinite(r.error) and r.peak_memory_GB > 0
+        assert published.model_for(r.row).seq_len == r.row["seq_len"]
+    md = published.render(results)
+    assert all(i in md for i in IDS) and "mean |error|" in md
+    s = published.summary(results)
+    assert s["n"] == sum(r.priced for r in results) and s["max_abs"] >= s["mean_abs"]
+
+
+def test_cli_validate_published_writes_markdown(tmp_path, capsys):
+    out = tmp_path / "v.md"
+    assert cli_main(["validate", "--published", "--only", "korthikanti_1t_full",
+                     "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "korthikanti_1t_full" in text and "| 94.420 |" in text
+    assert "korthikanti_1t_full" in capsys.readouterr().out

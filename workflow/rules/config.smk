@@ -1,0 +1,166 @@
+# The config checked before any job runs, so a dry run catches what would otherwise fail late
+# inside a job: schema first (check_config_schema, before any rule file reads the config), then
+# names and device counts (check_config, after the rule files registered their experiments).
+# Every error is one line naming the config file and the key, and stops Snakemake (exit 1).
+import os
+import sys
+from pathlib import Path
+
+import yaml
+
+from nest.errors import SpecError
+from nest.planners import planner_names
+from nest.specs import catalog_names, config_dir, load_cluster
+
+
+def config_key_source(keys):
+    """The config file a key comes from: of the Snakefile's config/config.yaml and the
+    --configfile files (later ones win), the last that holds the longest prefix of the key."""
+    best, depth = "config/config.yaml", -1
+    for f in ["config/config.yaml", *map(str, workflow.overwrite_configfiles or [])]:
+        try:
+            d = yaml.safe_load(Path(f).read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        n = 0
+        for k in keys:
+            if isinstance(d, dict) and k in d:
+                d, n = d[k], n + 1
+            elif isinstance(d, list) and isinstance(k, int) and k < len(d):
+                d, n = d[k], n + 1
+            else:
+                break
+        if n >= depth:
+            best, depth = (os.path.relpath(f) if os.path.isabs(f) else f), n
+    return best
+
+
+def config_error(keys, msg):
+    """Stop with one line naming the config file and the key (no traceback)."""
+    sys.exit(f"{config_key_source(keys)}: key '{'.'.join(map(str, keys))}': {msg}")
+
+
+def check_config_schema(schema_path):
+    """The config against its schema, the first error as one line (snakemake's validate then
+    fills in the defaults)."""
+    import jsonschema
+
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(config),
+                    key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        config_error(list(e.absolute_path) or ["<top level>"], e.message)
+
+
+def _known(kind, name, keys):
+    names = catalog_names(kind)
+    if name not in names:
+        config_error(keys, f"unknown {kind[:-1]} '{name}'; known: {', '.join(names)}")
+
+
+def _planner(name, keys):
+    known = planner_names()
+    if name not in known:
+        config_error(keys, f"unknown planner '{name}'; known (config/planners.yaml): "
+                     f"{', '.join(known)}")
+
+
+def _planners(names, keys):
+    for i, p in enumerate(names):
+        _planner(p, [*keys, i])
+
+
+def _fits(cluster, n, keys):
+    try:
+        load_cluster(cluster, n)
+    except SpecError as e:
+        reason = str(e).split(": ", 1)[-1] if str(e).startswith(str(config_dir())) else str(e)
+        config_error(keys, f"{n} devices on cluster '{cluster}': {reason}")
+
+
+def check_config():
+    """Every name the config uses exists (models, clusters, planners, figures) and every device
+    count fits its cluster, so a dry run catches what would otherwise fail inside a job."""
+    for fig, f in config["figures"].items():
+        k = ["figures", fig]
+        for i, m in enumerate(f["models"]):
+            _known("models", m, [*k, "models", i])
+        for i, c in enumerate(f["clusters"]):
+            _known("clusters", c, [*k, "clusters", i])
+            if f["num_devices"] != "sizes":
+                for j, n in enumerate(f["num_devices"]):
+                    _fits(c, n, [*k, "num_devices", j])
+        if f.get("planners", "all") != "all":
+            _planners(f["planners"], [*k, "planners"])
+    known_runs = sorted(config["figures"]) + sorted(EXPERIMENTS)
+    for i, name in enumerate(config["run"]):
+        if name not in known_runs:
+            config_error(["run", i], f"unknown experiment '{name}'; defined: "
+                         f"{', '.join(known_runs)}")
+    runs = set(config["run"])
+    needs = {"decomposition": ["decomposition"], "codesign": ["codesign"],
+             "search_time": ["search_time"], **{n: ["tables", n] for n in
+                                               ("table2", "table6", "table7", "figure2",
+                                                "comm_share")}}
+    for name, keys in needs.items():
+        c = config
+        for k in keys:
+            c = c.get(k) if isinstance(c, dict) else None
+        if name in runs and not c:
+            config_error(keys, f"missing, but `run` names {name}")
+    d = config.get("decomposition")
+    if d and "decomposition" in runs:
+        for i, fig in enumerate(d["figures"]):
+            if fig not in config["figures"]:
+                config_error(["decomposition", "figures", i], f"unknown figure '{fig}'")
+        _planner(d.get("reference", "nest"), ["decomposition", "reference"])
+        _planners(d["planners"], ["decomposition", "planners"])
+    cs = config.get("codesign")
+    if cs and "codesign" in runs:
+        _known("models", cs["model"], ["codesign", "model"])
+        _known("clusters", cs["cluster"], ["codesign", "cluster"])
+        _planner(cs.get("planner", "nest"), ["codesign", "planner"])
+        _planner(cs.get("flat_planner", "nest_flat_network"), ["codesign", "flat_planner"])
+        for j, n in enumerate(cs["num_devices"]):
+            _fits(cs["cluster"], n, ["codesign", "num_devices", j])
+    t = config.get("tables", {})
+    if "table2" in runs and "table2" in t:
+        if t["table2"]["figure"] not in config["figures"]:
+            config_error(["tables", "table2", "figure"], f"unknown figure '{t['table2']['figure']}'")
+        _fits(t["table2"]["cluster"], t["table2"]["num_devices"],
+              ["tables", "table2", "num_devices"])
+    if "table7" in runs and "table7" in t:
+        _known("clusters", t["table7"]["cluster"], ["tables", "table7", "cluster"])
+        _planner(t["table7"].get("planner", "nest"), ["tables", "table7", "planner"])
+        for m, pt in t["table7"]["points"].items():
+            _known("models", m, ["tables", "table7", "points", m])
+            _fits(t["table7"]["cluster"], pt["num_devices"], ["tables", "table7", "points", m])
+            for v in pt["variants"]:
+                if v not in t["table7"]["variants"]:
+                    config_error(["tables", "table7", "points", m, "variants"],
+                                 f"unknown variant '{v}'; defined: "
+                                 f"{', '.join(t['table7']['variants'])}")
+    if "figure2" in runs and "figure2" in t:
+        f2 = t["figure2"]
+        for i, m in enumerate(f2["models"]):
+            _known("models", m, ["tables", "figure2", "models", i])
+        _known("clusters", f2["cluster"], ["tables", "figure2", "cluster"])
+        _fits(f2["cluster"], f2["num_devices"], ["tables", "figure2", "num_devices"])
+        _planners(f2["planners"], ["tables", "figure2", "planners"])
+    if "comm_share" in runs and "comm_share" in t:
+        _planner(t["comm_share"]["planner"], ["tables", "comm_share", "planner"])
+        for i, fig in enumerate(t["comm_share"]["figures"]):
+            if fig not in config["figures"]:
+                config_error(["tables", "comm_share", "figures", i], f"unknown figure '{fig}'")
+    st = config.get("search_time")
+    if st and "search_time" in runs:
+        for i, m in enumerate(st.get("models", [])):
+            _known("models", m, ["search_time", "models", i])
+        if "cluster" in st:
+            _known("clusters", st["cluster"], ["search_time", "cluster"])
+            if "num_devices" in st:
+                _fits(st["cluster"], st["num_devices"], ["search_time", "num_devices"])
+        _planners(st.get("planners", []), ["search_time", "planners"])
+
+
