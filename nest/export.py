@@ -464,6 +464,9 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
     a += ["--micro-batch-size", str(out.mbs), "--global-batch-size", str(batch)]
     a += _model_args(m, warnings)
     a += [*precision_args(problem.training), "--vocab-size", str(m.vocab_size)]  # nest.precision
+    # the attention kernel the plan was priced with (nest.graph.attention): Megatron's unfused
+    # core, or a fused one (Transformer Engine picks cuDNN / flash: "auto")
+    a += ["--attention-backend", "unfused" if problem.attention == "unfused" else "auto"]
     fsdp = "--use-megatron-fsdp" in a
     exp = MegatronExport(
         out, a, "examples/bert/pretrain_bert.py" if m.family == "bert" else "pretrain_gpt.py",

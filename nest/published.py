@@ -170,7 +170,8 @@ def training_for(row: dict):
     if row.get("tp_comm_overlap"):  # the recipe overlaps tp communication (nest.costs.groups)
         tr = tr.with_(tp_comm_overlap=True)
     if row["precision"] == "fp8":  # Transformer Engine's FP8 GEMMs (nest.precision)
-        tr = tr.with_precision({"compute": "fp8", "fp8_recipe": row.get("fp8_recipe", "delayed")},
+        tr = tr.with_precision({"compute": "fp8", "fp8_recipe": row.get("fp8_recipe", "delayed"),
+                                **row.get("precision_settings", {})},
                                f"{table_path().name}: run '{row['id']}'")
     return tr
 

@@ -4,6 +4,8 @@ Per operator (Williams, Waterman & Patterson 2009, "Roofline"):
     time = max(FLOPs / (peak * efficiency), bytes / (HBM bandwidth * memory_efficiency)) + overhead
 Matmul efficiency grows with the size of one GEMM and saturates (small GEMMs under-fill the
 tensor cores / MXUs): eff(F) = matmul_efficiency * F / (F + F_half), F_half from the hardware file.
+Each GEMM of a matmul (forward; dgrad and wgrad backward) is priced on its own shape; a batched
+GEMM (shape m, n, k, batch: the unfused attention core) is one kernel over all its matrices.
 Attention runs at `attention_efficiency`; elementwise/norm operators are bandwidth-bound.
 A hardware file that names measured profiles (`profile:`, e.g. H100) prices operators from them
 instead (nest.costs.profiled), with this roofline as the fallback for shapes not measured;
@@ -15,8 +17,6 @@ nest.costs.table imports this module) until every caller imports them from nest.
 """
 
 from __future__ import annotations
-
-import math
 
 from nest.graph.layer_graph import Op
 from nest.specs import HardwareSpec

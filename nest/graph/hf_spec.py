@@ -275,6 +275,13 @@ def model_spec_from_hf_config(config: dict | str | os.PathLike, *, name: str | N
             _moe(c, mtype, d)
     d.update(name=name or _name(cfg, where), family=family, vocab_size=c.need("vocab_size"),
              causal=family != "bert", seq_len=_seq_len(c, family, seq_len))
+    # numerics the export passes on (--rotary-base, --norm-epsilon): the config's own values
+    if family not in ("gpt", "bert") and cfg.get("rope_theta") is not None:
+        d["rope_theta"] = float(cfg["rope_theta"])
+    eps = next((cfg[k] for k in ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")
+                if cfg.get(k) is not None), None)
+    if eps is not None:
+        d["norm_eps"] = float(eps)
     d["parallel_variants"] = parallel_variants or (
         derive_variants(d) if family in ("llama", "mixtral") else None)
     if d["parallel_variants"] is None:

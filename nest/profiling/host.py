@@ -58,10 +58,10 @@ def measure(device: str | None = None, units=(16, 64), reps: int = 30, h: int = 
         model = nn.Sequential(*[_Unit(h) for _ in range(n)]).to(device, dtype)
         x = torch.randn(8, h, device=device, dtype=dtype, requires_grad=True)
 
-        def f():  # a training forward: autograd records the graph
+        def f(model=model, x=x):  # a training forward: autograd records the graph
             model(x)
 
-        def fb():
+        def fb(model=model, x=x):
             model(x).sum().backward()
 
         for _ in range(3):  # warm-up
