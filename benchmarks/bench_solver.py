@@ -44,15 +44,15 @@ def one(model: str, cluster: str, n: int, layers: int | None = None,
         pr = pr.with_graph(build_layer_graph(model_l, pr.mbs), model_l)
     if n > pr.cluster.max_devices:
         raise SystemExit(f"{cluster} holds at most {pr.cluster.max_devices}")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = run_planner("nest", pr, {"space": space} if space else None)
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     p = out.plan
     desc = (f"p={p.pp} d={p.dp} t={p.tp} sp={int(p.sp)} e={p.ep} c={p.cp} {p.placement} "
             f"T={out.evaluation.time_per_batch_s:.4g}s MFU={out.evaluation.mfu:.1%} "
             f"predicted={p.predicted_time_per_batch_s!r}"
             if p else out.reason[:80])
-    print(f"{pr.model.name:16s} N={n:6d} layers={pr.graph.num_layers:4d} solve={dt:7.2f}s "
+    print(f"{pr.model.name:16s} N={n:6d} layers={pr.graph.num_layers:4d} solve={dt:7.2f}s cpu={cpu:6.2f}s "
           f"rss={rss_mb():7.0f}MB  {desc}  [{p.notes if p else ''}]", flush=True)
 
 

@@ -267,6 +267,14 @@ def render(results: list[RowResult]) -> str:
     if s["n_unpriced"]:
         lines.append(f"FP8 runs ({s['n_unpriced']}, priced as BF16 until FP8 pricing lands, not "
                      f"in the statistics): mean |error| {100 * s['mean_abs_unpriced']:.1f}%.")
+    over = [r for r in results if r.row.get("tp_comm_overlap")]
+    if over:  # perfect overlap is optimistic: the same runs without it bracket the measurement
+        lines += ["", "Runs priced with tensor-parallel communication overlap (perfect overlap, "
+                  "nest.costs.groups.tp_overlapped), and the same runs without it:", ""]
+        for r in over:
+            plain = evaluate_row({**r.row, "tp_comm_overlap": False})
+            lines.append(f"- {r.id}: {100 * r.error:+.1f}% with overlap, "
+                         f"{100 * plain.error:+.1f}% without")
     lines += ["", "Settings a source does not state (the value used is in the table):", ""]
     lines += [f"- {r.id}: {', '.join(r.row['assumed'])}" for r in results if r.row.get("assumed")]
     lines += ["", "Sources:", ""] + [f"- {r.id}: {r.row['source']}" for r in results]

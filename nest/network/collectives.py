@@ -162,24 +162,34 @@ def _multi_ring(cluster: ClusterSpec, kind: str, group: tuple[int, ...]) -> tupl
     multi-node DGX systems (test_network); a node with fewer members is the bottleneck."""
     n = len(group)
     g = np.sort(np.asarray(group, dtype=np.int64))
-    node = cluster.levels[0].devices_per_group
+    levels = cluster.levels
+    node = levels[0].devices_per_group
     steps = 2 * (n - 1) if kind == "all_reduce" else n - 1
     nxt = np.roll(g, -1)  # the ring's next member (sorted ids, wrapping around)
-    lvl = np.full(n, len(cluster.levels) - 1)
-    for i in reversed(range(len(cluster.levels))):  # the lowest level joining each hop
-        size = cluster.levels[i].devices_per_group
+    lvl = np.full(n, len(levels) - 1)
+    for i in reversed(range(len(levels))):  # the lowest level joining each hop
+        size = levels[i].devices_per_group
         lvl = np.where(g // size == nxt // size, i, lvl)
-    blocks, inv, members = np.unique(g // node, return_inverse=True, return_counts=True)
-    exit_level = np.full(len(blocks), -1)
-    hops_out = lvl > 0  # the block's last member leaves it (one exit per block in id order)
-    exit_level[inv[hops_out]] = lvl[hops_out]
+    # node blocks are runs of the sorted ids; a block's ring leaves it from its last member only
+    blk = g // node
+    last = np.flatnonzero(np.append(blk[1:] != blk[:-1], True))
+    members = np.diff(last, prepend=-1)
+    exit_level = np.where(lvl[last] > 0, lvl[last], -1)
     leaves = exit_level > 0  # a ring inside one node never leaves it: k hops inside
-    bw = np.array([path_bandwidth(cluster, i) for i in range(len(cluster.levels))])
+    bw = _bandwidths(cluster)
     load = float(np.max((members - leaves) / members / bw[0]))
     if leaves.any():
         load = max(load, float(np.max(1 / members[leaves] / bw[exit_level[leaves]])))
-    top = span_level(cluster, group)
+    top = span_level(cluster, (int(g[0]), int(g[-1])))
     return steps * cluster.levels[top].latency_s, steps / n * load
+
+
+@lru_cache(maxsize=64)
+def _bandwidths(cluster: ClusterSpec) -> np.ndarray:
+    """path_bandwidth of every level (read-only)."""
+    out = np.array([path_bandwidth(cluster, i) for i in range(len(cluster.levels))])
+    out.flags.writeable = False
+    return out
 
 
 def _envelope(lines) -> tuple[tuple[float, float], ...]:
@@ -271,7 +281,7 @@ def _coefficients(cluster: ClusterSpec, kind: str, group: tuple[int, ...]
     n = len(group)
     if n <= 1:
         return ()
-    top = span_level(cluster, group)
+    top = span_level(cluster, (group[0], group[-1]))  # sorted ids
     if kind == "all_to_all":
         return (_all_to_all(cluster, group),)
     flat = _multi_ring(cluster, kind, group)
@@ -279,17 +289,17 @@ def _coefficients(cluster: ClusterSpec, kind: str, group: tuple[int, ...]
         return (flat,)
     # hierarchical: sub-groups under the switches of the level below
     below = cluster.levels[top - 1].devices_per_group
-    subs: dict[int, list[int]] = {}
-    for d in group:
-        subs.setdefault(d // below, []).append(d)
-    sizes = {len(v) for v in subs.values()}
-    if len(sizes) != 1:
+    g = np.asarray(group, dtype=np.int64)  # sorted (coefficients): sub-groups are runs
+    sub = g // below
+    first = np.flatnonzero(np.insert(sub[1:] != sub[:-1], 0, True))
+    sizes = np.diff(first, append=n)
+    if (sizes != sizes[0]).any():
         return (flat,)  # uneven sub-groups: NCCL falls back to a flat ring
-    n_in = sizes.pop()
+    n_in = int(sizes[0])
     if n_in == 1:
         return (flat,)
-    inner = tuple(next(iter(subs.values())))
-    outer = tuple(v[0] for v in subs.values())
+    inner = tuple(g[:n_in].tolist())
+    outer = tuple(g[first].tolist())
     if kind == "all_reduce":
         parts = [(coefficients(cluster, "reduce_scatter", inner), 1.0),
                  (coefficients(cluster, "all_reduce", outer), 1.0 / n_in),
