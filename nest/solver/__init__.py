@@ -61,8 +61,7 @@ from nest.problem import Problem, with_mbs
 from nest.errors import SpecError
 from nest.network.collectives import flattened
 from nest.solver.arrays import StageArrays, class_arrays, even_cut_mask
-from nest.solver.bounds import (compute_bounds, joint_bound, memory_aware_bound, p2p_floor,
-                                weight_bound)
+from nest.solver.bounds import compute_bounds, joint_bound, memory_aware_bound, p2p_floor
 from nest.solver.dp import bottleneck
 from nest.solver.tight import solve_fixed_tight
 from nest.space import SearchSpace, declare, make_plan, pp_dp_options
@@ -129,7 +128,7 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
     Candidates (class, p, d) -- a class is the variants a stage may pick (nest.space) -- are
     popped from a heap by lower bound (nest.solver.bounds): first the compute-only bound (one DP
     for all p), refined on first pop by the memory-aware bound of (class, p), then, while still
-    below the best time, the joint and weight bounds of (class, p, d). prune=False visits every
+    below the best time, the joint bound of (class, p, d). prune=False visits every
     candidate (for tests: the same optimum)."""
     best_T, best = math.inf, None
     heap: list = []
@@ -162,10 +161,8 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
             scale = bound_scale(form, m, p)
             bound = (m + p - 1) * refined[(ci, p)] * scale
             if bound < best_T:  # else pruned already; cheaper bounds first
-                bound = max(bound, scale * joint_bound(problem, space, lts[ci], p, d,
-                                                       floors[ci], sends[ci]))
-            if bound < best_T:
-                bound = max(bound, scale * weight_bound(problem, space, lts[ci], p, d))
+                coeff = m if form == TIGHT else m + p - 1  # of max t in a lower bound of T
+                bound = max(bound, joint_bound(problem, space, lts[ci], p, d, coeff))
             heapq.heappush(heap, (bound, True, ci, p, d))
             continue
         for placement in space.placements_for(cls[0], p, d):

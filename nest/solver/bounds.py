@@ -17,12 +17,12 @@ import math
 
 import numpy as np
 
-from nest.costs.groups import GROUP_CACHE_ENTRIES, SYNC_KINDS, dp_lines, group_terms, inner_groups
+from nest.costs.groups import GROUP_CACHE_ENTRIES, group_terms
 from nest.costs.layers import LayerTable, range_sum
-from nest.costs.memory import allocatable, optimizer_step_for, state_bytes
-from nest.costs.stage import Options, bytes_per_param, fixed_bytes, zero_schedule
+from nest.costs.memory import allocatable
+from nest.costs.stage import Options, fixed_bytes, stage_cost
 from nest.graph.layer_graph import Variant
-from nest.network.collectives import group_lines_by_kind, lines_time, path_bandwidth
+from nest.network.collectives import path_bandwidth
 from nest.plan import place
 from nest.problem import Problem
 from nest.space import SearchSpace
@@ -122,54 +122,6 @@ def memory_aware_bound(problem: Problem, space: SearchSpace, lts, p: int,
         p, L, *send_floors)
 
 
-def weight_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int) -> float:
-    """A lower bound from the weights alone. Relaxation: some stage k holds at least 1/p of the
-    dense parameters (and some stage, maybe another, 1/p of the expert ones); T >= (m + p - 1)
-    t_k + u_k >= (m + p - 1) * its per-micro-batch ZeRO collectives + its sync + its optimizer
-    step, all non-decreasing in its bytes, priced with k's ZeRO stage on k's data-parallel groups,
-    a ZeRO stage being possible only if the weights, gradients and optimizer states it leaves on
-    the device (also non-decreasing in the bytes) fit in HBM on their own;
-    k, its ZeRO stage, its variant (of the class `lts`) and the placement are unknown, so the
-    minimum over all of them."""
-    return max(min(_weight_bound(problem, space, lt, p, d)[part] for lt in lts)
-               for part in ("dense", "expert"))
-
-
-def _weight_bound(problem: Problem, space: SearchSpace, lt: LayerTable, p: int, d: int) -> dict:
-    v, tr, hw = lt.variant, problem.training, problem.cluster.hardware
-    m = problem.num_microbatches(d, v.ep)
-    room = allocatable(hw) * (1 + 1e-9)  # slack keeps the bound valid
-    total_dense = lt.pd_LL[-1, 0] if p == 1 else lt.dense_L.sum()
-    best = {"dense": math.inf, "expert": math.inf}
-    shares = {"dense": (total_dense / p, 0.0), "expert": (0.0, lt.expert_L.sum() / p)}
-    for placement in space.placements_for(v, p, d):
-        ids = place(p, d, v.width, placement, tp=v.tp, cp=v.cp, ep=v.ep)
-        seen = set()
-        for j in range(p):
-            lines, _ = dp_lines(problem, lt, ids[j], d)
-            if id(lines) in seen:
-                continue
-            seen.add(id(lines))
-            for part, (pd, pe) in shares.items():
-                if not pd and not pe:
-                    best[part] = 0.0
-                    continue
-
-                def coll(kind: str, which: str, pd=pd, pe=pe, lines=lines):
-                    n = bytes_per_param(tr, which)
-                    return float(lines_time(lines["dense"][kind], n * pd)
-                                 + lines_time(lines["expert"][kind], n * pe))
-
-                for z in space.zero_stages:
-                    if sum(state_bytes(pd, pe, d, v.ep, v.cp, z, tr).values()) > room:
-                        continue  # its states alone overflow: z is not an option for stage k
-                    per_mb, sync = zero_schedule(z, coll)
-                    x = ((m + p - 1) * sum(per_mb.values()) + sum(sync.values())
-                         + optimizer_step_for(pd, pe, d, v.ep, v.cp, z, tr, hw))
-                    best[part] = min(best[part], x)
-    return best
-
-
 def compute_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
     """X_lb[p] for every p from the floors alone (no memory): min over cuts into p stages of the
     largest stage floor (index 0 unused); and the floor table [b, a, r] for refinements."""
@@ -180,57 +132,56 @@ def compute_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
 
 
 def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,
-                floor_LLR: np.ndarray, send_floors) -> float:
-    """A lower bound of one candidate that couples time, sync and memory per stage.
-    Relaxation: T = (m + p - 1) max_j t_j + max_j u_j >= max_j [(m + p - 1) t_j + u_j], and for
-    stage j covering a..b with ZeRO stage z and mode r (which must fit at position j with this
-    candidate's d and stash min(p - j, m): the kernel's memory model, exact),
-        (m + p - 1) t_j + u_j >= (m + p - 1) (floor[a..b, r] + sends + ZeRO per micro-batch[z])
-                                 + sync[z] + optimizer step[z],
-    the collectives priced at the fastest algorithm of the fastest data-parallel group that any
-    stage position of any placement has (each stage's slowest group is at least that). Then the
-    least over (z, r) that fit, and a min-max DP over the cuts. Every stage may pick any variant
-    of the class `lts`."""
+                coeff: int | None = None) -> float:
+    """A lower bound of one candidate that couples time, sync and memory per stage, from the
+    stage kernel's exact prices. Relaxation: for a placement of the space, every stage position j
+    has known devices, neighbours, stash min(p - j, m) and tied partner, so for stage j covering
+    a..b with variant v (of the class `lts`) and option o that fits in HBM, t_j and u_j are the
+    kernel's exact values (nest.costs.stage.stage_cost); then
+        T = C max_j t_j + max_j u_j >= max_j (C t_j + u_j),
+    C = m + p - 1 (the paper's form; `coeff` = m for the tight form, which is at least
+    m max t + max u since every t >= 0). Minimised over each stage's variant and option, a
+    min-max DP over the cuts (stage j covers a cell j <= a <= b <= L - p + j), and the least over
+    the placements. Only the coupling of the two maxima is relaxed (exact for p = 1); a relative
+    slack of 1e-12 absorbs rounding. It subsumes the weight-only bound (some stage holds 1/p of
+    the weights: its sync and ZeRO collectives are terms of C t_j + u_j)."""
     v0, L = lts[0].variant, lts[0].num_layers
-    tr, hw = problem.training, problem.cluster.hardware
     m = problem.num_microbatches(d, v0.ep)
-    C = m + p - 1
-    send_fwd_L, send_bwd_L = send_floors
-    cost_J = [np.full((L, L), np.inf) for _ in range(p)]
-    for lt in lts:
-        v = lt.variant
-        max_stash = _max_stash(problem, space, lt, d)  # [b, a, z, r]
-        pd, pe = lt.pd_LL, lt.pe_LL
-        union: dict = {}  # every line of every dp group of every stage position and placement
-        for placement in space.placements_for(v, p, d):
-            ids = np.array(place(p, d, v.width, placement, tp=v.tp, cp=v.cp, ep=v.ep))
-            for part in ("dense", "expert"):
-                groups = np.concatenate([inner_groups(row, v.tp, v.cp, v.ep, d)["dp_" + part]
-                                         for row in ids])
-                for kind, lines in group_lines_by_kind(problem.cluster, SYNC_KINDS,
-                                                       groups).items():
-                    union.setdefault((part, kind), set()).update(ln for g in lines for ln in g)
-        fastest = {k: [tuple(sorted(x))] if x else [] for k, x in union.items()}
-
-        def coll(kind: str, which: str, fastest=fastest, pd=pd, pe=pe):
-            n = bytes_per_param(tr, which)
-            return (lines_time(fastest.get(("dense", kind), []), n * pd)
-                    + lines_time(fastest.get(("expert", kind), []), n * pe))
-
-        per_z = []
-        for z in space.zero_stages:
-            per_mb, sync = zero_schedule(z, coll)
-            per_z.append(C * sum(per_mb.values(), np.zeros((L, L))) + sum(sync.values(), 0.0)
-                         + optimizer_step_for(pd, pe, d, v.ep, v.cp, z, tr, hw))
-        zc_LLZ = np.stack(per_z, axis=-1)
-        base_LLZR = C * floor_LLR[:, :, None, :] + zc_LLZ[..., None]
-        by_stash: dict = {}
+    C = m + p - 1 if coeff is None else coeff
+    hbm, opts = problem.cluster.hardware.hbm_bytes, space.options
+    zeros_L = np.zeros(L)
+    best = math.inf
+    for placement in space.placements_for(v0, p, d):
+        ids = place(p, d, v0.width, placement, tp=v0.tp, cp=v0.cp, ep=v0.ep)
+        cost_J = []
         for j in range(p):
-            s = min(p - j, m)
-            if s not in by_stash:
-                by_stash[s] = np.where(max_stash >= s, base_LLZR, np.inf).min(axis=(2, 3))
-            cost_J[j] = np.minimum(cost_J[j], by_stash[s])
-    return minmax_over_cuts(lambda j: cost_J[j], p, L, C * send_fwd_L, C * send_bwd_L)
+            a, b = _band(j, p, L)
+            cost = None
+            for lt in lts:
+                c = stage_cost(problem, lt, ids[j], d, opts, min(p - j, m), cell=(a, b),
+                               next_ids=ids[j + 1] if j + 1 < p else None,
+                               prev_ids=ids[j - 1] if j > 0 else None,
+                               tied_partner=ids[p - 1 - j] if p > 1 and j in (0, p - 1) else None)
+                x = np.where(c.mem <= hbm, C * c.t + c.u[..., None], np.inf).min(axis=(-2, -1))
+                cost = x if cost is None else np.minimum(cost, x)
+            full = np.full((L, L), np.inf)
+            full[b, a] = cost
+            cost_J.append(full)
+        best = min(best, minmax_over_cuts(cost_J.__getitem__, p, L, zeros_L, zeros_L))
+    return best * (1 - 1e-12)
+
+
+def _band(j: int, p: int, L: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first layers, last layers) of the cells stage j of p can cover: j <= a <= b <= L - p + j
+    (every stage non-empty; the first starts at layer 0, the last ends at layer L - 1)."""
+    if p == 1:
+        return np.array([0]), np.array([L - 1])
+    if j == 0:
+        return np.zeros(L - p + 1, dtype=np.int64), np.arange(L - p + 1)
+    if j == p - 1:
+        return np.arange(p - 1, L), np.full(L - p + 1, L - 1)
+    b, a = np.tril_indices(L - p + 1)
+    return a + j, b + j
 
 
 def minmax_over_cuts(cost_of, p: int, L: int, send_fwd_L, send_bwd_L) -> float:

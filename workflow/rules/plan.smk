@@ -4,7 +4,7 @@ rule plan:
     scored). One job per point: a process start costs about as much as a small solve. The file
     name states the micro-batch size and any global batch / sequence length of the figure that
     differs from the default (common.smk: batch_name). A planner that crashes, or that is still
-    running a minute before the rule's runtime (a hang: searches stop on counts), gives a
+    running two minutes before the rule's runtime (a hang: searches stop on counts), gives a
     `crashed` record with a one-line reason; the traceback goes to the log."""
     input:
         graph=lambda wc: graph_file(wc.model, wc.batch),

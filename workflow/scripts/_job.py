@@ -2,8 +2,9 @@
 planner runtime guard, crash records, atomic writes and a point's problem.
 
 - start(): stdout and stderr into the rule's log; a watchdog thread that ends the job when
-  Snakemake is gone (a SIGKILLed Snakemake must not leave planners running: the job is its
-  child, so a new parent pid means it died) or when the job is 30 s from its `runtime` resource.
+  Snakemake is gone (a SIGKILLed Snakemake must not leave planners running: a new parent pid,
+  or the Snakemake ancestor's pid gone or reused, means it died) or when the job is 30 s from
+  its `runtime` resource.
 - planner_guard(): a planner still running `runtime` minus 2 minutes after the job started
   raises PlannerTimeout inside it, which run_planner records as a crash (planners stop on counts,
   never on time, so this fires only on a hang and the results of every other point stay
@@ -44,13 +45,46 @@ def start(sm) -> None:
     except (AttributeError, TypeError, ValueError):
         _RUNTIME_S = None
     hard = None if _RUNTIME_S is None else _RUNTIME_S - min(30.0, _RUNTIME_S / 10)
-    threading.Thread(target=_watch, args=(os.getppid(), hard, log), daemon=True).start()
+    threading.Thread(target=_watch, args=(os.getppid(), _snakemake_ancestor(), hard, log),
+                     daemon=True).start()
 
 
-def _watch(ppid: int, hard_s: float | None, log) -> None:
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (Linux; None elsewhere or if gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _snakemake_ancestor() -> tuple[int, str] | None:
+    """(pid, start time) of the nearest ancestor running Snakemake (a shell may sit between,
+    e.g. with --use-conda), or None."""
+    pid = os.getppid()
+    for _ in range(8):
+        st = _proc_stat(pid)
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return None
+        if st is None:
+            return None
+        if b"snakemake" in cmd:
+            return pid, st[19]
+        pid = int(st[1])
+        if pid <= 1:
+            return None
+    return None
+
+
+def _watch(ppid: int, ancestor: tuple[int, str] | None, hard_s: float | None, log) -> None:
     while True:
         time.sleep(1.0)
-        if os.getppid() != ppid:
+        gone = os.getppid() != ppid
+        if ancestor is not None:
+            st = _proc_stat(ancestor[0])
+            gone = gone or st is None or st[19] != ancestor[1]
+        if gone:
             _stop(log, "Snakemake is gone (killed?): this job stops instead of running on "
                   "unwatched; rerun with --rerun-incomplete after snakemake --unlock", 130)
         if hard_s is not None and time.monotonic() - T0 > hard_s:
