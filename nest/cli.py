@@ -1,4 +1,5 @@
-"""The `nest` command: plan, evaluate, graph, catalogs (models, clusters, hardware, planners)."""
+"""The `nest` command: plan, evaluate, compare, export, graph, catalogs (models, clusters,
+hardware, planners)."""
 
 from __future__ import annotations
 
@@ -122,11 +123,19 @@ def cmd_plan(a) -> int:
     from nest.evaluate import make_problem
     from nest.planners import planner_entry, run_planner
 
+    from nest import progress
+
     if a.output:
         check_output(a.output)
+    if a.placement_picture:
+        from nest.viz import check_picture_path
+
+        check_picture_path(a.placement_picture, "--placement-picture")
     planner_entry(a.planner)  # an unknown planner before the graph is built
-    problem = make_problem(a.model, a.cluster, a.num_devices, a.mbs, seq_len=a.seq_len)
-    out = run_planner(a.planner, problem, simulated=True)  # printed beside the closed form
+    with progress.status("building the layer graph"):
+        problem = make_problem(a.model, a.cluster, a.num_devices, a.mbs, seq_len=a.seq_len)
+    with progress.status(f"planning with {a.planner}"):
+        out = run_planner(a.planner, problem, simulated=True)  # printed beside the closed form
     if out.plan is None:
         print(f"{a.planner}: {out.reason}", file=sys.stderr)
         return EXIT_CRASH if out.status == "crashed" else EXIT_INFEASIBLE
@@ -136,12 +145,19 @@ def cmd_plan(a) -> int:
     if a.output:
         out.plan.write(a.output)
         print(f"plan written to {a.output}")
+    if a.placement_picture:
+        from nest.viz import placement_picture
+
+        placement_picture(out.plan, problem.cluster, a.placement_picture)
+        print(f"placement picture written to {a.placement_picture}")
     return 0 if out.evaluation.feasible else EXIT_INFEASIBLE
 
 
 def cmd_evaluate(a) -> int:
+    from nest import progress
     from nest.evaluate import evaluate
     from nest.plan_spec import load_plan
+    from nest.viz import check_picture_path
 
     if a.output:
         check_output(a.output)
@@ -150,22 +166,44 @@ def cmd_evaluate(a) -> int:
         if Path(a.timeline).suffix.lower() not in (".png", ".pdf", ".svg"):
             raise SpecError(f"--timeline {a.timeline}: expected a file name ending in .png (a "
                             f".pdf is written beside it), .pdf or .svg")
-    plan, problem = load_plan(a.plan)  # a full plan JSON or a compact YAML (nest.plan_spec)
+    for path, option in ((a.placement_picture, "--placement-picture"),
+                         (a.memory_picture, "--memory-picture")):
+        if path:
+            check_picture_path(path, option)
+    with progress.status("reading the plan and building the layer graph"):
+        plan, problem = load_plan(a.plan)  # a full plan JSON or a compact YAML (nest.plan_spec)
     training = problem.training
     try:
-        ev = evaluate(plan, problem, simulated=True)
+        with progress.status("evaluating (and simulating the schedule)"):
+            ev = evaluate(plan, problem, simulated=True)
     except SpecError as e:
         raise SpecError(f"{a.plan}: {e}") from None
     print(summarize(plan, ev))
+    hbm = problem.cluster.hardware.hbm_bytes
+    if a.memory:
+        from nest.viz import memory_table
+
+        print(memory_table(plan, ev, hbm))
+    if a.memory_picture:
+        from nest.viz import memory_picture
+
+        memory_picture(plan, ev, hbm, a.memory_picture)
+        print(f"memory picture written to {a.memory_picture}")
+    if a.placement_picture:
+        from nest.viz import placement_picture
+
+        placement_picture(plan, problem.cluster, a.placement_picture)
+        print(f"placement picture written to {a.placement_picture}")
     if a.output:
         ev.write(a.output)
         print(f"evaluation written to {a.output}")
     if a.timeline:
         from nest.evaluate import simulate_plan
-        from nest.simulate import plot_timeline
+        from nest.timeline import plot as plot_timeline  # compressed at many micro-batches
 
-        sim = simulate_plan(ev, training)
-        plot_timeline(sim, a.timeline, title=f"{plan.planner}: {plan.model}, {plan.schedule}")
+        with progress.status("simulating and drawing the timeline"):
+            sim = simulate_plan(ev, training)
+            plot_timeline(sim, a.timeline, title=f"{plan.planner}: {plan.model}, {plan.schedule}")
         t = Path(a.timeline)
         also = f" and {t.with_suffix('.pdf')}" if t.suffix.lower() == ".png" else ""
         print(f"timeline written to {t}{also}")
@@ -211,6 +249,31 @@ def cmd_export(a) -> int:
     return 0
 
 
+def cmd_compare(a) -> int:
+    from nest import progress
+    from nest.compare import compare, format_table, parse_planners, write_csv
+    from nest.evaluate import make_problem
+
+    if a.output:
+        check_output(a.output)
+    names, explicit = parse_planners(a.planners)  # unknown names before the graph is built
+    with progress.status("building the layer graph"):
+        problem = make_problem(a.model, a.cluster, a.num_devices, a.mbs, seq_len=a.seq_len)
+    rows = compare(problem, names)
+    skipped = [r for r in rows if r.status == "not_applicable" and not explicit]
+    rows = [r for r in rows if r not in skipped]
+    print(format_table(rows, f"{a.model} on {a.cluster}, {a.num_devices} devices, mbs={a.mbs}, "
+                             f"global batch {problem.training.global_batch}"))
+    if skipped:
+        print(f"not applicable here (left out): {', '.join(r.planner for r in skipped)}")
+    if a.output:
+        write_csv(rows, a.output)
+        print(f"table written to {a.output}")
+    if any(r.status == "crashed" for r in rows):
+        return EXIT_CRASH
+    return 0 if any(r.status == "feasible" for r in rows) else EXIT_INFEASIBLE
+
+
 def cmd_graph(a) -> int:
     from nest.graph import build_graph
     from nest.settings import load_training
@@ -218,8 +281,11 @@ def cmd_graph(a) -> int:
 
     if a.output:
         check_output(a.output)
-    g = build_graph(load_model(a.model, seq_len=a.seq_len), a.mbs,
-                    a.source or load_training().graph_source)
+    from nest import progress
+
+    with progress.status("building the layer graph"):
+        g = build_graph(load_model(a.model, seq_len=a.seq_len), a.mbs,
+                        a.source or load_training().graph_source)
     print(f"{g.model} ({g.source}): {g.num_layers} layers, {g.num_params / 1e9:.3f} B parameters, "
           f"{len(g.variants)} variants ({', '.join(v.key for v in g.variants)}), "
           f"{g.model_flops_per_sample() / 1e12:.1f} TFLOP per sample (fwd+bwd)")
@@ -263,43 +329,127 @@ def cmd_profile(a) -> int:
     return gpu_run.main(argv + (["--quick"] if a.quick else [])) or 0
 
 
+class _Version(argparse.Action):
+    """--version: computed when asked (the git commit costs a subprocess)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="print the package version (and the git commit of a checkout) and exit"):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from nest.about import version
+
+        print(version())
+        parser.exit()
+
+
+def _planners_epilog() -> str:
+    """The registry's planners for `nest plan -h` (config/planners.yaml, read via the library)."""
+    from nest.planners import registry
+
+    try:
+        reg = registry()
+    except SpecError as e:
+        return f"planners: (config/planners.yaml unreadable: {_one_line(e)})"
+    lines = ["planners (config/planners.yaml; * = in the figures' line-up and `nest compare`'s "
+             "default):"]
+    for name, entry in reg.items():
+        lines.append(f"  {name:20s}{'*' if entry.get('figures', True) else ' '} {entry['entry']}")
+    return "\n".join(lines)
+
+
+def _epilog(*parts: str) -> str:
+    return "\n\n".join([*parts, EPILOG])
+
+
+_QUIET = "no progress line on stderr (it is off anyway when stderr is not a terminal)"
+_OUT_JSON = "write the {} JSON here (checked writable before any work)"
+_FORMAT = argparse.RawDescriptionHelpFormatter
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nest", description=__doc__, epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True)
-    sp = sub.add_parser("plan", help="plan a model on a cluster with a planner")
+                                formatter_class=_FORMAT)
+    p.add_argument("--version", action=_Version)
+    p.add_argument("-q", "--quiet", action="store_true", help=_QUIET)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           help="one of the commands below (nest COMMAND -h for its options)")
+    sp = sub.add_parser("plan", help="plan a model on a cluster with a planner",
+                        epilog=_epilog(_planners_epilog()), formatter_class=_FORMAT)
     sp.add_argument("--model", required=True, help="catalog name, path to a model YAML, or a "
                     "Hugging Face config.json")
     sp.add_argument("--cluster", required=True, help="catalog name or path to a cluster YAML")
-    sp.add_argument("--num-devices", type=_positive_int, required=True)
-    sp.add_argument("--planner", default="manual")
-    sp.add_argument("--mbs", type=_positive_int, default=1)
+    sp.add_argument("--num-devices", type=_positive_int, required=True,
+                    help="devices to plan for (at most the cluster's largest level)")
+    sp.add_argument("--planner", default="manual",
+                    help="a planner of config/planners.yaml (listed below; default: manual)")
+    sp.add_argument("--mbs", type=_positive_int, default=1,
+                    help="micro-batch size in samples (default: 1)")
     sp.add_argument("--seq-len", type=_positive_int,
                     help="training sequence length in tokens (replaces the model's; a Hugging "
                          "Face config.json has none: default 4096 with a warning)")
-    sp.add_argument("-o", "--output")
+    sp.add_argument("-o", "--output", help=_OUT_JSON.format("plan"))
+    sp.add_argument("--placement-picture", metavar="PNG",
+                    help="draw where the plan puts its stages and replicas on the cluster's "
+                         "nodes and racks (.png, .pdf or .svg)")
+    sp.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=_QUIET)
     sp.set_defaults(fn=cmd_plan)
     se = sub.add_parser("evaluate", help="score a plan (full JSON, or a compact YAML such as "
-                        "examples/*.yaml) with the shared evaluator")
-    se.add_argument("plan")
-    se.add_argument("-o", "--output")
+                        "examples/*.yaml) with the shared evaluator", epilog=EPILOG,
+                        formatter_class=_FORMAT)
+    se.add_argument("plan", help="a plan JSON (nest plan -o) or a compact plan YAML")
+    se.add_argument("-o", "--output", help=_OUT_JSON.format("evaluation"))
     se.add_argument("--timeline", help="simulate the schedule and plot the per-device timeline "
-                                       "(PNG; a PDF is written beside it)")
+                                       "(PNG; a PDF is written beside it); above 64 "
+                                       "micro-batches the steady state is one compressed band")
+    se.add_argument("--memory", action="store_true",
+                    help="print each stage's memory: weights, gradients, optimizer states, "
+                         "activations, working set, fragmentation, framework overhead, peak")
+    se.add_argument("--memory-picture", metavar="PNG",
+                    help="the per-stage memory as stacked bars against HBM (.png, .pdf, .svg)")
+    se.add_argument("--placement-picture", metavar="PNG",
+                    help="draw where the plan puts its stages and replicas on the cluster's "
+                         "nodes and racks (.png, .pdf or .svg)")
+    se.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=_QUIET)
     se.set_defaults(fn=cmd_evaluate)
-    sx = sub.add_parser("export", help="a plan as Megatron-LM arguments and rank placement")
-    sx.add_argument("plan")
-    sx.add_argument("--to", choices=["megatron"], default="megatron")
+    sc = sub.add_parser("compare", help="one point, every planner: a table of time per batch, "
+                        "throughput, MFU, feasibility and the gap to the best",
+                        epilog=_epilog(_planners_epilog()), formatter_class=_FORMAT)
+    sc.add_argument("--model", required=True, help="catalog name, path to a model YAML, or a "
+                    "Hugging Face config.json")
+    sc.add_argument("--cluster", required=True, help="catalog name or path to a cluster YAML")
+    sc.add_argument("--num-devices", type=_positive_int, required=True,
+                    help="devices to plan for (at most the cluster's largest level)")
+    sc.add_argument("--planners", metavar="A,B,...",
+                    help="comma-separated planners (default: those marked * below; planners "
+                         "not covering the point are then left out of the table)")
+    sc.add_argument("--mbs", type=_positive_int, default=1,
+                    help="micro-batch size in samples (default: 1; a planner may search it)")
+    sc.add_argument("--seq-len", type=_positive_int,
+                    help="training sequence length in tokens (replaces the model's)")
+    sc.add_argument("-o", "--output", metavar="CSV", help="also write the table as a CSV")
+    sc.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=_QUIET)
+    sc.set_defaults(fn=cmd_compare)
+    sx = sub.add_parser("export", help="a plan as Megatron-LM arguments and rank placement",
+                        epilog=EPILOG, formatter_class=_FORMAT)
+    sx.add_argument("plan", help="a plan JSON (nest plan -o) or a compact plan YAML")
+    sx.add_argument("--to", choices=["megatron"], default="megatron",
+                    help="target framework (default: megatron)")
     sx.add_argument("-o", "--output", help="folder for launch.sh, args.txt, rank_map.csv")
     sx.set_defaults(fn=cmd_export)
-    sg = sub.add_parser("graph", help="build a model's layer graph")
-    sg.add_argument("--model", required=True)
-    sg.add_argument("--mbs", type=_positive_int, default=1)
+    sg = sub.add_parser("graph", help="build a model's layer graph", epilog=EPILOG,
+                        formatter_class=_FORMAT)
+    sg.add_argument("--model", required=True, help="catalog name, path to a model YAML, or a "
+                    "Hugging Face config.json")
+    sg.add_argument("--mbs", type=_positive_int, default=1,
+                    help="micro-batch size in samples (default: 1)")
     sg.add_argument("--seq-len", type=_positive_int,
                     help="training sequence length in tokens (replaces the model's; a Hugging "
                          "Face config.json has none: default 4096 with a warning)")
     sg.add_argument("--source", choices=["torch_fx", "closed_form"],
                     help="default: graph_source in config/training.yaml")
-    sg.add_argument("-o", "--output")
+    sg.add_argument("-o", "--output", help=_OUT_JSON.format("layer graph"))
+    sg.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=_QUIET)
     sg.set_defaults(fn=cmd_graph)
     for name in ("models", "clusters", "hardware", "planners"):
         sub.add_parser(name, help=f"list the {name} catalog").set_defaults(fn=cmd_list)
@@ -308,8 +458,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "or vs published training runs (nest validate --published -h)")
     sf = sub.add_parser("profile", help="time operators and blocks on this machine's GPU")
     sf.add_argument("--hardware", help="name for the profile folder (default: from the device)")
-    sf.add_argument("--out", default="profiles")
-    sf.add_argument("--quick", action="store_true")
+    sf.add_argument("--out", default="profiles",
+                    help="folder the profile is written under (default: profiles)")
+    sf.add_argument("--quick", action="store_true", help="fewer sizes and repeats (a smoke run)")
     sf.set_defaults(fn=cmd_profile)
     return p
 
@@ -326,6 +477,10 @@ def main(argv: list[str] | None = None) -> int:
 
             return validate.main(argv[1:]) or 0
         a = build_parser().parse_args(argv)
+        if getattr(a, "quiet", False):
+            from nest import progress
+
+            progress.set_enabled(False)
         return a.fn(a)
     except SpecError as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)

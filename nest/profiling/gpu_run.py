@@ -69,19 +69,22 @@ def _parser():
         help="expected hardware name (checked against the device; the "
         "device's own name wins unless --force-hardware-name)",
     )
-    p.add_argument("--force-hardware-name", action="store_true")
+    p.add_argument("--force-hardware-name", action="store_true",
+                   help="name the profile folder --hardware even if the device reports another")
     p.add_argument("--out", default="profiles", help="parent folder (default: profiles)")
     p.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
     p.add_argument("--tiny", action="store_true", help="CPU-sized models (default without GPU)")
     p.add_argument("--models", help="comma-separated model names (default: all)")
-    p.add_argument("--skip-blocks", action="store_true")
-    p.add_argument("--skip-operators", action="store_true")
+    p.add_argument("--skip-blocks", action="store_true", help="do not time whole blocks")
+    p.add_argument("--skip-operators", action="store_true",
+                   help="do not time the operator tables")
     p.add_argument(
         "--tables",
         help="comma-separated operator tables to (re)measure, e.g. attention_unfused,matmul_fp8 "
         "(default: all); the run's metadata then goes to meta_<tables>.json, not meta.json",
     )
-    p.add_argument("--block-steps", type=int, default=10)
+    p.add_argument("--block-steps", type=int, default=10,
+                   help="timed steps per block (default 10)")
     p.add_argument(
         "--time-budget-s",
         type=float,

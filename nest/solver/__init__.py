@@ -15,8 +15,9 @@ Objective: exactly the shared evaluator's time per batch,
 t_j the stage's time per micro-batch, u_j its gradient sync + optimizer step: the evaluator under
 the default training settings (pipeline_time: paper, dp_overlap: none). With pipeline_time: dapple
 the objective is sum_j t_j + (m - 1) max_j t_j + max_j u_j, the evaluator's tight form, solved
-exactly per candidate by nest.solver.tight (every bound below scaled by m / (m + p - 1), which
-keeps it a lower bound of that form). Under the other settings
+exactly per candidate by nest.solver.tight (the compute-only and memory-aware bounds scaled by
+m / (m + p - 1), the joint bound taken with m in place of m + p - 1: both lower bounds of that
+form, which is at least m max t + max u). Under the other settings
 the evaluator prices a plan at most this (tighter schedule forms, overlapped sync), so the plan
 found is the optimum of this upper bound, re-scored; the summary's schedule check reports how far
 the two are apart on the figures' plans. Network awareness:
