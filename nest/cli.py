@@ -135,7 +135,8 @@ def cmd_plan(a) -> int:
     with progress.status("building the layer graph"):
         problem = make_problem(a.model, a.cluster, a.num_devices, a.mbs, seq_len=a.seq_len)
     with progress.status(f"planning with {a.planner}"):
-        out = run_planner(a.planner, problem, simulated=True)  # printed beside the closed form
+        out = run_planner(a.planner, problem, simulated=True,  # printed beside the closed form
+                          log_crash=bool(os.environ.get("NEST_DEBUG")))
     if out.plan is None:
         print(f"{a.planner}: {out.reason}", file=sys.stderr)
         return EXIT_CRASH if out.status == "crashed" else EXIT_INFEASIBLE

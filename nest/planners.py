@@ -87,10 +87,11 @@ def get_planner(name: str):
 
 
 def run_planner(name: str, problem: Problem, overrides: dict | None = None,
-                simulated: bool = False) -> Outcome:
+                simulated: bool = False, log_crash: bool = True) -> Outcome:
     """Run a planner and score its plan with the shared evaluator (with `simulated`, the
     discrete-event simulation's time too); never raises for a planner's own failure (a crash on
-    one point must not stop a sweep): the reason is reported instead."""
+    one point must not stop a sweep): the reason is reported instead, and with log_crash its
+    traceback goes to stderr (a pipeline job's log; the CLI shows it only with NEST_DEBUG)."""
     entry, settings = planner_entry(name)
     settings.update(overrides or {})
     gb, mbs = problem.training.global_batch, problem.mbs
@@ -111,7 +112,8 @@ def run_planner(name: str, problem: Problem, overrides: dict | None = None,
         raise
     except Exception as e:  # noqa: BLE001 - reported, not hidden
         # one line for the CSV (no traceback, no paths); the traceback goes to the log
-        traceback.print_exc(limit=5)
+        if log_crash:
+            traceback.print_exc(limit=5)
         first = str(e).splitlines()[0] if str(e) else ""
         return Outcome(name, None, None, f"planner crashed: {type(e).__name__}: {first}",
                        time.perf_counter() - t0, "crashed")
