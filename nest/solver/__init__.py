@@ -64,6 +64,7 @@ from nest.network.collectives import flattened
 from nest.solver.arrays import StageArrays, class_arrays, even_cut_mask
 from nest.solver.bounds import compute_bounds, joint_bound, memory_aware_bound, p2p_floor
 from nest.solver.dp import bottleneck
+from nest import progress
 from nest.solver.tight import solve_fixed_tight
 from nest.space import SearchSpace, declare, make_plan, pp_dp_options
 
@@ -169,6 +170,7 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
         for placement in space.placements_for(cls[0], p, d):
             arr = candidate_arrays(problem, space, lts[ci], p, d, placement, even_cuts)
             visited += 1
+            progress.update(visited, num_candidates, "candidates x placements visited")
             res = solve_candidate(arr, p, best_T, form)
             if res is not None and res[0] < best_T:
                 O = space.options.size
