@@ -14,7 +14,7 @@ from nest.costs.layers import layer_table
 from nest.network.collectives import flattened
 from nest.problem import make_problem
 from nest.settings import TrainingSettings
-from nest.solver import bounds, candidate_optimum, search
+from nest.solver import bound_scale, bounds, candidate_optimum, search
 from nest.space import declare, pp_dp_options
 from strategies import build, instance_specs
 
@@ -39,8 +39,9 @@ def candidate_bounds(problem, space):
             m = problem.num_microbatches(d, cls[0].ep)
             if p not in memory:
                 memory[p] = bounds.memory_aware_bound(problem, space, lts, p, floor_LLR, sends)
-            yield cls, p, d, {"compute_bounds": (m + p - 1) * x_lb[p],
-                              "memory_aware_bound": (m + p - 1) * memory[p],
+            scale = bound_scale(problem.training.pipeline_time, m, p)  # as the search scales
+            yield cls, p, d, {"compute_bounds": (m + p - 1) * x_lb[p] * scale,
+                              "memory_aware_bound": (m + p - 1) * memory[p] * scale,
                               "joint_bound": bounds.joint_bound(problem, space, lts, p, d)}
 
 
@@ -80,6 +81,23 @@ def test_every_bound_is_at_most_the_candidate_optimum(spec):
     a bound of inf (claimed infeasible) only where nothing fits."""
     problem, space = build(spec)
     assert_bounds_valid(problem, space)
+
+
+@settings(max_examples=60, **HYPOTHESIS)
+@given(instance_specs())
+@example(SYNC_BOUND)
+def test_every_bound_holds_for_the_tight_pipeline_form(spec):
+    """The same under pipeline_time: dapple (sum t + (m - 1) max t + max u, nest.solver.tight):
+    the bounds the search uses for that form stay at most each candidate's exact optimum of it,
+    and the pruned search finds the unpruned optimum."""
+    problem, space = build(spec)
+    problem = problem.with_training(pipeline_time="dapple")
+    assert_bounds_valid(problem, space)
+    T, best, _ = search(problem, space, prune=True)
+    T_all, best_all, _ = search(problem, space, prune=False)
+    assert (best is None) == (best_all is None)
+    if best_all is not None:
+        assert T == pytest.approx(T_all, rel=REL)
 
 
 @settings(max_examples=100, **HYPOTHESIS)

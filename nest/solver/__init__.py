@@ -65,6 +65,7 @@ from nest.solver.arrays import StageArrays, class_arrays, even_cut_mask
 from nest.solver.bounds import compute_bounds, joint_bound, memory_aware_bound, p2p_floor
 from nest.solver.dp import bottleneck
 from nest import progress
+from nest.solver.tight import FORM as TIGHT_FORM
 from nest.solver.tight import solve_fixed_tight
 from nest.space import SearchSpace, declare, make_plan, pp_dp_options
 
@@ -89,7 +90,7 @@ def solve_fixed(arr: StageArrays, C: float, best_T: float):
     return best_T, stages
 
 
-TIGHT = "dapple"  # the training settings' pipeline_time whose tight form nest.solver.tight solves
+TIGHT = TIGHT_FORM  # the training settings' pipeline_time whose tight form nest.solver.tight solves
 
 
 def solve_candidate(arr: StageArrays, p: int, best_T: float, form: str = "paper"):
@@ -163,8 +164,7 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
             scale = bound_scale(form, m, p)
             bound = (m + p - 1) * refined[(ci, p)] * scale
             if bound < best_T:  # else pruned already; cheaper bounds first
-                coeff = m if form == TIGHT else m + p - 1  # of max t in a lower bound of T
-                bound = max(bound, joint_bound(problem, space, lts[ci], p, d, coeff))
+                bound = max(bound, joint_bound(problem, space, lts[ci], p, d))
             heapq.heappush(heap, (bound, True, ci, p, d))
             continue
         for placement in space.placements_for(cls[0], p, d):

@@ -25,6 +25,7 @@ from nest.graph.layer_graph import Variant
 from nest.network.collectives import path_bandwidth
 from nest.plan import place
 from nest.problem import Problem
+from nest.solver.tight import FORM as TIGHT_FORM
 from nest.space import SearchSpace
 
 ALIGNED = ("replica_major", "stage_major")  # placements whose replicas are aligned id blocks
@@ -131,23 +132,22 @@ def compute_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
     return lower_bounds(range_sum(floor.min(axis=1)), max_pp), range_sum(floor)
 
 
-def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,
-                coeff: int | None = None) -> float:
+def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int) -> float:
     """A lower bound of one candidate that couples time, sync and memory per stage, from the
     stage kernel's exact prices. Relaxation: for a placement of the space, every stage position j
     has known devices, neighbours, stash min(p - j, m) and tied partner, so for stage j covering
     a..b with variant v (of the class `lts`) and option o that fits in HBM, t_j and u_j are the
     kernel's exact values (nest.costs.stage.stage_cost); then
         T = C max_j t_j + max_j u_j >= max_j (C t_j + u_j),
-    C = m + p - 1 (the paper's form; `coeff` = m for the tight form, which is at least
-    m max t + max u since every t >= 0). Minimised over each stage's variant and option, a
+    C = m + p - 1 for the paper's form, m for the tight form (pipeline_time: dapple,
+    nest.solver.tight: sum t + (m - 1) max t + max u >= m max t + max u since every t >= 0). Minimised over each stage's variant and option, a
     min-max DP over the cuts (stage j covers a cell j <= a <= b <= L - p + j), and the least over
     the placements. Only the coupling of the two maxima is relaxed (exact for p = 1); a relative
     slack of 1e-12 absorbs rounding. It subsumes the weight-only bound (some stage holds 1/p of
     the weights: its sync and ZeRO collectives are terms of C t_j + u_j)."""
     v0, L = lts[0].variant, lts[0].num_layers
     m = problem.num_microbatches(d, v0.ep)
-    C = m + p - 1 if coeff is None else coeff
+    C = m if problem.training.pipeline_time == TIGHT_FORM else m + p - 1
     hbm, opts = problem.cluster.hardware.hbm_bytes, space.options
     zeros_L = np.zeros(L)
     best = math.inf

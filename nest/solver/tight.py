@@ -32,6 +32,7 @@ import numpy as np
 from nest.solver.dp import bottleneck
 
 INF = float("inf")
+FORM = "dapple"  # the training settings' pipeline_time this module optimises
 
 
 def min_sum(t_JLLO, u_JLLO, ok_JLLO, t_cap: float, u_cap: float):
