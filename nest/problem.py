@@ -115,6 +115,9 @@ class Problem:
             keys = ", ".join(v.key for v in missing)
             raise PlanError(f"{where}: variant {keys}: {e}") from None
         raw = self.described
+        if raw is None:  # built from an already viewed graph: nothing to extend consistently
+            raise ValueError(f"{where}: the problem's layer graph has no described form to "
+                             f"extend with variants {[v.key for v in missing]}")
         layers = [replace(la, costs={**la.costs, **{v.key: new.costs[v.key] for v in missing}})
                   for la, new in zip(raw.layers, extra.layers)]
         g = replace(raw, layers=layers, variants=[*raw.variants, *missing])
