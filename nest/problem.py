@@ -17,6 +17,7 @@ from nest.errors import PlanError
 from nest.graph import build_graph
 from nest.graph.attention import resolve as resolve_attention
 from nest.graph.attention import with_attention
+from nest.graph.fp8 import with_fp8_activations
 from nest.graph.layer_graph import LayerGraph, Variant
 from nest.settings import TrainingSettings, load_training
 from nest.specs import ClusterSpec, HardwareSpec, ModelSpec, load_cluster, load_model
@@ -48,7 +49,8 @@ class Problem:
 
     def _view_attention(self) -> None:
         """`graph` := the described graph viewed with this problem's attention implementation
-        (a new cost table when the view changes; the same objects otherwise)."""
+        and, under FP8 compute, FP8 saved GEMM inputs (nest.graph.fp8); a new cost table when
+        the view changes, the same objects otherwise."""
         raw = self.graph if self.graph.attention == "described" else self.described
         impl = resolve_attention(self.training.attention, self.cluster.hardware)
         if raw is None:  # a graph given already viewed, without its description
@@ -57,6 +59,8 @@ class Problem:
                                  f"{self.graph.attention} attention, the settings ask {impl}")
             return
         g = with_attention(raw, impl, self.model.has_dropout)
+        if self.training.precision.fp8:  # Transformer Engine keeps FP8 GEMM inputs
+            g = with_fp8_activations(g)
         object.__setattr__(self, "described", raw)
         if g is not self.graph:
             object.__setattr__(self, "graph", g)

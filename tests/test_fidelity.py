@@ -214,3 +214,30 @@ def test_tp_overlap_hides_tp_communication_up_to_the_gemm_time():
     a = group_terms(on2, layer_table(on2, v2, ("none",)), ids, 1).cum_LK
     b = group_terms(off2, layer_table(off2, v2, ("none",)), ids, 1).cum_LK
     assert (a == b).all()
+
+
+def test_fp8_keeps_gemm_inputs_in_fp8():
+    """Under FP8 Transformer Engine saves the quantised input of each FP8 GEMM (1 B instead of
+    2 B). Llama-3-70B block, tp 4 with sp, flash attention: the qkv and gate_up inputs (sequence
+    shards, T h / t each) and the down projection's input (T f / t) halve; the out-projection's
+    FP8 copy of O is kept beside flash's BF16 O (+ T h / t): net -(T h + T f) / t bytes; "full"
+    is unchanged. And Megatron-Bridge's FP8 recipe for 70B on 64 H100, which ran, now fits."""
+    from nest.plan_spec import load_plan
+    from nest.evaluate import evaluate
+
+    m = load_model("llama3_70b")
+    v = Variant(4, True)
+    flash = with_attention(build_layer_graph(m, 1, [Variant(), v]), "flash", m.has_dropout)
+    from nest.graph.fp8 import with_fp8_activations
+
+    fp8 = with_fp8_activations(flash)
+    a, b = _block(flash, v).act_bytes, _block(fp8, v).act_bytes
+    T, h, f, t = m.seq_len, m.hidden_size, m.ffn_hidden_size, 4
+    for mode in ("none", "selective"):
+        assert b[mode] - a[mode] == pytest.approx(-(T * h + T * f) / t)
+    assert b["full"] == a["full"]
+    plan, pr = load_plan(Path(__file__).resolve().parents[1] / "examples"
+                         / "llama3_70b_h100_fp8_bridge.yaml")
+    assert pr.graph.fp8_activations
+    ev = evaluate(plan, pr)
+    assert ev.feasible, ev.reason

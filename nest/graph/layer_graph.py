@@ -115,6 +115,7 @@ class LayerGraph:
     attention: str = "described"
     # model FLOPs per sample {causal half, full square}, kept from the described graph by a view
     model_flops: dict | None = None
+    fp8_activations: bool = False  # saved GEMM inputs in FP8 (nest.graph.fp8; not serialised)
 
     @property
     def num_layers(self) -> int:
