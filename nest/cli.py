@@ -368,6 +368,15 @@ _OUT_JSON = "write the {} JSON here (checked writable before any work)"
 _FORMAT = argparse.RawDescriptionHelpFormatter
 
 
+def _point_args(p: argparse.ArgumentParser) -> None:
+    """The options naming one point (model, cluster, devices), shared by plan and compare."""
+    p.add_argument("--model", required=True, help="catalog name, path to a model YAML, or a "
+                   "Hugging Face config.json")
+    p.add_argument("--cluster", required=True, help="catalog name or path to a cluster YAML")
+    p.add_argument("--num-devices", type=_positive_int, required=True,
+                   help="devices to plan for (at most the cluster's largest level)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nest", description=__doc__, epilog=EPILOG,
                                 formatter_class=_FORMAT)
@@ -377,11 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="one of the commands below (nest COMMAND -h for its options)")
     sp = sub.add_parser("plan", help="plan a model on a cluster with a planner",
                         epilog=_epilog(_planners_epilog()), formatter_class=_FORMAT)
-    sp.add_argument("--model", required=True, help="catalog name, path to a model YAML, or a "
-                    "Hugging Face config.json")
-    sp.add_argument("--cluster", required=True, help="catalog name or path to a cluster YAML")
-    sp.add_argument("--num-devices", type=_positive_int, required=True,
-                    help="devices to plan for (at most the cluster's largest level)")
+    _point_args(sp)
     sp.add_argument("--planner", default="manual",
                     help="a planner of config/planners.yaml (listed below; default: manual)")
     sp.add_argument("--mbs", type=_positive_int, default=1,
@@ -416,11 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc = sub.add_parser("compare", help="one point, every planner: a table of time per batch, "
                         "throughput, MFU, feasibility and the gap to the best",
                         epilog=_epilog(_planners_epilog()), formatter_class=_FORMAT)
-    sc.add_argument("--model", required=True, help="catalog name, path to a model YAML, or a "
-                    "Hugging Face config.json")
-    sc.add_argument("--cluster", required=True, help="catalog name or path to a cluster YAML")
-    sc.add_argument("--num-devices", type=_positive_int, required=True,
-                    help="devices to plan for (at most the cluster's largest level)")
+    _point_args(sc)
     sc.add_argument("--planners", metavar="A,B,...",
                     help="comma-separated planners (default: those marked * below; planners "
                          "not covering the point are then left out of the table)")

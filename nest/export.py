@@ -243,29 +243,38 @@ def uniform_candidates(plan: Plan) -> list[tuple[str, Plan]]:
     return out
 
 
-def _project_variants(plan: Plan, problem: Problem, per_node: int, original_s: float,
-                      warnings: list[str]) -> Plan:
-    """A heterogeneous plan -> the fastest feasible uniform candidate (module docstring)."""
-    variants = {plan.stage_variant(j) for j in range(len(plan.stages))}
-    keys = sorted(u.key for u in variants)
-    who = f"plan '{plan.planner}' for {plan.model} on {plan.cluster}"
-    scored, failed = [], []
-    for u in sorted(variants, key=lambda u: u.key):
-        n = plan.pp * plan.dp * plan.ep // u.ep * u.width
-        if n > plan.devices_used:
-            failed.append(f"{u.key} on every stage needs {n} devices, the plan uses "
-                          f"{plan.devices_used}")
-    for what, q in uniform_candidates(plan):
+def _score(candidates, problem: Problem, per_node: int, failed: list[str], errors: tuple):
+    """[(time per batch, index, what, plan)] of the feasible candidates [(what, plan)], each
+    resolved to its launch order and scored by the shared evaluator; the reason of every other
+    one (an infeasible evaluation or one of `errors`) is appended to `failed`."""
+    scored = []
+    for what, q in candidates:
         try:
             r, _, _ = _resolve_order(q, problem, per_node, [])
             ev = evaluate(r, problem)
-        except PlanError as e:
+        except errors as e:
             failed.append(f"{what}: {e}")
             continue
         if ev.feasible:
             scored.append((ev.time_per_batch_s, len(scored), what, q))
         else:
             failed.append(f"{what}: {ev.reason}")
+    return scored
+
+
+def _project_variants(plan: Plan, problem: Problem, per_node: int, original_s: float,
+                      warnings: list[str]) -> Plan:
+    """A heterogeneous plan -> the fastest feasible uniform candidate (module docstring)."""
+    variants = {plan.stage_variant(j) for j in range(len(plan.stages))}
+    keys = sorted(u.key for u in variants)
+    who = f"plan '{plan.planner}' for {plan.model} on {plan.cluster}"
+    failed: list[str] = []
+    for u in sorted(variants, key=lambda u: u.key):
+        n = plan.pp * plan.dp * plan.ep // u.ep * u.width
+        if n > plan.devices_used:
+            failed.append(f"{u.key} on every stage needs {n} devices, the plan uses "
+                          f"{plan.devices_used}")
+    scored = _score(uniform_candidates(plan), problem, per_node, failed, (PlanError,))
     if not scored:
         why = "; ".join(failed)
         raise PlanError(f"{who}: stages use variants {', '.join(keys)}, but Megatron-LM runs one "
@@ -369,18 +378,8 @@ def _fold_candidates(plan: Plan) -> list[tuple[str, Plan]]:
 def _project_folding(plan: Plan, problem: Problem, per_node: int, original_s: float,
                      warnings: list[str]) -> Plan:
     """cp > 1 and ep > 1 -> the fastest feasible of _fold_candidates (or a PlanError)."""
-    scored, failed = [], []
-    for what, q in _fold_candidates(plan):
-        try:
-            r, _, _ = _resolve_order(q, problem, per_node, [])
-            ev = evaluate(r, problem)
-        except (PlanError, ValueError) as e:
-            failed.append(f"{what}: {e}")
-            continue
-        if ev.feasible:
-            scored.append((ev.time_per_batch_s, len(scored), what, q))
-        else:
-            failed.append(f"{what}: {ev.reason}")
+    failed: list[str] = []
+    scored = _score(_fold_candidates(plan), problem, per_node, failed, (PlanError, ValueError))
     who = f"plan '{plan.planner}' for {plan.model} on {plan.cluster}"
     why = (f"cp = {plan.cp} and ep = {plan.ep} both > 1: Megatron-LM builds its expert groups "
            f"on a separate (expert-tp, ep, expert-dp, pp) grid in the order its CLI fixes "

@@ -13,7 +13,8 @@ GPU, model TFLOP/s per GPU or MFU. The runner
   the row's own FLOP formula (`flops:`, FLOP_FORMULAS below, named per row in the output);
 * prints predicted vs measured step time (and peak memory where a source publishes it), the
   signed error per row and the mean / max absolute error over the rows whose precision the cost
-  model prices (PRICED_PRECISIONS; FP8 rows are evaluated with BF16 pricing and shown apart).
+  model prices (PRICED_PRECISIONS: BF16, FP16 and FP8, nest.precision; a row in another
+  precision would be evaluated with BF16 pricing and shown apart).
 
 `main(argv)` (`nest validate --published`) prints the Markdown table and writes it to
 results/validation_published.md.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nest.errors import SpecError
@@ -159,13 +160,12 @@ def model_for(row: dict) -> ModelSpec:
 
 
 def training_for(row: dict):
-    """config/training.yaml with the run's global batch (and its attention implementation where
-    the training settings model that choice)."""
+    """config/training.yaml with the run's global batch, attention kernel (nest.graph.attention),
+    tensor-parallel overlap and precision."""
     from nest.settings import load_training
 
     tr = load_training().with_(global_batch=row["global_batch"])
-    names = {f.name for f in fields(tr)}
-    if "attention" in names and "attention" in row:
+    if "attention" in row:
         tr = tr.with_(attention=row["attention"])
     if row.get("tp_comm_overlap"):  # the recipe overlaps tp communication (nest.costs.groups)
         tr = tr.with_(tp_comm_overlap=True)
@@ -229,10 +229,10 @@ def run(rows: list[dict] | None = None) -> list[RowResult]:
 def summary(results: list[RowResult]) -> dict:
     """Mean / max |error| of the step time over the rows the cost model prices."""
     errs = [abs(r.error) for r in results if r.priced]
-    fp8 = [abs(r.error) for r in results if not r.priced]
+    other = [abs(r.error) for r in results if not r.priced]
     return {"n": len(errs), "mean_abs": sum(errs) / len(errs) if errs else math.nan,
-            "max_abs": max(errs) if errs else math.nan, "n_unpriced": len(fp8),
-            "mean_abs_unpriced": sum(fp8) / len(fp8) if fp8 else math.nan}
+            "max_abs": max(errs) if errs else math.nan, "n_unpriced": len(other),
+            "mean_abs_unpriced": sum(other) / len(other) if other else math.nan}
 
 
 def _hw(row: dict) -> str:
@@ -265,8 +265,9 @@ def render(results: list[RowResult]) -> str:
     lines += ["", f"Step time over the {s['n']} runs in {'/'.join(PRICED_PRECISIONS)}: mean "
               f"|error| {100 * s['mean_abs']:.1f}%, max |error| {100 * s['max_abs']:.1f}%."]
     if s["n_unpriced"]:
-        lines.append(f"FP8 runs ({s['n_unpriced']}, priced as BF16 until FP8 pricing lands, not "
-                     f"in the statistics): mean |error| {100 * s['mean_abs_unpriced']:.1f}%.")
+        lines.append(f"Runs in a precision the cost model does not price ({s['n_unpriced']}, "
+                     f"priced as BF16, not in the statistics): mean |error| "
+                     f"{100 * s['mean_abs_unpriced']:.1f}%.")
     over = [r for r in results if r.row.get("tp_comm_overlap")]
     if over:  # perfect overlap is optimistic: the same runs without it bracket the measurement
         lines += ["", "Runs priced with tensor-parallel communication overlap (perfect overlap, "

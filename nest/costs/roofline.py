@@ -39,10 +39,8 @@ def gemm_time(hw: HardwareSpec, m: float, n: float, k: float, batch: int = 1,
 
 
 def _compute_time(hw: HardwareSpec, op: Op, flops: float, nbytes: float, kernels: int) -> float:
-    if op.kind == "attention":
-        eff = hw.attention_efficiency
-    else:
-        eff = 1.0
+    """An attention or memory-bound operator (GEMMs: `gemm_time`)."""
+    eff = hw.attention_efficiency if op.kind == "attention" else 1.0
     t_flops = flops / (hw.peak_flops_per_s * eff) if flops > 0 else 0.0
     t_bytes = nbytes / (hw.hbm_bytes_per_s * hw.memory_efficiency)
     return max(t_flops, t_bytes) + kernels * hw.kernel_overhead_s
@@ -70,7 +68,8 @@ def is_fp8_gemm(op: Op, compute: str = "bf16") -> bool:
 def op_times(hw: HardwareSpec, op: Op, compute: str = "bf16") -> tuple[float, float]:
     """(forward, backward) seconds of all `count` instances of one operator; FP8 GEMMs
     (`is_fp8_gemm`) run against the FP8 peak of the hardware file."""
-    if op.kind == "matmul" and len(op.shape) >= 3:
+    if op.kind == "matmul":
+        assert len(op.shape) >= 3, f"matmul {op.name} has no (m, n, k) shape"
         peak = None
         if is_fp8_gemm(op, compute):
             if not hw.peak_fp8_flops_per_s:
@@ -79,6 +78,8 @@ def op_times(hw: HardwareSpec, op: Op, compute: str = "bf16") -> tuple[float, fl
         fwd, bwd = matmul_times(hw, op, peak)
         return fwd * op.count, bwd * op.count
     fwd = _compute_time(hw, op, op.fwd_flops, op.fwd_bytes, 1)
-    bwd_kernels = 2 if op.kind in ("matmul", "attention") else 1  # dX and dW GEMMs
+    # attention backward: two launches (FlashAttention-2: the rowsum(dO * O) preprocessing and
+    # the main backward kernel)
+    bwd_kernels = 2 if op.kind == "attention" else 1
     bwd = _compute_time(hw, op, op.bwd_flops, op.bwd_bytes, bwd_kernels)
     return fwd * op.count, bwd * op.count

@@ -104,7 +104,13 @@ def bench_matmul(s, timer, device, dtype):
     t_dg, _ = timer(lambda: torch.matmul(dy, w))
     t_wg, _ = timer(lambda: torch.matmul(dy.t(), x))
     e = torch.tensor([], dtype=dtype).element_size()
-    gemm_bytes = e * (m * k + n * k + m * n)
+    return _gemm_row(m, n, k, t_f, t_dg, t_wg, reps, e * (m * k + n * k + m * n),
+                     "torch.nn.functional.linear / torch.matmul")
+
+
+def _gemm_row(m, n, k, t_f, t_dg, t_wg, reps, gemm_bytes, backend, **extra):
+    """One GEMM shape's row: forward Y = X W^T, backward dgrad + wgrad (2 x the FLOPs and the
+    bytes of the forward)."""
     return {
         "fwd_time_s": t_f,
         "bwd_time_s": t_dg + t_wg,
@@ -115,7 +121,8 @@ def bench_matmul(s, timer, device, dtype):
         "fwd_bytes": gemm_bytes,
         "bwd_bytes": 2 * gemm_bytes,
         "num_repeats": reps,
-        "backend": "torch.nn.functional.linear / torch.matmul",
+        "backend": backend,
+        **extra,
     }
 
 
@@ -354,20 +361,10 @@ def bench_matmul_fp8(s, timer, device, dtype):
     t_f, reps = timer(lambda: mm(x, w_t))
     t_dg, _ = timer(lambda: mm(dy, w_kn_cm))
     t_wg, _ = timer(lambda: mm(dy_t, x_cm))
-    gemm_bytes = m * k + n * k + 2 * m * n  # FP8 inputs, BF16 output
-    return {
-        "fwd_time_s": t_f,
-        "bwd_time_s": t_dg + t_wg,
-        "bwd_dgrad_time_s": t_dg,
-        "bwd_wgrad_time_s": t_wg,
-        "fwd_flops": 2 * m * n * k,
-        "bwd_flops": 4 * m * n * k,
-        "fwd_bytes": gemm_bytes,
-        "bwd_bytes": 2 * gemm_bytes,
-        "num_repeats": reps,
-        "backend": "torch._scaled_mm e4m3 x e4m3 fwd, e5m2 x e4m3 bwd, per-tensor scale, bf16 out",
-        "dtype": "float8_e4m3fn",
-    }
+    return _gemm_row(m, n, k, t_f, t_dg, t_wg, reps,
+                     m * k + n * k + 2 * m * n,  # FP8 inputs, BF16 output
+                     "torch._scaled_mm e4m3 x e4m3 fwd, e5m2 x e4m3 bwd, per-tensor scale, "
+                     "bf16 out", dtype="float8_e4m3fn")
 
 
 def _elementwise_common(op, rows, cols, n_in, t_f, t_b, reps, e, backend):

@@ -90,13 +90,10 @@ def solve_fixed(arr: StageArrays, C: float, best_T: float):
     return best_T, stages
 
 
-TIGHT = TIGHT_FORM  # the training settings' pipeline_time whose tight form nest.solver.tight solves
-
-
 def solve_candidate(arr: StageArrays, p: int, best_T: float, form: str = "paper"):
     """Exact min of the objective `form` (the training settings' pipeline_time: "dapple", else
     the paper's) for one candidate: (T, stages) or None."""
-    if form == TIGHT:
+    if form == TIGHT_FORM:
         return solve_fixed_tight(arr.t_JLLO, arr.options.per_option(arr.u_JLLZ), arr.ok_JLLO,
                                  arr.num_microbatches, best_T)
     return solve_fixed(arr, arr.num_microbatches + p - 1, best_T)
@@ -105,7 +102,7 @@ def solve_candidate(arr: StageArrays, p: int, best_T: float, form: str = "paper"
 def bound_scale(form: str, m: int, p: int) -> float:
     """Lower bounds are stated for the paper's form (m + p - 1) max t + max u; the tight form is
     at least m max t + max u >= m / (m + p - 1) times that."""
-    return m / (m + p - 1) if form == TIGHT else 1.0
+    return m / (m + p - 1) if form == TIGHT_FORM else 1.0
 
 
 def candidate_arrays(problem: Problem, space: SearchSpace, lts, p: int, d: int,
