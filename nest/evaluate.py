@@ -31,14 +31,13 @@ fragmentation), plus the framework's fixed overhead (hardware file).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 
 from nest.costs.layers import layer_table
 from nest.costs.memory import with_overheads
-from nest.costs.stage import Options, stage_cost
+from nest.costs.stage import Options, buckets, stage_cost
 from nest.errors import PlanError
 from nest.plan import Plan, check_structure
 from nest.problem import Problem, make_problem, with_mbs  # noqa: F401  (re-exported)
@@ -66,6 +65,9 @@ class StageResult:
     send_bwd_s: float = 0.0
     recompute_s: float = 0.0  # recomputed forward inside the backward (before any gradient)
     num_params: float = 0.0  # parameters per device (before ZeRO sharding)
+    # the part of sync_s that is ZeRO-1/2's all-gather of the updated weights (after the
+    # optimizer step; its exposed part under param_gather_overlap): it cannot overlap the backward
+    gather_s: float = 0.0
 
     @property
     def bwd_s(self) -> float:
@@ -242,23 +244,25 @@ def pipeline_time_s(plan: Plan, stages: list[StageResult], m: int, form: str = "
 
 
 def _buckets(st: StageResult, tr: TrainingSettings) -> int:
-    return max(1, math.ceil(st.num_params / tr.dp_bucket_params))
+    return int(buckets(st.num_params, tr))
 
 
 def sync_tail_s(plan: Plan, stages: list[StageResult], m: int, tr: TrainingSettings) -> float:
     """Gradient sync + optimizer step after the last backward, per tr.dp_overlap:
     "none" max_j (S_j + O_j) (REFERENCE.md 2: they do not overlap); "stage" / "bucketed"
     nest.schedule.dp_sync_tail_s (exact for equal stages, an upper bound otherwise), with
-    ceil(params_j / dp_bucket_params) buckets."""
+    ceil(params_j / dp_bucket_params) buckets; the weights' all-gather of ZeRO-1/2 (gather_s)
+    comes after the optimizer step and never overlaps the backward."""
     st = stages[:plan.pp]
     if tr.dp_overlap == "none":
         return max(s.sync_s + s.optimizer_s for s in st)
     F, B, sf, sb = _fbs(st)
-    return dp_sync_tail_s([s.sync_s for s in st], F, B, sf, sb, overlap=tr.dp_overlap,
-                          num_buckets=[_buckets(s, tr) for s in st],
+    return dp_sync_tail_s([s.sync_s - s.gather_s for s in st], F, B, sf, sb,
+                          overlap=tr.dp_overlap, num_buckets=[_buckets(s, tr) for s in st],
                           recompute_s=[s.recompute_s for s in st], schedule=plan.schedule,
                           num_chunks=plan.virtual_stages if plan.schedule == "interleaved" else 1,
-                          num_microbatches=m, opt_s=[s.optimizer_s for s in st])
+                          num_microbatches=m, opt_s=[s.optimizer_s for s in st],
+                          gather_s=[s.gather_s for s in st])
 
 
 def _simulate(plan: Plan, st: list[StageResult], tr: TrainingSettings | None):
@@ -268,9 +272,9 @@ def _simulate(plan: Plan, st: list[StageResult], tr: TrainingSettings | None):
     F, B, sf, sb = _fbs(st)
     kw = {}
     if tr is not None:
-        kw = dict(sync_s=[s.sync_s for s in st], opt_s=[s.optimizer_s for s in st],
+        kw = dict(sync_s=[s.sync_s - s.gather_s for s in st], opt_s=[s.optimizer_s for s in st],
                   overlap=tr.dp_overlap, num_buckets=[_buckets(s, tr) for s in st],
-                  recompute_s=[s.recompute_s for s in st])
+                  recompute_s=[s.recompute_s for s in st], gather_s=[s.gather_s for s in st])
     # interleaved: per chunk, the mean of the device's chunks' sends
     return simulate(plan.schedule, F, B, plan.num_microbatches, num_chunks=v,
                     send_fwd_s=[x / v for x in sf], send_bwd_s=[x / v for x in sb], **kw)
@@ -328,7 +332,7 @@ def _per_device(chunks: list[StageResult], p: int, hw) -> list[StageResult]:
                           sum(c.sync_s for c in mine), sb, sum(c.optimizer_s for c in mine),
                           sum(c.fwd_s for c in mine), sum(c.send_fwd_s for c in mine),
                           sum(c.send_bwd_s for c in mine), sum(c.recompute_s for c in mine),
-                          sum(c.num_params for c in mine))
+                          sum(c.num_params for c in mine), sum(c.gather_s for c in mine))
         out[d] = dev
         for k in range(d + p, len(chunks), p):
             out[k] = replace(chunks[k], peak_memory_bytes=dev.peak_memory_bytes)
@@ -351,7 +355,7 @@ def _stage(plan: Plan, problem: Problem, j: int, m: int, stash: float) -> StageR
                        x["memory_bytes"], x["breakdown_s"], float(sum(x["sync_breakdown_s"]
                                                                       .values())),
                        x["sync_breakdown_s"], x["optimizer_s"], x["fwd_s"], x["send_fwd_s"],
-                       x["send_bwd_s"], x["recompute_s"], x["num_params"])
+                       x["send_bwd_s"], x["recompute_s"], x["num_params"], x["gather_s"])
 
 
 def simulate_plan(ev: Evaluation, training: TrainingSettings | None = None):

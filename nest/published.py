@@ -90,16 +90,34 @@ def nemo_flops(m: ModelSpec, batch: int, seq: int, vocab: int | None = None,
     """NeMo's "Model TFLOP/sec/GPU" formulas (NVIDIA/NeMo nemo/utils/flops_formulas.py):
     GPT-3 (GELU MLP, f = 4h): (24 B s h^2 + 4 B s^2 h c) 3 l + 6 B s h V;
     Llama (SwiGLU): B s l h^2 (12 + 12 g/a + 18 f/h + 12 (s/h) c + 6 V/(l h));
+    MoE (routed SwiGLU experts): Megatron-Bridge's formula, `_moe_flops`;
     c = 1/2 when causal attention counts half (Megatron-Bridge 25.x), 1 in NeMo 24.07's tables."""
     b, s, l, h, v = batch, seq, m.num_layers, m.hidden_size, vocab or m.vocab_size
     c = 0.5 if causal_half else 1.0
     if m.ffn_type == "gelu":
         return (24 * b * s * h * h + 4 * b * s * s * h * c) * 3 * l + 6 * b * s * h * v
-    if m.ffn_type != "swiglu" or m.is_moe:
-        raise SpecError(f"{m.source_file}: key 'ffn_type': no NeMo FLOP formula for "
-                        f"{m.ffn_type}{' MoE' if m.is_moe else ''}")
+    if m.ffn_type != "swiglu":
+        raise SpecError(f"{m.source_file}: key 'ffn_type': no NeMo FLOP formula for {m.ffn_type}")
+    if m.is_moe:
+        return _moe_flops(m, b, s, v, c)
     g, a, f = m.num_kv_heads, m.num_heads, m.ffn_hidden_size
     return b * s * l * h * h * (12 + 12 * g / a + 18 * f / h + 12 * s / h * c + 6 * v / (l * h))
+
+
+def _moe_flops(m: ModelSpec, b: int, s: int, v: int, c: float) -> float:
+    """Megatron-Bridge's MoE "Model TFLOP/sec/GPU" (src/megatron/bridge/training/utils/
+    flop_utils.py, transformer_flops, GQA branch): per token 3 x 2 x [h (q + 2 kv) + q h
+    (projections) + q s c (QK^T and AV: 2 x q s c, c = 1/2 when causal half) ] per layer +
+    3 x 2 x 3 h f k (the k routed SwiGLU experts; the router is not counted) + 3 x 2 h V,
+    with q = heads x head_dim, kv = kv_heads x head_dim. Refuses what that branch prices
+    differently (sliding windows, shared experts, dense first blocks, MLA)."""
+    if m.sliding_window or m.shared_ffn_hidden_size or m.num_dense_layers or m.is_mla:
+        raise SpecError(f"{m.source_file}: the MoE FLOP formula here covers uniform GQA MoE "
+                        "blocks only (no sliding window, shared expert, dense blocks or MLA)")
+    h, l, f, k = m.hidden_size, m.num_layers, m.ffn_hidden_size, m.top_k
+    q, kv = m.q_hidden_size, m.kv_hidden_size
+    per_layer = 6 * (h * (q + 2 * kv) + q * h + 2 * q * s * c) + 6 * 3 * h * f * k
+    return b * s * (l * per_layer + 6 * h * v)
 
 
 FLOP_FORMULAS = {
@@ -143,9 +161,24 @@ PLAN_KEYS = ("model", "cluster", "num_devices", "global_batch", "mbs", "tp", "sp
              "ep", "cp", "recompute", "zero_stage", "schedule")
 
 
+def plan_dp(row: dict) -> int:
+    """The plan's dp from the row's Megatron dp. Megatron-LM counts dp = GPUs / (tp pp cp) with
+    expert parallelism folded inside it (the ep ranks of a dense replica are data parallel for
+    attention); nest.plan counts num_devices = dp x tp x ep x cp x pp, the ep ranks apart
+    (nest.graph.closed_form: each ep rank runs its own micro-batch). So plan dp = dp / ep."""
+    dp, ep = row["dp"], row["ep"]
+    if dp % ep:
+        raise SpecError(f"{table_path().name}: run '{row['id']}': key 'ep': {ep} does not "
+                        f"divide dp = {dp} (expert parallelism outside the data-parallel ranks, "
+                        "Megatron's MoE parallel folding, has no plan here)")
+    return dp // ep
+
+
 def plan_spec(row: dict) -> dict:
     """The row as a compact plan (nest.plan_spec; examples/*.yaml), Megatron's rank order."""
     d = {k: row[k] for k in PLAN_KEYS}
+    d["dp"] = plan_dp(row)
+    d["model"] = model_ref(row)
     if row["schedule"] == "interleaved":
         d["virtual_stages"] = row["virtual_stages"]
     d["planner"] = "published"
@@ -153,26 +186,45 @@ def plan_spec(row: dict) -> dict:
     return d
 
 
+def model_ref(row: dict) -> str:
+    """The row's model: a catalog name (config/models), or a model YAML / Hugging Face
+    config.json path relative to config/ (e.g. validation/models/qwen3_30b_a3b.json)."""
+    name = str(row["model"])
+    return str(config_dir() / name) if name.endswith((".json", ".yaml")) else name
+
+
 def model_for(row: dict) -> ModelSpec:
-    """The catalog model with the run's sequence length."""
-    m = load_model(row["model"])
+    """The model with the run's sequence length."""
+    m = load_model(model_ref(row), seq_len=row["seq_len"])
     return m if m.seq_len == row["seq_len"] else replace(m, seq_len=row["seq_len"])
+
+
+OVERLAP_KEYS = ("dp_overlap", "param_gather_overlap", "dp_bucket_params")
 
 
 def training_for(row: dict):
     """config/training.yaml with the run's global batch, attention kernel (nest.graph.attention),
-    tensor-parallel overlap and precision."""
+    tensor-parallel overlap, gradient-sync overlap (`overlap:`, the recipe's overlap_grad_sync /
+    overlap_param_sync / bucket size as nest.settings names them) and precision."""
     from nest.settings import load_training
 
+    where = f"{table_path().name}: run '{row['id']}'"
     tr = load_training().with_(global_batch=row["global_batch"])
     if "attention" in row:
         tr = tr.with_(attention=row["attention"])
     if row.get("tp_comm_overlap"):  # the recipe overlaps tp communication (nest.costs.groups)
         tr = tr.with_(tp_comm_overlap=True)
+    overlap = row.get("overlap") or {}
+    bad = sorted(set(overlap) - set(OVERLAP_KEYS))
+    if bad:
+        raise SpecError(f"{where}: key 'overlap.{bad[0]}': expected some of {OVERLAP_KEYS}")
+    if overlap:
+        tr = tr.with_(**overlap)
+    prec = dict(row.get("precision_settings", {}))
     if row["precision"] == "fp8":  # Transformer Engine's FP8 GEMMs (nest.precision)
-        tr = tr.with_precision({"compute": "fp8", "fp8_recipe": row.get("fp8_recipe", "delayed"),
-                                **row.get("precision_settings", {})},
-                               f"{table_path().name}: run '{row['id']}'")
+        prec = {"compute": "fp8", "fp8_recipe": row.get("fp8_recipe", "delayed"), **prec}
+    if prec:
+        tr = tr.with_precision(prec, where)
     return tr
 
 
@@ -182,7 +234,7 @@ def problem_for(row: dict):
 
     m, tr = model_for(row), training_for(row)
     g = build_graph(m, row["mbs"], tr.graph_source)
-    pr = make_problem(row["model"], row["cluster"], row["num_devices"], row["mbs"], tr, graph=g)
+    pr = make_problem(model_ref(row), row["cluster"], row["num_devices"], row["mbs"], tr, graph=g)
     return pr if pr.model == m else pr.with_graph(g, model=m)
 
 
@@ -254,7 +306,7 @@ def render(results: list[RowResult]) -> str:
         flag = "" if r.priced else " (priced as bf16)"
         vpp = w["virtual_stages"] if w["schedule"] == "interleaved" else "-"
         lines.append(
-            f"| {r.id} | {w['model']} | {_hw(w)} | {w['num_devices']} | {w['tp']}/{w['pp']}/"
+            f"| {r.id} | {Path(str(w['model'])).stem} | {_hw(w)} | {w['num_devices']} | {w['tp']}/{w['pp']}/"
             f"{w['dp']}/{w['cp']}/{w['ep']} | {'y' if w['sp'] else 'n'} | {vpp} | "
             f"{w['mbs']}/{w['global_batch']} | {w['seq_len']} | {w['recompute']} | "
             f"{w['zero_stage']} | {w['precision']}{flag} | {me} | {r.measured_s:.3f} | {r.how} | "

@@ -101,22 +101,152 @@ def schedule_check(df: pd.DataFrame) -> list[str]:
     return lines
 
 
-def mfu_check(df: pd.DataFrame, bound: float = 0.55) -> list[str]:
-    """The highest predicted MFU against what the field reaches (REFERENCE.md 1: 42-47% for
-    Megatron-LM's H100 tables, up to ~55% for the best published dense runs)."""
-    ok = df[df.feasible & df.mfu.notna()]
+MFU_TABLE = Path("validation") / "best_published_mfu.yaml"  # under config/
+ARCHITECTURES = ("dense_decoder", "encoder", "moe")
+CONVENTIONS = ("causal_half", "full_attention", "params_only")
+PRECISIONS = ("bf16", "fp16", "fp8")
+COMPARED_PRECISIONS = ("bf16", "fp16")  # the evaluator prices 16-bit (FP8 plans as bf16)
+_RUN_KEYS = ("id", "hardware", "architecture", "band", "precision", "mfu", "convention",
+             "source")
+
+
+def load_best_published_mfu(path: str | Path | None = None) -> dict:
+    """config/validation/best_published_mfu.yaml, checked: every run row names a known hardware
+    class, architecture, size band, precision and FLOP convention, an MFU in (0, 1] and a
+    source. A malformed row raises ValueError naming the file, the row and the key."""
+    path = Path(path) if path else config_dir() / MFU_TABLE
+    doc = read_yaml(path)
+
+    def bad(where: str, key: str, why: str) -> ValueError:
+        return ValueError(f"{path}: {where}: key '{key}' {why}")
+
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: expected a mapping with hardware_classes, size_bands_B, runs")
+    for key in ("hardware_classes", "size_bands_B", "runs"):
+        if key not in doc:
+            raise bad("top level", key, "is missing")
+    classes, bands = doc["hardware_classes"], doc["size_bands_B"]
+    if not isinstance(classes, dict) or not all(isinstance(v, list) for v in classes.values()):
+        raise bad("top level", "hardware_classes", "must map a class to a list of hardware names")
+    for name, band in (bands.items() if isinstance(bands, dict) else [(None, None)]):
+        if not (isinstance(band, list) and len(band) == 2 and isinstance(band[0], (int, float))
+                and (band[1] is None or isinstance(band[1], (int, float)))):
+            raise bad("size_bands_B", str(name), "must be [low, high or null] in billions")
+    if not isinstance(doc["runs"], list) or not doc["runs"]:
+        raise bad("top level", "runs", "must be a non-empty list")
+    allowed = {"hardware": tuple(classes), "architecture": ARCHITECTURES,
+               "band": tuple(bands), "precision": PRECISIONS, "convention": CONVENTIONS}
+    seen = set()
+    for i, row in enumerate(doc["runs"]):
+        where = f"runs[{i}]" + (f" ({row.get('id')})" if isinstance(row, dict)
+                                and row.get("id") else "")
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}: {where}: expected a mapping")
+        for key in _RUN_KEYS:
+            if row.get(key) in (None, ""):
+                raise bad(where, key, "is missing")
+        for key, options in allowed.items():
+            if row[key] not in options:
+                raise bad(where, key, f"is '{row[key]}', expected one of {', '.join(options)}")
+        mfu = row["mfu"]
+        if isinstance(mfu, bool) or not isinstance(mfu, (int, float)) or not 0 < mfu <= 1:
+            raise bad(where, "mfu", f"is {mfu!r}, expected a fraction in (0, 1] (0.462, not 46.2)")
+        if row["id"] in seen:
+            raise bad(where, "id", f"'{row['id']}' repeats an earlier row")
+        seen.add(row["id"])
+    return doc
+
+
+def _model_facts(model: str) -> dict | None:
+    """Architecture, parameter count and the factor from the harness's `mfu` (causal attention
+    half) to each FLOP convention, from the model's closed-form layer graph; None if unknown."""
+    from nest.graph import build_graph
+    from nest.graph.layer_graph import Variant
+    from nest.specs import load_model
+
+    try:
+        spec = load_model(model)
+    except Exception:  # noqa: BLE001 (a model without a config file is reported unchecked)
+        return None
+    g = build_graph(spec, 1, "closed_form")
+    causal = g.model_flops_per_sample(False)
+    attention = sum(o.count * (o.fwd_flops + o.bwd_flops) for la in g.layers
+                    for o in la.costs[Variant().key].ops if o.kind == "attention") / g.mbs
+    arch = ("moe" if spec.num_experts > 1 else "dense_decoder" if spec.causal else "encoder")
+    return {"architecture": arch, "params_B": g.num_params / 1e9,
+            "factor": {"causal_half": 1.0,
+                       "full_attention": g.model_flops_per_sample(True) / causal,
+                       "params_only": (causal - attention) / causal}}
+
+
+def _hardware_of(cluster: str) -> str | None:
+    try:
+        return read_yaml(config_dir() / "clusters" / f"{cluster}.yaml").get("hardware")
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def mfu_ceiling(table: dict, hardware: str, architecture: str, params_B: float
+                ) -> tuple[str, list[dict]]:
+    """The rows a model is held to (see the table's header): (level, rows). level is 'band',
+    'architecture' (no row in the model's band), 'class' (none of its architecture) or ''
+    (the hardware has no compared row)."""
+    cls = next((c for c, names in table["hardware_classes"].items() if hardware in names), None)
+    rows = [r for r in table["runs"]
+            if r["hardware"] == cls and r["precision"] in COMPARED_PRECISIONS]
+    lo_hi = table["size_bands_B"]
+    band = next((b for b, (lo, hi) in lo_hi.items()
+                 if lo <= params_B and (hi is None or params_B < hi)), None)
+    same_arch = [r for r in rows if r["architecture"] == architecture]
+    in_band = [r for r in same_arch if r["band"] == band]
+    for level, sel in (("band", in_band), ("architecture", same_arch), ("class", rows)):
+        if sel:
+            return level, sel
+    return "", []
+
+
+def mfu_check(df: pd.DataFrame, table: str | Path | dict | None = None) -> list[str]:
+    """Per (model, cluster), the highest predicted MFU against the best published measured run of
+    the same hardware class, architecture and size band (config/validation/best_published_mfu.yaml),
+    each compared in the source's FLOP convention; lists every pair above it."""
+    ok = df[df.feasible.astype(bool) & df.mfu.notna()]
     if ok.empty:
         return []
-    top = ok.loc[ok.mfu.idxmax()]
-    above = ok[ok.mfu > bound]
-    return ["", "## MFU check", "",
-            f"Highest predicted MFU: {top.mfu:.1%} ({top.planner}, {top.model} on "
-            f"{int(top.num_devices)} devices of {top.cluster}); published runs reach 42-47% "
-            f"(Megatron-LM, H100) and up to ~55% (the best dense runs). "
-            + (f"{len(above)} plans predict more than {bound:.0%}: "
-               + ", ".join(sorted({f'{r.planner}/{r.model}/{int(r.num_devices)}'
-                                   for r in above.itertuples()})) + "."
-               if len(above) else f"No plan predicts more than {bound:.0%}.")]
+    table = table if isinstance(table, dict) else load_best_published_mfu(table)
+    lines = ["", "## MFU check: against the best published run", "",
+             "Highest predicted MFU per model and cluster against the best published measured run "
+             "of its hardware class, architecture and size band (config/validation/"
+             "best_published_mfu.yaml), each compared in the source's FLOP convention (the "
+             "prediction converted by the model's FLOP counts).", "",
+             "| model | cluster | highest predicted MFU | best published (rows used) | verdict |",
+             "|---|---|---|---|---|"]
+    above, unchecked = [], []
+    for (model, cluster), grp in ok.groupby(["model", "cluster"], sort=True):
+        top = grp.loc[grp.mfu.idxmax()]
+        pred = f"{top.mfu:.1%} ({top.planner}, {int(top.num_devices)} devices)"
+        facts, hw = _model_facts(model), _hardware_of(cluster)
+        level, rows = (mfu_ceiling(table, hw, facts["architecture"], facts["params_B"])
+                       if facts and hw else ("", []))
+        if not rows:
+            unchecked.append(f"{model}/{cluster}")
+            lines.append(f"| {model} | {cluster} | {pred} | no published run for "
+                         f"{hw or 'unknown hardware'} | not checked |")
+            continue
+        # the most lenient row: largest published MFU minus the prediction in its convention
+        best = max(rows, key=lambda r: r["mfu"] - top.mfu * facts["factor"][r["convention"]])
+        conv = top.mfu * facts["factor"][best["convention"]]
+        over = conv > best["mfu"] + 1e-9
+        scope = {"band": "", "architecture": ", any size", "class": ", any architecture"}[level]
+        lines.append(f"| {model} | {cluster} | {pred} | {best['mfu']:.1%} {best['convention']} "
+                     f"({best['id']}; {len(rows)} rows{scope}) | "
+                     f"{'ABOVE' if over else 'ok'}: {conv:.1%} {best['convention']} |")
+        if over:
+            above.append(f"{model} on {cluster} ({conv:.1%} > {best['mfu']:.1%}, {best['id']})")
+    lines += ["", (f"Above the best published run: {'; '.join(above)}." if above
+                   else "No model predicts more than the best published run of its class.")
+              + (f" Not checked (no published run): {', '.join(unchecked)}." if unchecked
+                 else "")]
+    return lines
 
 
 def write_summary(df: pd.DataFrame, figure: str, path: str | Path) -> None:

@@ -195,7 +195,7 @@ def dp_sync_exposed_s(sync_s: float, window_s: float, num_buckets: int = 1) -> f
 def dp_sync_tail_s(sync_s, fwd_s, bwd_s, send_fwd_s=None, send_bwd_s=None, *,
                    overlap: str = "none", num_buckets=1, recompute_s=None,
                    schedule: str = "1f1b", num_chunks: int = 1,
-                   num_microbatches: int | None = None, opt_s=None) -> float:
+                   num_microbatches: int | None = None, opt_s=None, gather_s=None) -> float:
     """Time the data-parallel gradient sync (then the optimizer step, O_j, which cannot overlap
     anything: it needs the synced gradients) adds after the pipeline's last backward.
     num_buckets: one k for all stages or one per stage.
@@ -213,11 +213,14 @@ def dp_sync_tail_s(sync_s, fwd_s, bwd_s, send_fwd_s=None, send_bwd_s=None, *,
     (exact for equal stages). GPipe's backward phase is a flow shop, so its gap is exact:
     D_j = sum_{k<j} b_k + (m - 1) (max_k b_k - max_{k>=j} b_k) (needs num_microbatches).
     Interleaved: only the last chunk's backward is counted as window
-    (conservative: Megatron reduces each chunk's buckets after that chunk's last backward)."""
+    (conservative: Megatron reduces each chunk's buckets after that chunk's last backward).
+    gather_s (A_j): what runs after the optimizer step, ZeRO-1/2's all-gather of the updated
+    weights (or its exposed part, nest.costs.stage.gather_exposed): added after O_j in every
+    form, it needs the stepped weights, so no backward can hide it."""
     F = np.atleast_1d(np.asarray(fwd_s, dtype=float))
     p, v = len(F), max(int(num_chunks), 1)
     S = _vec(sync_s, p, "sync_s")
-    O = _vec(opt_s, p, "opt_s")
+    O = _vec(opt_s, p, "opt_s") + _vec(gather_s, p, "gather_s")
     K = np.broadcast_to(np.asarray(num_buckets), (p,))
     if overlap == "none":
         return float((S + O).max())

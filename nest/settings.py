@@ -44,6 +44,11 @@ class TrainingSettings:
     # tensor-parallel communication overlapped with the GEMMs (Transformer Engine userbuffers,
     # NeMo / Megatron-Bridge `tp_comm_overlap`; sequence-parallel stages; nest.costs.groups)
     tp_comm_overlap: bool = False
+    # the distributed optimizer's (ZeRO-1 / 2) all-gather of the updated weights overlapped with
+    # the next batch's first forward, bucket by bucket (Megatron-LM --overlap-param-gather, NeMo
+    # `overlap_param_sync`): only dp_sync_exposed_s(all-gather, first forward, buckets) stays
+    # (nest.costs.stage.gather_exposed)
+    param_gather_overlap: bool = False
 
     @property
     def weight_bytes_per_param(self) -> int:

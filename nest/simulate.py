@@ -140,7 +140,7 @@ def _per_virtual(x, p: int, v: int, name: str, split: bool = True) -> np.ndarray
 def simulate(schedule: str, fwd_s, bwd_s, num_microbatches: int, *, send_fwd_s=None,
              send_bwd_s=None, num_chunks: int = 1, blocking_sends: bool = True,
              sync_s=None, overlap: str = "none", num_buckets=1,
-             recompute_s=None, opt_s=None) -> SimResult:
+             recompute_s=None, opt_s=None, gather_s=None) -> SimResult:
     """Simulate one batch. fwd_s / bwd_s / send_*: per device (length p; the interleaved
     schedule splits each evenly over its v chunks) or, interleaved, a (v, p) array [chunk,
     device] for virtual stage c p + d; send_fwd_s is stage s -> s + 1, send_bwd_s is s -> s - 1
@@ -148,7 +148,8 @@ def simulate(schedule: str, fwd_s, bwd_s, num_microbatches: int, *, send_fwd_s=N
     sends the same boundary activation, and send_fwd_s[p - 1] is the wrap p - 1 -> 0).
     sync_s / recompute_s / opt_s: per device (length p); recompute_s is the recomputed-forward
     part of a device's backward (gradients only appear after it); opt_s, the optimizer step,
-    runs after the device's last sync bucket. num_buckets: one k, or one per device."""
+    runs after the device's last sync bucket; gather_s, the all-gather of the stepped weights
+    (ZeRO-1/2), after the optimizer step. num_buckets: one k, or one per device."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: '{schedule}' is not one of {SCHEDULES}")
     if overlap not in OVERLAPS:
@@ -211,7 +212,7 @@ def simulate(schedule: str, fwd_s, bwd_s, num_microbatches: int, *, send_fwd_s=N
     res = SimResult(schedule, p, v, m, pipeline_s, pipeline_s, timeline, peak)
     if sync_s is not None:
         _add_sync(res, np.asarray(sync_s, dtype=float), B, recompute_s, overlap, num_buckets,
-                  opt_s)
+                  opt_s, gather_s)
     res.timeline.sort(key=lambda op: (op.start_s, op.stage))
     return res
 
@@ -237,12 +238,13 @@ def _peak_in_flight(timeline: list[Op], p: int) -> list[int]:
 
 
 def _add_sync(res: SimResult, sync: np.ndarray, B: np.ndarray, recompute_s, overlap: str,
-              num_buckets, opt_s=None) -> None:
+              num_buckets, opt_s=None, gather_s=None) -> None:
     p = res.num_stages
     if sync.shape != (p,):
         raise ValueError(f"sync_s: expected {p} values (one per device), got shape {sync.shape}")
     R = np.zeros(p) if recompute_s is None else np.asarray(recompute_s, dtype=float)
     O = np.zeros(p) if opt_s is None else np.asarray(opt_s, dtype=float)
+    A = np.zeros(p) if gather_s is None else np.asarray(gather_s, dtype=float)
     K = np.broadcast_to(np.asarray(num_buckets), (p,))
     last_b: dict[int, Op] = {}
     for op in res.timeline:
@@ -251,7 +253,7 @@ def _add_sync(res: SimResult, sync: np.ndarray, B: np.ndarray, recompute_s, over
             last_b[d] = op
     ends = [res.pipeline_s]
     for d in range(p):
-        if sync[d] + O[d] <= 0:
+        if sync[d] + O[d] + A[d] <= 0:
             continue
         lb, k = last_b[d], max(int(K[d]), 1)
         if overlap == "none":
@@ -271,6 +273,9 @@ def _add_sync(res: SimResult, sync: np.ndarray, B: np.ndarray, recompute_s, over
         if O[d] > 0:  # the optimizer step needs every synced gradient
             start, t = max(t, ready[-1]), max(t, ready[-1]) + O[d]
             res.timeline.append(Op(d, "opt", -1, start, t))
+        if A[d] > 0:  # the stepped weights' all-gather (ZeRO-1/2)
+            start, t = max(t, ready[-1]), max(t, ready[-1]) + A[d]
+            res.timeline.append(Op(d, "sync", -1, start, t))
         ends.append(t)
     res.makespan_s = max(ends)
 

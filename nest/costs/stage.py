@@ -78,6 +78,32 @@ def zero_schedule(z: int, coll) -> tuple[dict, dict]:
     return per_mb, sync
 
 
+def buckets(num_params, training):
+    """Gradient / parameter buckets of a stage: ceil(parameters / dp_bucket_params), at least 1
+    (Megatron-LM's DDP buckets; the evaluator's and the stage kernel's one count)."""
+    return np.maximum(np.ceil(np.asarray(num_params, dtype=float) / training.dp_bucket_params),
+                      1.0)
+
+
+def forward_s(lt: LayerTable, gt: GroupTerms, a, b):
+    """A stage's forward time per micro-batch: compute plus forward collectives (no sends)."""
+    comp = lt.cum["fwd_L"][b + 1] - lt.cum["fwd_L"][a]
+    coll = (gt.cum_LK[b + 1] - gt.cum_LK[a])[..., gt.fwd_K].sum(axis=-1)
+    return comp + coll
+
+
+def gather_exposed(gather_s, window_s, num_buckets):
+    """What the next batch's first forward cannot hide of the weights' all-gather (training
+    setting param_gather_overlap; Megatron-LM --overlap-param-gather): the k buckets go out one
+    after another, bucket i is needed i / k of the way through the forward window W, so the
+    forward waits S / k for the first and S - W (k - 1) / k in all when the network is slower
+    than the forward: nest.schedule.dp_sync_exposed_s read backwards, S / k + max(0, S - W)
+    (k - 1) / k. Any upstream pipeline fill before the stage's first forward is not counted
+    (an upper bound, exact for the first stage)."""
+    k = np.asarray(num_buckets, dtype=float)
+    return gather_s / k + np.maximum(0.0, gather_s - window_s) * (k - 1) / k
+
+
 def bytes_per_param(training, which: str) -> int:
     """Bytes per parameter a ZeRO collective moves: gradients in the reduce dtype, weights in
     the gathered dtype (FP8 with fp8_param_gather; nest.precision)."""
@@ -195,8 +221,14 @@ def _terms(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options, cell)
 
     per_mb_Z, sync_Z, parts = [], [], {}
     zero = np.zeros_like(np.asarray(pd, dtype=float))
+    window = None
     for z in opts.zero_stages:
         pm, sy = parts[z] = zero_schedule(z, coll)
+        if tr.param_gather_overlap and "all_gather" in sy:
+            if window is None:
+                window = forward_s(lt, gt, a, b)
+            sy["all_gather_exposed"] = gather_exposed(sy.pop("all_gather"), window,
+                                                      buckets(pd + pe, tr))
         per_mb_Z.append(sum(pm.values(), zero))
         sync_Z.append(sum(sy.values(), zero)
                       + optimizer_step_for(pd, pe, d, v.ep, v.cp, z, tr, hw))
@@ -240,6 +272,7 @@ def _detail(problem, lt, gt, d, opts, stash, a, b, parts, send_fwd, send_bwd, ti
     add("p2p_fwd", send_fwd)
     add("p2p_bwd", send_bwd)
     sync = {f"{k}.{gt.dp_level}": float(x) for k, x in sy.items() if float(x)}
+    gather = float(sum(x for k, x in sy.items() if k.startswith("all_gather")))
     if tied:
         sync["tied_embedding_all_reduce"] = tied
     mem = {k: float(x) for k, x in state_bytes(pd, pe, d, v.ep, v.cp, z, tr,
@@ -251,4 +284,4 @@ def _detail(problem, lt, gt, d, opts, stash, a, b, parts, send_fwd, send_bwd, ti
     return {"breakdown_s": bd, "fwd_s": fwd, "sync_breakdown_s": sync,
             "optimizer_s": float(optimizer_step_for(pd, pe, d, v.ep, v.cp, z, tr, hw)),
             "memory_bytes": mem, "send_fwd_s": send_fwd, "send_bwd_s": send_bwd,
-            "recompute_s": rec, "num_params": float(pd + pe)}
+            "recompute_s": rec, "num_params": float(pd + pe), "gather_s": gather}

@@ -49,6 +49,7 @@ rule summarize_figure:
     input:
         csv="results/{figure}.csv",
         claims="config/paper/claims.yaml",
+        mfu_table="config/validation/best_published_mfu.yaml",
     output:
         report("results/{figure}_summary.md", category="Figures", subcategory="{figure}"),
     log:
