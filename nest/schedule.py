@@ -179,7 +179,7 @@ def stash_microbatches(schedule: str, num_stages: int, num_microbatches: int,
 # --------------------------------------------------------------------------------------------
 
 
-def dp_sync_exposed_s(sync_s: float, window_s: float, num_buckets: int = 1) -> float:
+def dp_sync_exposed_s(sync_s, window_s, num_buckets=1):
     """Sync time left after the end of the gradient-producing part of a stage's last backward.
     Gradients accumulate over micro-batches, so nothing can be sent before the last
     micro-batch's backward (Megatron-LM overlap_grad_reduce; PyTorch DDP no_sync). With k
@@ -187,9 +187,11 @@ def dp_sync_exposed_s(sync_s: float, window_s: float, num_buckets: int = 1) -> f
     buckets go out one after another, each taking S / k (Li et al. 2020, "PyTorch Distributed",
     section 3.2.3): the last one ends S / k after the window if the network keeps up
     (S <= W), else S - W (k - 1) / k after it:
-        exposed = S / k + max(0, S - W) (k - 1) / k        (k = 1: no overlap, S)"""
-    k = max(int(num_buckets), 1)
-    return sync_s / k + max(0.0, sync_s - window_s) * (k - 1) / k
+        exposed = S / k + max(0, S - W) (k - 1) / k        (k = 1: no overlap, S)
+    Scalars or NumPy arrays (the stage kernel's grids, element-wise)."""
+    k = np.maximum(np.asarray(num_buckets, dtype=float), 1.0)
+    out = sync_s / k + np.maximum(0.0, np.asarray(sync_s) - window_s) * (k - 1) / k
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def dp_sync_tail_s(sync_s, fwd_s, bwd_s, send_fwd_s=None, send_bwd_s=None, *,

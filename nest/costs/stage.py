@@ -7,7 +7,8 @@ d data-parallel replicas, at a pipeline position that stashes `stash` micro-batc
             + the variant's collectives on the stage's groups     (+ forward ones again, r = full)
             + ZeRO's per-micro-batch collectives[z]               (`zero_schedule`)
             + send of the output to the next stage, of the input gradient to the previous one
-    u[z]    = gradient sync[z] (`zero_schedule`) + optimizer step (HBM-bound)
+    u[z]    = gradient sync[z] (`zero_schedule`; with param_gather_overlap only the exposed part
+              of the weights' all-gather, `gather_exposed`) + optimizer step (HBM-bound)
             + the tied-embedding all-reduce of the first and last stage
     mem[z, r] = peak of weights, gradients, optimizer states (ZeRO-sharded), stash * activations
             and the working set (nest.costs.memory)
@@ -30,6 +31,7 @@ from nest.costs.layers import LayerTable
 from nest.costs.memory import (optimizer_step_for, peak, state_bytes, with_overheads,
                                working_bytes)
 from nest.network.collectives import lines_time, pairs, send_time, worst
+from nest.schedule import dp_sync_exposed_s
 
 
 @dataclass(frozen=True)
@@ -100,8 +102,7 @@ def gather_exposed(gather_s, window_s, num_buckets):
     than the forward: nest.schedule.dp_sync_exposed_s read backwards, S / k + max(0, S - W)
     (k - 1) / k. Any upstream pipeline fill before the stage's first forward is not counted
     (an upper bound, exact for the first stage)."""
-    k = np.asarray(num_buckets, dtype=float)
-    return gather_s / k + np.maximum(0.0, gather_s - window_s) * (k - 1) / k
+    return dp_sync_exposed_s(gather_s, window_s, num_buckets)
 
 
 def bytes_per_param(training, which: str) -> int:
@@ -119,6 +120,10 @@ class StageCost:
     u: np.ndarray  # [..., Z] gradient sync + optimizer step + tied-embedding all-reduce
     mem: np.ndarray  # [..., Z, R] peak bytes
     detail: dict | None = None  # one cell: the per-term breakdown (see `stage_cost`)
+    # dp_overlap stage | bucketed only (`overlap_terms`), [..., Z, R]: the stage's own tail after
+    # its last backward, and its backward busy time the later stages' syncs hide under
+    tail: np.ndarray | None = None
+    drain: np.ndarray | None = None
 
 
 def tied_sync_s(problem, lt: LayerTable, ids, partner) -> float:
@@ -158,7 +163,7 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
     else:
         a, b = cell
         terms = _terms(problem, lt, gt, d, opts, (b, a))
-    base_R, per_mb_Z, sync_Z, fixed_ZR, act_R, parts = terms
+    base_R, per_mb_Z, sync_Z, fixed_ZR, act_R, parts, ov = terms
     send = 0.0
     send_fwd = send_bwd = 0.0
     if next_ids is not None:
@@ -174,6 +179,8 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
     stash = np.asarray(stash, dtype=float)
     mem = peak(fixed_ZR + (stash[..., None] * act_R)[..., None, :], hw)
     out = StageCost(t, u, mem)
+    if ov is not None:
+        out.tail, out.drain = overlap_terms(problem, ov, base_R, per_mb_Z, send_bwd, tied)
     if detail:
         assert cell is not None, "a breakdown is for one cell"
         out.detail = _detail(problem, lt, gt, d, opts, stash, a, b, parts, float(send_fwd),
@@ -233,8 +240,43 @@ def _terms(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options, cell)
         sync_Z.append(sum(sy.values(), zero)
                       + optimizer_step_for(pd, pe, d, v.ep, v.cp, z, tr, hw))
     fixed = fixed_bytes(problem, lt, d, opts, cell)
+    ov = None
+    if tr.dp_overlap != "none":  # the parts the overlapped tail needs (`overlap_terms`)
+        fcoll = (gt.cum_LK[b + 1] - gt.cum_LK[a])[..., gt.fwd_K].sum(axis=-1)
+        fwd = lt.cum["fwd_L"][b + 1] - lt.cum["fwd_L"][a] + fcoll
+        full = np.array([r == "full" for r in opts.recompute_modes], dtype=float)
+        ov = {"fwd_Z": np.stack([fwd + parts[z][0].get("zero3_all_gather.fwd", zero)
+                                 for z in opts.zero_stages], axis=-1),
+              "rec_R": (lt.cum["rec_LR"][b + 1] - lt.cum["rec_LR"][a])[..., ri]
+              + np.asarray(fcoll)[..., None] * full,
+              "grad_Z": np.stack([sum((x for k, x in parts[z][1].items()
+                                       if not k.startswith("all_gather")), zero)
+                                  for z in opts.zero_stages], axis=-1),
+              "buckets": buckets(pd + pe, tr)}
+        ov["after_Z"] = np.stack(sync_Z, axis=-1) - ov["grad_Z"]  # optimizer + all-gather
     return (base_R, np.stack(per_mb_Z, axis=-1), np.stack(sync_Z, axis=-1), fixed,
-            take(lt.act_LLR)[..., ri], parts)
+            take(lt.act_LLR)[..., ri], parts, ov)
+
+
+def overlap_terms(problem, ov: dict, base_R, per_mb_Z, send_bwd, tied):
+    """The tail of the overlapped gradient sync (training setting dp_overlap: stage | bucketed)
+    per cell and option, as nest.schedule.dp_sync_tail_s prices it for a plan, split so that
+    the solver can optimise it exactly (nest.solver.overlap):
+        tail[z, r]  = e: what stage j adds after its own last backward (its gradient sync,
+                      exposed under that backward in buckets for "bucketed", minus its own
+                      backward send; then the optimizer step and ZeRO-1/2's all-gather)
+        drain[z, r] = B + sb: its backward busy time per micro-batch, which every later
+                      stage's sync may hide under (D_j = sum_{k<j} drain_k)
+    so the evaluator's tail is max(0, max_j (tail_j - D_j))."""
+    sb = np.asarray(send_bwd, dtype=float)[..., None, None]
+    B = base_R[..., None, :] + (per_mb_Z - ov["fwd_Z"])[..., None]  # backward incl. recompute
+    S = (ov["grad_Z"] + tied)[..., None]
+    if problem.training.dp_overlap == "bucketed":
+        exposed = dp_sync_exposed_s(S, B - ov["rec_R"][..., None, :],
+                                    np.asarray(ov["buckets"])[..., None, None]) - sb
+    else:
+        exposed = S + np.zeros_like(B)
+    return exposed + ov["after_Z"][..., None], B + sb
 
 
 def _detail(problem, lt, gt, d, opts, stash, a, b, parts, send_fwd, send_bwd, tied):

@@ -17,10 +17,15 @@ the default training settings (pipeline_time: paper, dp_overlap: none). With pip
 the objective is sum_j t_j + (m - 1) max_j t_j + max_j u_j, the evaluator's tight form, solved
 exactly per candidate by nest.solver.tight (the compute-only and memory-aware bounds scaled by
 m / (m + p - 1), the joint bound taken with m in place of m + p - 1: both lower bounds of that
-form, which is at least m max t + max u). Under the other settings
-the evaluator prices a plan at most this (tighter schedule forms, overlapped sync), so the plan
-found is the optimum of this upper bound, re-scored; the summary's schedule check reports how far
-the two are apart on the figures' plans. Network awareness:
+form, which is at least m max t + max u). u_j holds whatever the stage kernel leaves after the
+flush, so tp_comm_overlap (inside t_j) and param_gather_overlap (the exposed part of the weights'
+all-gather, inside u_j) are optimised exactly too. With dp_overlap: stage | bucketed and the
+paper's form the objective is (m + p - 1) max t + max(0, max_j (e_j - D_j)), each stage's sync
+credited with the drain of the stages before it, solved exactly by nest.solver.overlap. Under the
+other settings (pipeline_time critical_path / simulated; dapple with an overlapped sync) the
+evaluator prices a plan at most the objective optimised (the paper's or DAPPLE's form with the
+sync after the flush), so the plan found is the optimum of that upper bound, re-scored; the
+summary's schedule check reports how far the two are apart on the figures' plans. Network awareness:
 for a fixed (variant, p, d, placement) every stage position j has known devices, so every
 collective and every pipeline transfer is priced at the level it actually crosses (the paper's
 "deferred forward cost" over levels is replaced by fixing the placement per DP: the transfer of
@@ -64,6 +69,7 @@ from nest.network.collectives import flattened
 from nest.solver.arrays import StageArrays, class_arrays, even_cut_mask
 from nest.solver.bounds import compute_bounds, joint_bound, memory_aware_bound, p2p_floor
 from nest.solver.dp import bottleneck
+from nest.solver.overlap import solve_fixed_overlap
 from nest import progress
 from nest.solver.tight import FORM as TIGHT_FORM
 from nest.solver.tight import solve_fixed_tight
@@ -92,7 +98,11 @@ def solve_fixed(arr: StageArrays, C: float, best_T: float):
 
 def solve_candidate(arr: StageArrays, p: int, best_T: float, form: str = "paper"):
     """Exact min of the objective `form` (the training settings' pipeline_time: "dapple", else
-    the paper's) for one candidate: (T, stages) or None."""
+    the paper's) for one candidate: (T, stages) or None. With an overlapped gradient sync
+    (arrays carrying the tail's terms) under the paper's form: nest.solver.overlap."""
+    if arr.tail_JLLO is not None and form != TIGHT_FORM:
+        return solve_fixed_overlap(arr.t_JLLO, arr.ok_JLLO, arr.tail_JLLO, arr.drain_JLLO,
+                                   arr.num_microbatches + p - 1, best_T)
     if form == TIGHT_FORM:
         return solve_fixed_tight(arr.t_JLLO, arr.options.per_option(arr.u_JLLZ), arr.ok_JLLO,
                                  arr.num_microbatches, best_T)

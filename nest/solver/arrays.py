@@ -4,6 +4,8 @@ A view of the one stage kernel (nest.costs.stage.stage_cost on the whole [b, a] 
 position j of a fixed placement:
     t[j, b, a, o]    time per micro-batch of stage j covering layers a..b with option o
     u[j, b, a, z]    time after the flush: gradient sync + optimizer step (+ tied embedding)
+    tail, drain      with dp_overlap stage | bucketed, the overlapped tail's terms per option
+                     (nest.costs.stage.overlap_terms)
     ok[j, b, a, o]   a <= b and the stage's peak memory fits in HBM
 with o = z_index * R + r_index (nest.costs.stage.Options) over the space's ZeRO stages and
 recomputation modes. Array legend: J stage positions, L layers (b: last layer, a: first layer),
@@ -32,6 +34,10 @@ class StageArrays:
     device_ids: list[tuple[int, ...]]
     num_microbatches: int
     options: Options
+    # dp_overlap stage | bucketed only: the kernel's `tail` and `drain` per option, [J, L, L, O]
+    # (nest.costs.stage.overlap_terms; nest.solver.overlap)
+    tail_JLLO: np.ndarray | None = None
+    drain_JLLO: np.ndarray | None = None
 
 
 def stage_arrays(problem: Problem, space: SearchSpace, la: LayerTable, v: Variant, p: int,
@@ -51,9 +57,9 @@ def class_arrays(problem: Problem, space: SearchSpace, lts: list[LayerTable], p:
     ids = place(p, d, v.width, placement, tp=v.tp, cp=v.cp, ep=v.ep)
     valid_LL = np.tril(np.ones((L, L), dtype=bool))[..., None]  # a <= b
     hbm = problem.cluster.hardware.hbm_bytes
-    t_J, u_J, ok_J = [], [], []
+    t_J, u_J, ok_J, e_J, r_J = [], [], [], [], []
     for j in range(p):
-        ts, us, oks = [], [], []
+        ts, us, oks, es, rs = [], [], [], [], []
         for la in lts:
             c = stage_cost(problem, la, ids[j], d, opts, min(p - j, m),
                            next_ids=ids[j + 1] if j + 1 < p else None,
@@ -62,10 +68,17 @@ def class_arrays(problem: Problem, space: SearchSpace, lts: list[LayerTable], p:
             ts.append(c.t.reshape(L, L, -1))
             oks.append((c.mem <= hbm).reshape(L, L, -1) & valid_LL)
             us.append(c.u)
-        t_J.append(ts[0] if len(ts) == 1 else np.concatenate(ts, axis=-1))
-        ok_J.append(oks[0] if len(oks) == 1 else np.concatenate(oks, axis=-1))
-        u_J.append(us[0] if len(us) == 1 else np.concatenate(us, axis=-1))
-    return StageArrays(np.stack(t_J), np.stack(u_J), np.stack(ok_J), ids, m, opts)
+            if c.tail is not None:
+                es.append(c.tail.reshape(L, L, -1))
+                rs.append(c.drain.reshape(L, L, -1))
+        t_J.append(np.concatenate(ts, axis=-1))
+        ok_J.append(np.concatenate(oks, axis=-1))
+        u_J.append(np.concatenate(us, axis=-1))
+        if es:
+            e_J.append(np.concatenate(es, axis=-1))
+            r_J.append(np.concatenate(rs, axis=-1))
+    return StageArrays(np.stack(t_J), np.stack(u_J), np.stack(ok_J), ids, m, opts,
+                       np.stack(e_J) if e_J else None, np.stack(r_J) if r_J else None)
 
 
 def even_cut_mask(problem: Problem, p: int) -> np.ndarray:

@@ -144,7 +144,10 @@ def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int) -> fl
     min-max DP over the cuts (stage j covers a cell j <= a <= b <= L - p + j), and the least over
     the placements. Only the coupling of the two maxima is relaxed (exact for p = 1); a relative
     slack of 1e-12 absorbs rounding. It subsumes the weight-only bound (some stage holds 1/p of
-    the weights: its sync and ZeRO collectives are terms of C t_j + u_j)."""
+    the weights: its sync and ZeRO collectives are terms of C t_j + u_j). With an overlapped
+    gradient sync (dp_overlap stage | bucketed) the tail max(0, max_j (e_j - D_j)) replaces
+    max_j u_j: it is at least 0 and at least stage 0's own e_0 (nothing drains before it), so
+    u_0 = max(e_0, 0) and u_j = 0 for the other stages."""
     v0, L = lts[0].variant, lts[0].num_layers
     m = problem.num_microbatches(d, v0.ep)
     C = m if problem.training.pipeline_time == TIGHT_FORM else m + p - 1
@@ -162,7 +165,11 @@ def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int) -> fl
                                next_ids=ids[j + 1] if j + 1 < p else None,
                                prev_ids=ids[j - 1] if j > 0 else None,
                                tied_partner=ids[p - 1 - j] if p > 1 and j in (0, p - 1) else None)
-                x = np.where(c.mem <= hbm, C * c.t + c.u[..., None], np.inf).min(axis=(-2, -1))
+                if c.tail is None:
+                    after = c.u[..., None]
+                else:  # overlapped sync: the tail >= 0, and >= stage 0's own (no drain before it)
+                    after = np.maximum(c.tail, 0.0) if j == 0 else 0.0
+                x = np.where(c.mem <= hbm, C * c.t + after, np.inf).min(axis=(-2, -1))
                 cost = x if cost is None else np.minimum(cost, x)
             full = np.full((L, L), np.inf)
             full[b, a] = cost

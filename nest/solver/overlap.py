@@ -1,0 +1,154 @@
+"""The paper's objective with an overlapped gradient sync, optimised exactly:
+(m + p - 1) max_j t_j + max(0, max_j (e_j - D_j)),  D_j = sum_{k<j} r_k.
+
+With training setting dp_overlap: stage | bucketed the evaluator lets stage j's gradient sync
+start after its own last backward (in buckets under it, for "bucketed") while the backward of the
+last micro-batch still drains through stages j - 1 .. 0 (nest.schedule.dp_sync_tail_s): e_j is
+what stage j adds after its own last backward, r_k = B_k + sb_k its backward busy time per
+micro-batch (the stage kernel's `tail` and `drain`, nest.costs.stage.overlap_terms). The credit
+D_j couples the stages, so the bottleneck DP of nest.solver (one max per stage) does not apply;
+this module solves it exactly for one candidate (variant, p, d, placement):
+
+* feasible(X, c): is there a cut with every stage cell t <= X, ok, and e_j <= c + D_j? A DP over
+  stage positions whose value is the largest drain sum D reachable at (stage j, last layer b):
+  among partial plans that end at the same layer and meet every constraint so far, the one with
+  the largest D dominates (later constraints only get easier with more D; X binds per cell), so
+  keeping only it is exact (`max_drain`).
+* X(c) = the least X (among the distinct stage times) with feasible(X, c): a bisection.
+* Y(X) = the least tail max(0, max_j (e_j - D_j)) over plans with max t <= X: walk c downwards,
+  each time just below the tail of the plan the DP returns, until nothing is feasible (every
+  plan returned has a strictly smaller tail; finitely many plans); after a few steps, a
+  bisection over the float64 values of c finds the least feasible one (`least_tail`).
+* T = min over the Pareto frontier of (max t, tail) of C X + Y, walked as nest.solver.solve_fixed
+  walks it (epsilon-constraint method, Haimes et al. 1971).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nest.solver.dp import bottleneck
+
+INF = float("inf")
+
+
+def max_drain(t, ok, e, r, X: float, c: float):
+    """(D, stages): the largest sum of r over all stages but the last, over cuts into J
+    contiguous stages whose every cell has t <= X, ok and e_j <= c + D_j (D_j: the sum of r over
+    the stages before j); stages = [(first, last, option)] or (-inf, None) if none."""
+    J, L = t.shape[0], t.shape[1]
+    tril = np.tril(np.ones((L, L), dtype=bool))[:, :, None]
+    f = np.full(L, -INF)
+    prev = np.zeros(L)
+    prev[1:] = -INF  # stage 0 starts at layer 0 with D_0 = 0
+    args = []
+    for j in range(J):
+        limit = np.full(L, -INF)  # c + D where a stage may start (c may be inf: no inf - inf)
+        start = prev > -INF
+        limit[start] = c + prev[start]
+        base = ok[j] & (t[j] <= X) & tril & (e[j] <= limit[None, :, None])
+        val = np.where(base, prev[None, :, None] + r[j], -INF).reshape(L, -1)
+        idx = val.argmax(axis=1)
+        f = val[np.arange(L), idx]
+        args.append(idx)
+        prev = np.concatenate([[-INF], f[:-1]])  # prev[a] = f[a - 1]
+    if not f[L - 1] > -INF:
+        return -INF, None
+    O = t.shape[-1]
+    stages, b = [], L - 1
+    for j in range(J - 1, -1, -1):
+        a, o = divmod(int(args[j][b]), O)
+        stages.append((a, b, o))
+        b = a - 1
+    return float(f[L - 1]), stages[::-1]
+
+
+def tail_of(e, r, stages) -> float:
+    """max(0, max_j (e_j - D_j)) of a plan: nest.schedule.dp_sync_tail_s on the kernel's terms."""
+    D, worst = 0.0, 0.0
+    for j, (a, b, o) in enumerate(stages):
+        worst = max(worst, float(e[j, b, a, o]) - D)
+        D += float(r[j, b, a, o])
+    return worst
+
+
+def least_x(t, ok, e, r, times: np.ndarray, lo: int, cap: float):
+    """The least X in `times` (sorted, from index lo) with a plan of tail <= cap, or None."""
+    hi = len(times) - 1
+    if hi < lo or max_drain(t, ok, e, r, float(times[hi]), cap)[1] is None:
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if max_drain(t, ok, e, r, float(times[mid]), cap)[1] is None:
+            lo = mid + 1
+        else:
+            hi = mid
+    return float(times[lo])
+
+
+def _bits(x: float) -> int:
+    return int(np.float64(x).view(np.int64))  # monotone in x for x >= 0
+
+
+def _float(bits: int) -> float:
+    return float(np.int64(bits).view(np.float64))
+
+
+def least_tail(t, ok, e, r, X: float, cap: float, walk: int = 8):
+    """(Y, stages): the least tail over plans with max t <= X and tail <= cap. Walks c down from
+    cap, each time just below the tail of the plan the DP returns (every plan returned has a
+    strictly smaller tail); after `walk` steps it bisects the float64 bit patterns of c in
+    [0, c) for the least feasible c (<= 64 more DP calls), then walks again from that plan
+    (the DP tests e <= c + D, the tail e - D: they may differ in the last bit)."""
+    best, best_stages, c = INF, None, cap
+    steps = 0
+    while True:
+        _, stages = max_drain(t, ok, e, r, X, c)
+        if stages is None:
+            return best, best_stages
+        y = tail_of(e, r, stages)
+        if y < best:
+            best, best_stages = y, stages
+        if y <= 0.0:
+            return best, best_stages
+        c = float(np.nextafter(y, -np.inf))
+        steps += 1
+        if steps == walk:  # bisect: infeasible at lo (or lo = -1), feasible at hi
+            if max_drain(t, ok, e, r, X, c)[1] is None:
+                return best, best_stages
+            lo, hi = -1, _bits(c)
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if max_drain(t, ok, e, r, X, _float(mid))[1] is None:
+                    lo = mid
+                else:
+                    hi = mid
+            c = _float(hi)
+
+
+def solve_fixed_overlap(t, ok, e, r, C: float, best_T: float = INF):
+    """Exact min of C max t + max(0, max_j (e_j - D_j)) for one candidate; (T, stages) or None
+    if nothing fits below best_T. Arrays [J, L(b), L(a), O] as nest.solver.arrays builds them."""
+    valid = ok & np.tril(np.ones(t.shape[1:3], dtype=bool))[None, :, :, None]
+    times = np.unique(t[valid])
+    if not len(times):
+        return None
+    X0, _ = bottleneck(t, np.zeros_like(t), ok, INF)  # the least max t at all: a floor
+    if not math.isfinite(X0):
+        return None
+    lo = int(np.searchsorted(times, X0))
+    cap, best = INF, None
+    while True:
+        X = least_x(t, ok, e, r, times, lo, cap)
+        if X is None or C * X >= best_T:
+            break
+        Y, stages = least_tail(t, ok, e, r, X, cap)
+        if C * X + Y < best_T:
+            best_T, best = C * X + Y, stages
+        if Y <= 0.0:
+            break
+        cap = float(np.nextafter(Y, -np.inf))
+        lo = int(np.searchsorted(times, X))
+    return None if best is None else (best_T, best)
