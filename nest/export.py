@@ -20,6 +20,13 @@ What maps directly (Megatron-LM / Megatron-Core argument names):
     recompute (all stages)     selective: --recompute-granularity selective (Korthikanti et al.
                                2022: the core attention); full: --recompute-granularity full
                                --recompute-method uniform --recompute-num-layers 1
+    overlap (training)         dp_overlap bucketed: --overlap-grad-reduce --ddp-bucket-size
+                               dp_bucket_params; param_gather_overlap: --overlap-param-gather
+                               (Megatron asserts both it and a sharded optimizer; without
+                               bucketed sync it is left out with a warning); tp_comm_overlap
+                               with sequence parallelism: --tp-comm-overlap. dp_overlap none
+                               (the paper's sync after the flush) and stage have no flag:
+                               Megatron's default reduces per rank after its last backward
     ZeRO (all stages)          1: --use-distributed-optimizer; 2 / 3: Megatron-FSDP,
                                --use-megatron-fsdp --use-distributed-optimizer (FSDP v1 runs on
                                it) --data-parallel-sharding-strategy optim_grads / optim_grads_params
@@ -423,6 +430,23 @@ def _memory_args(out: Plan) -> list[str]:
     return a
 
 
+def _overlap_args(out: Plan, tr, warnings: list[str]) -> list[str]:
+    """The overlap the plan was priced with, as Megatron-LM's flags (module docstring)."""
+    a = []
+    if tr.dp_overlap == "bucketed":
+        a += ["--overlap-grad-reduce", "--ddp-bucket-size", str(tr.dp_bucket_params)]
+    if tr.param_gather_overlap and out.stages[0].zero_stage in (1, 2, 3):
+        if tr.dp_overlap == "bucketed":
+            a.append("--overlap-param-gather")
+        else:
+            warnings.append("param_gather_overlap was priced with dp_overlap: "
+                            f"{tr.dp_overlap}; Megatron-LM runs --overlap-param-gather only with "
+                            "--overlap-grad-reduce (dp_overlap: bucketed): not exported")
+    if tr.tp_comm_overlap and out.sp and out.tp > 1:
+        a.append("--tp-comm-overlap")
+    return a
+
+
 def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
     m, g = problem.model, problem.graph
     warnings: list[str] = []
@@ -458,6 +482,7 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
         a += ["--expert-model-parallel-size", str(out.ep)]
     a += _pipeline_args(out, L - 2, L)
     a += _memory_args(out)
+    a += _overlap_args(out, problem.training, warnings)
     if order == "tp-cp-ep-pp-dp":
         a.append("--use-tp-pp-dp-mapping")
     a += ["--micro-batch-size", str(out.mbs), "--global-batch-size", str(batch)]

@@ -343,6 +343,34 @@ def test_zero3_exports_megatron_fsdp_with_its_checkpoint_format_and_environment(
     assert _flag(z2.args, "--data-parallel-sharding-strategy") == "optim_grads"
 
 
+def test_the_priced_overlap_is_exported_as_megatrons_flags():
+    """dp_overlap bucketed -> --overlap-grad-reduce with the priced bucket; param_gather_overlap
+    -> --overlap-param-gather (Megatron-LM's validate_args asserts --overlap-grad-reduce and a
+    sharded optimizer beside it); tp_comm_overlap with sequence parallelism -> --tp-comm-overlap
+    (asserted to come with --sequence-parallel). Defaults: none of them."""
+    from nest.settings import TrainingSettings
+
+    def export(**kw):
+        tr = TrainingSettings(global_batch=16, **kw)
+        pr = make_problem("tiny_gpt", "tiny_cluster", 8, training=tr)
+        L = pr.graph.num_layers
+        plan = make_plan(pr, "h", Variant(2, True), 2, 2, [(0, 2), (3, L - 1)], [1, 1],
+                         ["none", "none"], "replica_major")
+        return to_megatron(plan, pr)
+
+    flags = ("--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
+             "--ddp-bucket-size")
+    plain = export()
+    assert not any(f in plain.args for f in flags)
+    full = export(dp_overlap="bucketed", param_gather_overlap=True, tp_comm_overlap=True,
+                  dp_bucket_params=20_000)
+    assert all(f in full.args for f in flags) and not full.warnings
+    assert _flag(full.args, "--ddp-bucket-size") == "20000"
+    alone = export(param_gather_overlap=True)
+    assert "--overlap-param-gather" not in alone.args
+    assert any("--overlap-grad-reduce" in w for w in alone.warnings)
+
+
 def test_uneven_interleaving_emits_the_layout_alone_and_indivisible_layers_get_a_layout():
     """Megatron rejects --num-virtual-stages-per-pipeline-rank beside a layout, and a split
     without a layout when pp x v does not divide the blocks."""

@@ -10,7 +10,7 @@ import pytest
 
 from nest.costs.stage import gather_exposed
 from nest.evaluate import evaluate, make_problem, simulate_plan
-from nest.planners import run_planner
+from exactness import assert_solver_equals_exhaustive
 from nest.schedule import dp_sync_exposed_s
 from nest.settings import TrainingSettings
 from nest.space import make_plan
@@ -86,15 +86,7 @@ def test_solver_is_exact_with_the_gather_overlapped(model, n, batch, form):
                           dp_bucket_params=20_000)
     pr = make_problem(model, "tiny_cluster", n, training=tr)
     space = {"zero_stages": [0, 1, 2], "recompute_modes": ["none", "full"], "max_pp": 4}
-    nest = run_planner("nest", pr, {"space": space})
-    ex = run_planner("exhaustive", pr, {"space": space, "max_plans": 400_000})
-    assert (nest.plan is None) == (ex.plan is None)
-    if ex.plan is None:
-        return
-    assert nest.evaluation.time_per_batch_s == pytest.approx(ex.evaluation.time_per_batch_s,
-                                                             rel=1e-9)
-    assert nest.plan.predicted_time_per_batch_s == pytest.approx(
-        nest.evaluation.time_per_batch_s, rel=1e-9)
+    assert_solver_equals_exhaustive(pr, space)
 
 
 @pytest.mark.parametrize("model,n,batch,overlap", [("tiny_gpt", 4, 8, "stage"),
@@ -111,15 +103,7 @@ def test_solver_is_exact_with_the_sync_overlapped(model, n, batch, overlap):
                           param_gather_overlap=overlap == "bucketed")
     pr = make_problem(model, "tiny_cluster", n, training=tr)
     space = {"zero_stages": [0, 1, 3], "recompute_modes": ["none", "full"], "max_pp": 4}
-    nest = run_planner("nest", pr, {"space": space})
-    ex = run_planner("exhaustive", pr, {"space": space, "max_plans": 400_000})
-    assert (nest.plan is None) == (ex.plan is None)
-    if ex.plan is None:
-        return
-    assert nest.evaluation.time_per_batch_s == pytest.approx(ex.evaluation.time_per_batch_s,
-                                                             rel=1e-9)
-    assert nest.plan.predicted_time_per_batch_s == pytest.approx(
-        nest.evaluation.time_per_batch_s, rel=1e-9)
+    assert_solver_equals_exhaustive(pr, space)
 
 
 def test_overlap_solver_equals_brute_force_on_random_arrays():

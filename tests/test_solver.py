@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from exactness import assert_solver_equals_exhaustive
 from nest.evaluate import Problem, evaluate, make_problem
 from nest.network.collectives import flattened
 from nest.planners import run_planner
@@ -44,15 +45,7 @@ def test_solver_equals_exhaustive(model, n, batch, memory):
     if memory == "big":  # a roomier accelerator: different plans win when memory does not bind
         pr = pr.with_hardware(hbm_bytes=4e9)
     space = {**SPACE, "max_pp": 2, "zero_stages": [0, 3]} if n == 8 else SPACE
-    nest = run_planner("nest", pr, {"space": space})
-    ex = run_planner("exhaustive", pr, {"space": space, "max_plans": 400_000})
-    assert (nest.plan is None) == (ex.plan is None)
-    if ex.plan is None:
-        return
-    assert nest.evaluation.time_per_batch_s == pytest.approx(ex.evaluation.time_per_batch_s,
-                                                             rel=1e-9)
-    assert nest.plan.predicted_time_per_batch_s == pytest.approx(
-        nest.evaluation.time_per_batch_s, rel=1e-9)
+    assert_solver_equals_exhaustive(pr, space)
 
 
 @pytest.mark.parametrize("model,n", [("llama2_7b", 64), ("gpt3_175b", 256),

@@ -45,10 +45,9 @@ def max_drain(t, ok, e, r, X: float, c: float):
     prev[1:] = -INF  # stage 0 starts at layer 0 with D_0 = 0
     args = []
     for j in range(J):
-        limit = np.full(L, -INF)  # c + D where a stage may start (c may be inf: no inf - inf)
-        start = prev > -INF
-        limit[start] = c + prev[start]
-        base = ok[j] & (t[j] <= X) & tril & (e[j] <= limit[None, :, None])
+        # e_j - D_j <= c, in the same arithmetic as `tail_of` (D summed in stage order), so the
+        # DP and the tail agree to the last bit; no stage starts where prev is -inf (e + inf)
+        base = ok[j] & (t[j] <= X) & tril & (e[j] - prev[None, :, None] <= c)
         val = np.where(base, prev[None, :, None] + r[j], -INF).reshape(L, -1)
         idx = val.argmax(axis=1)
         f = val[np.arange(L), idx]
@@ -100,8 +99,7 @@ def least_tail(t, ok, e, r, X: float, cap: float, walk: int = 8):
     """(Y, stages): the least tail over plans with max t <= X and tail <= cap. Walks c down from
     cap, each time just below the tail of the plan the DP returns (every plan returned has a
     strictly smaller tail); after `walk` steps it bisects the float64 bit patterns of c in
-    [0, c) for the least feasible c (<= 64 more DP calls), then walks again from that plan
-    (the DP tests e <= c + D, the tail e - D: they may differ in the last bit)."""
+    [0, c) for the least feasible c (<= 64 more DP calls), then walks on from that plan."""
     best, best_stages, c = INF, None, cap
     steps = 0
     while True:
@@ -111,11 +109,11 @@ def least_tail(t, ok, e, r, X: float, cap: float, walk: int = 8):
         y = tail_of(e, r, stages)
         if y < best:
             best, best_stages = y, stages
-        if y <= 0.0:
+        if best <= 0.0:
             return best, best_stages
-        c = float(np.nextafter(y, -np.inf))
+        c = float(np.nextafter(min(best, c), -np.inf))  # strictly down: finitely many steps
         steps += 1
-        if steps == walk:  # bisect: infeasible at lo (or lo = -1), feasible at hi
+        if steps % walk == 0:  # bisect: infeasible at lo (lo = -1: below 0), feasible at hi
             if max_drain(t, ok, e, r, X, c)[1] is None:
                 return best, best_stages
             lo, hi = -1, _bits(c)
@@ -145,6 +143,7 @@ def solve_fixed_overlap(t, ok, e, r, C: float, best_T: float = INF):
         if X is None or C * X >= best_T:
             break
         Y, stages = least_tail(t, ok, e, r, X, cap)
+        assert Y <= cap, "the DP and the tail disagree"  # each cap strictly lower: terminates
         if C * X + Y < best_T:
             best_T, best = C * X + Y, stages
         if Y <= 0.0:
