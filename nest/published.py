@@ -218,6 +218,16 @@ def training_for(row: dict):
     bad = sorted(set(overlap) - set(OVERLAP_KEYS))
     if bad:
         raise SpecError(f"{where}: key 'overlap.{bad[0]}': expected some of {OVERLAP_KEYS}")
+    checks = {"dp_overlap": lambda x: x in ("none", "stage", "bucketed"),
+              "param_gather_overlap": lambda x: isinstance(x, bool),
+              "dp_bucket_params": lambda x: isinstance(x, int) and not isinstance(x, bool)
+              and x > 0}
+    for key, x in overlap.items():
+        if not checks[key](x):
+            raise SpecError(f"{where}: key 'overlap.{key}': {x!r}, expected "
+                            + {"dp_overlap": "none, stage or bucketed",
+                               "param_gather_overlap": "true or false",
+                               "dp_bucket_params": "a positive number of parameters"}[key])
     if overlap:
         tr = tr.with_(**overlap)
     prec = dict(row.get("precision_settings", {}))

@@ -178,3 +178,22 @@ def test_moe_rows_and_parameter_counts():
     active = l * (2 * h * q.q_hidden_size + 2 * h * q.kv_hidden_size
                   + q.top_k * 3 * h * q.ffn_hidden_size + h * q.num_experts) + 2 * h * q.vocab_size
     assert active == pytest.approx(3.3e9, rel=0.02)
+
+
+def test_recipe_overlap_settings_are_checked_and_reach_the_training_settings():
+    """A row's `overlap:` (the recipe's overlap_grad_sync / overlap_param_sync / bucket) becomes
+    the training settings it is priced with; a bad key or value names the run and the key."""
+    from nest.published import load_runs, training_for
+
+    row = next(r for r in load_runs() if r["id"] == "nemo2407_gpt3_175b_128gpu_fp8")
+    tr = training_for(row)
+    assert (tr.dp_overlap, tr.param_gather_overlap, tr.dp_bucket_params) == (
+        "bucketed", True, 110_000_000)
+    assert tr.precision.grad_reduce == "bf16" and not tr.tp_comm_overlap
+    for bad, key in (({"dp_overlap": "buckets"}, "dp_overlap"),
+                     ({"param_gather_overlap": "yes"}, "param_gather_overlap"),
+                     ({"dp_bucket_params": 0}, "dp_bucket_params"),
+                     ({"overlap_grad_reduce": True}, "overlap_grad_reduce")):
+        with pytest.raises(SpecError, match=rf"run 'nemo2407_gpt3_175b_128gpu_fp8': key "
+                                            rf"'overlap\.{key}'"):
+            training_for({**row, "overlap": bad})
