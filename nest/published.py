@@ -27,8 +27,10 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import jsonschema
+
 from nest.errors import SpecError
-from nest.specs import ModelSpec, config_dir, load_cluster, load_model, read_yaml
+from nest.specs import ModelSpec, config_dir, load_cluster, load_model, load_schema, read_yaml
 
 SCHEMA = "nest.published_runs/v1"
 # Precisions the cost model prices today. FP8 rows are evaluated with BF16 pricing, reported, and
@@ -218,16 +220,11 @@ def training_for(row: dict):
     bad = sorted(set(overlap) - set(OVERLAP_KEYS))
     if bad:
         raise SpecError(f"{where}: key 'overlap.{bad[0]}': expected some of {OVERLAP_KEYS}")
-    checks = {"dp_overlap": lambda x: x in ("none", "stage", "bucketed"),
-              "param_gather_overlap": lambda x: isinstance(x, bool),
-              "dp_bucket_params": lambda x: isinstance(x, int) and not isinstance(x, bool)
-              and x > 0}
+    props = load_schema("training")["properties"]  # config/training.yaml's own rules
     for key, x in overlap.items():
-        if not checks[key](x):
-            raise SpecError(f"{where}: key 'overlap.{key}': {x!r}, expected "
-                            + {"dp_overlap": "none, stage or bucketed",
-                               "param_gather_overlap": "true or false",
-                               "dp_bucket_params": "a positive number of parameters"}[key])
+        errors = list(jsonschema.Draft202012Validator(props[key]).iter_errors(x))
+        if errors:
+            raise SpecError(f"{where}: key 'overlap.{key}': {errors[0].message}")
     if overlap:
         tr = tr.with_(**overlap)
     prec = dict(row.get("precision_settings", {}))

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from nest.specs import config_dir, read_yaml
+from nest.errors import SpecError
+from nest.specs import config_dir, load_cluster, read_yaml
 
 
 def gains(df: pd.DataFrame, reference: str = "nest",
@@ -113,15 +114,15 @@ _RUN_KEYS = ("id", "hardware", "architecture", "band", "precision", "mfu", "conv
 def load_best_published_mfu(path: str | Path | None = None) -> dict:
     """config/validation/best_published_mfu.yaml, checked: every run row names a known hardware
     class, architecture, size band, precision and FLOP convention, an MFU in (0, 1] and a
-    source. A malformed row raises ValueError naming the file, the row and the key."""
+    source. A malformed row raises SpecError naming the file, the row and the key."""
     path = Path(path) if path else config_dir() / MFU_TABLE
     doc = read_yaml(path)
 
-    def bad(where: str, key: str, why: str) -> ValueError:
-        return ValueError(f"{path}: {where}: key '{key}' {why}")
+    def bad(where: str, key: str, why: str) -> SpecError:
+        return SpecError(f"{path}: {where}: key '{key}' {why}")
 
     if not isinstance(doc, dict):
-        raise ValueError(f"{path}: expected a mapping with hardware_classes, size_bands_B, runs")
+        raise SpecError(f"{path}: expected a mapping with hardware_classes, size_bands_B, runs")
     for key in ("hardware_classes", "size_bands_B", "runs"):
         if key not in doc:
             raise bad("top level", key, "is missing")
@@ -141,7 +142,7 @@ def load_best_published_mfu(path: str | Path | None = None) -> dict:
         where = f"runs[{i}]" + (f" ({row.get('id')})" if isinstance(row, dict)
                                 and row.get("id") else "")
         if not isinstance(row, dict):
-            raise ValueError(f"{path}: {where}: expected a mapping")
+            raise SpecError(f"{path}: {where}: expected a mapping")
         for key in _RUN_KEYS:
             if row.get(key) in (None, ""):
                 raise bad(where, key, "is missing")
@@ -180,9 +181,10 @@ def _model_facts(model: str) -> dict | None:
 
 
 def _hardware_of(cluster: str) -> str | None:
+    """The cluster's hardware name (nest.specs.load_cluster); None if the cluster is unknown."""
     try:
-        return read_yaml(config_dir() / "clusters" / f"{cluster}.yaml").get("hardware")
-    except Exception:  # noqa: BLE001
+        return load_cluster(cluster).hardware.name
+    except SpecError:
         return None
 
 

@@ -18,24 +18,32 @@ nest.costs.table imports this module) until every caller imports them from nest.
 
 from __future__ import annotations
 
+import numpy as np
+
 from nest.graph.layer_graph import Op
 from nest.specs import HardwareSpec
 
 BF16 = 2  # bytes per GEMM operand element
 
 
-def gemm_time(hw: HardwareSpec, m: float, n: float, k: float, batch: int = 1,
-              peak: float | None = None) -> float:
+def gemm_time(hw: HardwareSpec, m, n, k, batch=1, peak: float | None = None, *,
+              efficiency=None, half_flops=None, overhead=None):
     """One GEMM kernel Y[m, n] = X[m, k] W[k, n] (x batch, one launch), bf16 operands: compute at
     matmul_efficiency x F / (F + F_half) (small GEMMs under-fill the GPU), or its operand
     traffic at the streaming bandwidth, whichever is slower, plus one launch. (Tile and wave
     quantisation over the SMs was tried against the measured H100 GEMMs and fits them worse than
-    this curve: README, "Fidelity".)"""
+    this curve: README, "Fidelity".) Scalars or NumPy arrays (broadcast): the curve fit
+    (nest.profiling.gemm_fit) prices many shapes and candidate (efficiency, half_flops,
+    overhead) at once with this same formula; None takes the hardware file's value."""
+    e = hw.matmul_efficiency if efficiency is None else efficiency
+    fh = hw.matmul_half_efficiency_flops if half_flops is None else half_flops
     flops = 2.0 * m * n * k * batch
-    eff = hw.matmul_efficiency * flops / (flops + hw.matmul_half_efficiency_flops)
-    t_flops = flops / ((peak or hw.peak_flops_per_s) * eff) if flops > 0 else 0.0
+    eff = e * flops / (flops + fh)
+    with np.errstate(divide="ignore", invalid="ignore"):  # an empty GEMM: no compute time
+        t_flops = np.where(flops > 0, flops / ((peak or hw.peak_flops_per_s) * eff), 0.0)
     t_bytes = BF16 * batch * (m * k + k * n + m * n) / (hw.hbm_bytes_per_s * hw.memory_efficiency)
-    return max(t_flops, t_bytes) + hw.kernel_overhead_s
+    out = np.maximum(t_flops, t_bytes) + (hw.kernel_overhead_s if overhead is None else overhead)
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def _compute_time(hw: HardwareSpec, op: Op, flops: float, nbytes: float, kernels: int) -> float:

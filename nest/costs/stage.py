@@ -87,11 +87,14 @@ def buckets(num_params, training):
                       1.0)
 
 
+def forward_collectives_s(gt: GroupTerms, a, b):
+    """The forward collectives of layers a..b per micro-batch (what full recomputation re-runs)."""
+    return (gt.cum_LK[b + 1] - gt.cum_LK[a])[..., gt.fwd_K].sum(axis=-1)
+
+
 def forward_s(lt: LayerTable, gt: GroupTerms, a, b):
     """A stage's forward time per micro-batch: compute plus forward collectives (no sends)."""
-    comp = lt.cum["fwd_L"][b + 1] - lt.cum["fwd_L"][a]
-    coll = (gt.cum_LK[b + 1] - gt.cum_LK[a])[..., gt.fwd_K].sum(axis=-1)
-    return comp + coll
+    return lt.cum["fwd_L"][b + 1] - lt.cum["fwd_L"][a] + forward_collectives_s(gt, a, b)
 
 
 def gather_exposed(gather_s, window_s, num_buckets):
@@ -228,13 +231,13 @@ def _terms(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options, cell)
 
     per_mb_Z, sync_Z, parts = [], [], {}
     zero = np.zeros_like(np.asarray(pd, dtype=float))
-    window = None
+    fwd = None  # the stage's forward per micro-batch, computed when a term needs it
+    if tr.param_gather_overlap or tr.dp_overlap != "none":
+        fwd = forward_s(lt, gt, a, b)
     for z in opts.zero_stages:
         pm, sy = parts[z] = zero_schedule(z, coll)
         if tr.param_gather_overlap and "all_gather" in sy:
-            if window is None:
-                window = forward_s(lt, gt, a, b)
-            sy["all_gather_exposed"] = gather_exposed(sy.pop("all_gather"), window,
+            sy["all_gather_exposed"] = gather_exposed(sy.pop("all_gather"), fwd,
                                                       buckets(pd + pe, tr))
         per_mb_Z.append(sum(pm.values(), zero))
         sync_Z.append(sum(sy.values(), zero)
@@ -242,8 +245,7 @@ def _terms(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options, cell)
     fixed = fixed_bytes(problem, lt, d, opts, cell)
     ov = None
     if tr.dp_overlap != "none":  # the parts the overlapped tail needs (`overlap_terms`)
-        fcoll = (gt.cum_LK[b + 1] - gt.cum_LK[a])[..., gt.fwd_K].sum(axis=-1)
-        fwd = lt.cum["fwd_L"][b + 1] - lt.cum["fwd_L"][a] + fcoll
+        fcoll = forward_collectives_s(gt, a, b)
         full = np.array([r == "full" for r in opts.recompute_modes], dtype=float)
         ov = {"fwd_Z": np.stack([fwd + parts[z][0].get("zero3_all_gather.fwd", zero)
                                  for z in opts.zero_stages], axis=-1),

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nest.costs.roofline import BF16
+from nest.costs.roofline import gemm_time
 from nest.specs import HardwareSpec
 
 ALIGN = 8  # shapes with m, n or k not a multiple of 8 run other (slow) kernels: left out
@@ -60,32 +60,31 @@ class CurveFit:
 
 
 def _arrays(points: list[GemmPoint], hw: HardwareSpec):
+    """(m, n, k, batch, fixed, measured) as arrays [points]."""
     m = np.array([p.m for p in points], float)
     n = np.array([p.n for p in points], float)
     k = np.array([p.k for p in points], float)
     b = np.array([p.batch for p in points], float)
     fixed = np.array([hw.kernel_overhead_s if p.fixed_s is None else p.fixed_s for p in points])
-    flops = 2.0 * m * n * k * b
-    t_bytes = BF16 * b * (m * k + k * n + m * n) / (hw.hbm_bytes_per_s * hw.memory_efficiency)
     meas = np.array([p.time_s for p in points], float)
-    return flops, t_bytes, fixed, meas
+    return m, n, k, b, fixed, meas
 
 
-def _model(flops, t_bytes, fixed, peak, e_max, f_half):
-    """Vectorised nest.costs.roofline.gemm_time (tests check the two agree)."""
+def _model(arrays, hw: HardwareSpec, e_max, f_half):
+    """nest.costs.roofline.gemm_time itself on every point, for one or many (e_max, F_half)
+    (leading axes of e_max / f_half, points last)."""
+    m, n, k, b, fixed, _ = arrays
     e = np.asarray(e_max, float)[..., None]
     fh = np.asarray(f_half, float)[..., None]
-    t_flops = (flops + fh) / (peak * e)  # = F / (peak x e_max x F / (F + F_half))
-    return np.maximum(t_flops, t_bytes) + fixed
+    return gemm_time(hw, m, n, k, b, efficiency=e, half_flops=fh, overhead=fixed)
 
 
 def model_times(points: list[GemmPoint], hw: HardwareSpec, e_max: float | None = None,
                 f_half: float | None = None) -> np.ndarray:
     """Predicted seconds of each point under the curve (default: the hardware file's own)."""
-    flops, t_bytes, fixed, _ = _arrays(points, hw)
     e = hw.matmul_efficiency if e_max is None else e_max
     fh = hw.matmul_half_efficiency_flops if f_half is None else f_half
-    return _model(flops, t_bytes, fixed, hw.peak_flops_per_s, e, fh)
+    return _model(_arrays(points, hw), hw, e, fh)
 
 
 def curve_errors(points: list[GemmPoint], hw: HardwareSpec, e_max: float | None = None,
@@ -95,9 +94,8 @@ def curve_errors(points: list[GemmPoint], hw: HardwareSpec, e_max: float | None 
     return model_times(points, hw, e_max, f_half) / meas - 1.0
 
 
-def _sse(points_arrays, peak, e, fh):
-    flops, t_bytes, fixed, meas = points_arrays
-    r = np.log(_model(flops, t_bytes, fixed, peak, e, fh)) - np.log(meas)
+def _sse(arrays, hw: HardwareSpec, e, fh):
+    r = np.log(_model(arrays, hw, e, fh)) - np.log(arrays[-1])
     return np.sum(r * r, axis=-1)
 
 
@@ -110,17 +108,16 @@ def fit_matmul_curve(points: list[GemmPoint], hw: HardwareSpec) -> CurveFit:
     if len(points) < 2:
         raise ValueError("fit_matmul_curve: need at least two measured GEMMs")
     arr = _arrays(points, hw)
-    peak = hw.peak_flops_per_s
     es = np.arange(0.30, 1.0 + 1e-9, 0.005)
     fhs = 10.0 ** np.arange(6.0, 12.0 + 1e-9, 1.0 / 40)
     E, FH = np.meshgrid(es, fhs, indexing="ij")
-    sse = _sse(arr, peak, E.ravel(), FH.ravel())
+    sse = _sse(arr, hw, E.ravel(), FH.ravel())
     i = int(np.argmin(sse))
     x0 = np.array([math.log(E.ravel()[i]), math.log(FH.ravel()[i])])
 
     def f(x):
         e = min(math.exp(x[0]), 1.0)
-        return float(_sse(arr, peak, e, math.exp(x[1])))
+        return float(_sse(arr, hw, e, math.exp(x[1])))
 
     res = minimize(f, x0, method="Nelder-Mead",
                    options={"xatol": 1e-7, "fatol": 1e-12, "maxiter": 4000})
@@ -133,7 +130,7 @@ def fit_matmul_curve(points: list[GemmPoint], hw: HardwareSpec) -> CurveFit:
         n=len(points),
         median_abs_error=float(np.median(np.abs(err))),
         max_abs_error=float(np.max(np.abs(err))),
-        total_time_error=float(pred.sum() / arr[3].sum() - 1.0),
+        total_time_error=float(pred.sum() / arr[-1].sum() - 1.0),
         errors=tuple(float(x) for x in err),
     )
 
