@@ -1,4 +1,4 @@
-"""Manual baseline: the paper's Megatron-style configurations (REFERENCE.md, config/paper/).
+"""Manual baseline: the paper's Megatron-style configurations (docs/paper.md, config/paper/).
 
 Follows Megatron-LM practice (Narayanan et al. 2021b, section 3): the transformer blocks split
 evenly over p stages (the first stages take one more when p does not divide them), the embedding

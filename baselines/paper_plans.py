@@ -1,6 +1,8 @@
 """The paper's own baseline plans: replays the Manual / MCMC / Phaze strategies that the paper's
-published artifact stored for each figure point (config/paper/artifact_baseline_plans.csv,
-REFERENCE.md section 5), so the shared evaluator can score exactly the plans the paper plotted.
+published artifact (DOI 10.5281/zenodo.18826203, the paper's appendix A.2; read at
+github.com/scai-tech/Nest commit 3e163ad) stored for each figure point
+(config/paper/artifact_baseline_plans.csv; its columns, provenance and transcription check:
+docs/artifact.md), so the shared evaluator can score exactly the plans the paper plotted.
 
 A table row (cluster, mbs, model, num_devices, planner) gives pipeline stages pp, data-parallel
 replicas dp, tensor-parallel degree tp and, where the artifact gives one, the transformer blocks

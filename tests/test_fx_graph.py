@@ -25,7 +25,7 @@ def _block(m, v=None, mbs=1):
 def test_total_params_closed_form_and_published(name):
     m = load_model(name)
     assert fx.total_params(m) == cf.total_params(m)
-    if m.published_num_params:  # "~" sizes in the paper (REFERENCE.md) are checked at 1%
+    if m.published_num_params:  # approximate sizes (docs/paper.md, Models) are checked at 1%
         tol = 1e-2 if name in APPROXIMATE_SIZES else 5e-3
         assert fx.total_params(m) == pytest.approx(m.published_num_params, rel=tol)
 

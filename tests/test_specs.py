@@ -6,7 +6,7 @@ from nest.errors import SpecError
 from nest.graph.closed_form import total_params
 from nest.specs import catalog_names, load_cluster, load_hardware, load_model
 
-# Published sizes (REFERENCE.md table; "~" entries are approximate in the paper: 1%).
+# Published sizes (docs/paper.md, Models; sizes the paper gives only by name or rounded: 1%).
 PUBLISHED = {"bert_large": (335e6, 0.005), "llama2_7b": (6.74e9, 0.005),
              "llama3_70b": (70.6e9, 0.005), "gpt3_175b": (175e9, 0.005),
              "mixtral_8x7b": (46.7e9, 0.005), "gpt3_35b": (35e9, 0.01),

@@ -31,7 +31,7 @@ FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
     "moe": ("experts", "m", "n", "k"),
 }
 
-# Paper Table 2 / Appendix C (REFERENCE.md section 1). BERT is an encoder (bidirectional attention).
+# Paper Table 2 / Appendix C (docs/paper.md, Models). BERT is an encoder (bidirectional attention).
 PAPER_MODELS: list[dict] = [
     {
         "name": "bert_large",
