@@ -1,0 +1,406 @@
+"""A claim's `measure` + the run's CSVs -> our value, the points behind it and why (computed).
+
+Every function takes the run (`Run`: the CSVs by file stem), the claim's experiment and the
+measure's parameters, and returns `Ours(value, points, detail)`: `detail` is built only from the
+CSVs' own columns (status, reason, plans, breakdowns), so the report never states a reason the
+data does not show. MEASURES names every computation claims.yaml may use.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+KEY = ["model", "cluster", "num_devices", "mbs"]
+TIE = 0.01  # a gain within 1% of 1: the baseline found NEST's plan or one as fast
+
+
+@dataclass
+class Ours:
+    value: object
+    points: int
+    detail: str = ""
+
+
+class Run:
+    """The run's CSVs by file stem (results/figure5.csv -> 'figure5'), read once."""
+
+    def __init__(self, paths: dict[str, str | Path]):
+        self.paths = {k: Path(v) for k, v in paths.items()}
+        self._cache: dict[str, pd.DataFrame | None] = {}
+
+    @classmethod
+    def from_files(cls, files) -> Run:
+        return cls({Path(f).stem: f for f in files if str(f).endswith(".csv")})
+
+    def frame(self, stem: str) -> pd.DataFrame | None:
+        if stem not in self._cache:
+            p = self.paths.get(stem)
+            self._cache[stem] = pd.read_csv(p) if p and p.exists() else None
+        return self._cache[stem]
+
+
+def _none(why: str) -> Ours:
+    return Ours(None, 0, why)
+
+
+def _plan(r) -> str:
+    return f"pp={int(r.pp)} dp={int(r.dp)} tp={int(r.tp)}"
+
+
+def _figure(run: Run, exp: str, models=None, num_devices=None):
+    df = run.frame(exp)
+    if df is None:
+        return None
+    if models:
+        df = df[df.model.isin(models)]
+    if num_devices:
+        df = df[df.num_devices.isin(num_devices)]
+    return df
+
+
+def ratios(df: pd.DataFrame, planner: str) -> pd.DataFrame:
+    """Per point where NEST and `planner` both fit: NEST's throughput over the planner's."""
+    ok = df[df.feasible.astype(bool)]
+    a = ok[ok.planner == "nest"].set_index(KEY).throughput_samples_per_s
+    b = ok[ok.planner == planner].set_index(KEY).throughput_samples_per_s
+    both = pd.concat([a.rename("nest"), b.rename("base")], axis=1, join="inner")
+    return both.assign(gain=both.nest / both.base).reset_index()
+
+
+def _gain_detail(df: pd.DataFrame, planner: str, r: pd.DataFrame) -> str:
+    if r.empty:
+        return ""
+    top = r.loc[r.gain.idxmax()]
+    ties = int((r.gain <= 1 + TIE).sum())
+    return (f"{planner} is within {TIE:.0%} of NEST at {ties} of {len(r)} points; the largest "
+            f"gain is {top.gain:.2f}x ({top.model}, {int(top.num_devices)} devices, mbs "
+            f"{int(top.mbs)})")
+
+
+def mean_gain(run, exp, planner, models=None, num_devices=None, stat="mean"):
+    df = _figure(run, exp, models, num_devices)
+    if df is None or "nest" not in set(df.planner):
+        return _none(f"no NEST rows in {exp}")
+    r = ratios(df, planner)
+    if r.empty:
+        return _none(f"no point of {exp} where NEST and {planner} both fit")
+    value = {"mean": r.gain.mean(), "min": r.gain.min(), "max": r.gain.max()}[stat]
+    detail = _gain_detail(df, planner, r)
+    own = f"paper_{planner}"
+    if own in set(df.planner):
+        o, lost = ratios(df, own), excluded_points(df, own)
+        detail += (f"; over the artifact's own {planner} plans: "
+                   + (f"{o.gain.mean():.2f}x on {len(o)} points" if len(o) else "no point")
+                   + (" (not scored: " + ", ".join(f"{n} {k}" for k, n in sorted(lost.items()))
+                      + ")" if lost else ""))
+    return Ours(float(value), len(r), detail)
+
+
+def min_gain(run, exp, planner, models=None):
+    return mean_gain(run, exp, planner, models, stat="min")
+
+
+def gain_ratio(run, exp, planner, other):
+    a, b = mean_gain(run, exp, planner), mean_gain(run, exp, other)
+    if a.value is None or b.value is None:
+        return _none(a.detail if a.value is None else b.detail)
+    return Ours(a.value / b.value, min(a.points, b.points),
+                f"mean gain over {planner} {a.value:.2f}x ({a.points} points), over {other} "
+                f"{b.value:.2f}x ({b.points} points)")
+
+
+def gain_over_devices(run, exp, planner):
+    df = _figure(run, exp)
+    r = ratios(df, planner) if df is not None else pd.DataFrame()
+    if r.empty:
+        return _none(f"no point where NEST and {planner} both fit")
+    by_n = r.groupby("num_devices").gain.mean()
+    return Ours(float(by_n.iloc[-1] / by_n.iloc[0]), len(r),
+                "mean gain by device count: " + ", ".join(f"{n}: {g:.2f}x"
+                                                          for n, g in by_n.items()))
+
+
+def match_devices(run, exp, planner, model, within=TIE):
+    df = _figure(run, exp, [model])
+    r = ratios(df, planner) if df is not None else pd.DataFrame()
+    if r.empty:
+        return _none(f"no point where NEST and {planner} both fit on {model}")
+    by_n = r.groupby("num_devices").gain.mean()
+    return Ours(sorted(int(n) for n, g in by_n.items() if g <= 1 + within), len(r),
+                f"NEST's gain over {planner} on {model}: "
+                + ", ".join(f"{n}: {g:.3f}x" for n, g in by_n.items()))
+
+
+def scaling(run, exp, planner="nest"):
+    df = _figure(run, exp)
+    ok = df[(df.planner == planner) & df.feasible.astype(bool)] if df is not None else None
+    if ok is None or ok.empty:
+        return _none(f"no feasible {planner} rows in {exp}")
+    effs, parts = [], []
+    for model, g in ok.groupby("model"):
+        g = g.sort_values("num_devices")
+        if len(g) < 2:
+            continue
+        lo, hi = g.iloc[0], g.iloc[-1]
+        eff = (hi.throughput_samples_per_s / lo.throughput_samples_per_s
+               / (hi.num_devices / lo.num_devices))
+        effs.append(eff)
+        parts.append(f"{model} {int(lo.num_devices)}->{int(hi.num_devices)}: {eff:.2f}")
+    if not effs:
+        return _none("no model with two device counts")
+    return Ours(sum(effs) / len(effs), len(effs), "scaling efficiency " + ", ".join(parts))
+
+
+def _series(df, planner, model):
+    ok = df[(df.planner == planner) & (df.model == model) & df.feasible.astype(bool)]
+    return ok.sort_values("mbs")
+
+
+def mbs_trend(run, exp, planner, model=None, stat="last_over_first"):
+    """Throughput at the largest feasible micro-batch size over the smallest (or the best size
+    over the smallest: stat max_over_first); without a model, the largest over the models (the
+    paper's "up to")."""
+    df = run.frame(exp)
+    if df is None:
+        return _none(f"no {exp} CSV")
+    best, parts = None, []
+    for m in ([model] if model else sorted(set(df.model))):
+        s = _series(df, planner, m)
+        if len(s) < 2:
+            parts.append(f"{planner} {m}: fewer than two feasible micro-batch sizes")
+            continue
+        t = s.throughput_samples_per_s.to_numpy()
+        r = (t.max() if stat == "max_over_first" else t[-1]) / t[0]
+        first, last = s.iloc[0], s.iloc[-1]
+        plans = (f"plan {_plan(first)} -> {_plan(last)}" if _plan(first) != _plan(last)
+                 else f"same plan {_plan(first)}")
+        parts.append(f"{planner} {m}: mbs {int(first.mbs)} -> {int(last.mbs)} throughput "
+                     + " -> ".join(f"{x:.4g}" for x in t) + f" samples/s ({r:.2f}x; {plans})")
+        best = r if best is None else max(best, r)
+    return Ours(best, len(df[(df.planner == planner) & df.feasible.astype(bool)
+                             & (df.model == model if model else True)]), "; ".join(parts))
+
+
+def gain_change(run, exp, planner, model, baseline_experiment):
+    a = mean_gain(run, exp, planner, [model])
+    b = mean_gain(run, baseline_experiment, planner, [model])
+    if a.value is None or b.value is None:
+        return _none(a.detail if a.value is None else b.detail)
+    return Ours(a.value / b.value, a.points + b.points,
+                f"NEST's mean gain over {planner} on {model}: {b.value:.2f}x in "
+                f"{baseline_experiment} ({b.points} points), {a.value:.2f}x in {exp} "
+                f"({a.points} points)")
+
+
+def same_plan(run, exp, planner, model):
+    df = _figure(run, exp, [model])
+    ok = df[df.feasible.astype(bool)] if df is not None else None
+    if ok is None:
+        return _none(f"no {exp} CSV")
+    cols = ["pp", "dp", "tp", "placement"]
+    a = ok[ok.planner == "nest"].set_index(KEY)[cols]
+    b = ok[ok.planner == planner].set_index(KEY)[cols]
+    both = a.join(b, rsuffix="_b", how="inner")
+    if both.empty:
+        return _none(f"no point where NEST and {planner} both fit on {model}")
+    same = [all(r[c] == r[c + "_b"] for c in cols) for _, r in both.iterrows()]
+    parts = [f"{int(k[2])} devices: NEST {_plan(r)} {r.placement}, {planner} pp={int(r.pp_b)} "
+             f"dp={int(r.dp_b)} tp={int(r.tp_b)} {r.placement_b}" for k, r in both.iterrows()]
+    return Ours(all(same), len(both), "; ".join(parts))
+
+
+def plan_changes(run, exp, planner, model, mbs):
+    s = _series(run.frame(exp), planner, model) if run.frame(exp) is not None else None
+    if s is None:
+        return _none(f"no {exp} CSV")
+    s = s[s.mbs.isin(mbs)]
+    if len(s) < 2:
+        return _none(f"{planner} {model}: not feasible at micro-batch sizes {mbs}")
+    plans = [f"{_plan(r)} {r.placement}" for r in s.itertuples()]
+    return Ours(len(set(plans)) > 1, len(s), "; ".join(
+        f"mbs {int(r.mbs)}: {p}" for r, p in zip(s.itertuples(), plans)))
+
+
+def search_reduction(run, exp, model=None):
+    df = run.frame("table4_search_time")
+    if df is None:
+        return _none("no results/table4_search_time.csv in this run")
+    if "solve_time_s" not in df:
+        return _none("the CSV has no solve_time_s column (wall-clock is machine-dependent and "
+                     "is dropped from results/expected/)")
+    t = df.pivot(index="model", columns="planner", values="solve_time_s")
+    space = df.pivot(index="model", columns="planner", values="space_visited")
+    if model:
+        t, space = t.loc[[model]], space.loc[[model]]
+    red = 1 - t["nest"] / t["mist"]
+    return Ours(float(red.mean()), len(red), "; ".join(
+        f"{m}: NEST {t.loc[m, 'nest']:.1f} s ({space.loc[m, 'nest']} candidates), Mist "
+        f"{t.loc[m, 'mist']:.1f} s ({space.loc[m, 'mist']} MILPs)" for m in t.index))
+
+
+def table2_match(run, exp, planner):
+    df = run.frame("table2")
+    if df is None:
+        return _none("no results/table2.csv")
+    rows = df[df.planner == planner]
+    wrong = rows[rows.matches_paper.astype(str) != "True"]
+    return Ours(int(len(rows) - len(wrong)), len(rows), "; ".join(
+        f"{r.model}: ours {r.strategy}, paper {r.paper_strategy}" for r in wrong.itertuples()))
+
+
+def table6_error(run, exp, column="error"):
+    df = run.frame("table6")
+    if df is None:
+        return _none("no results/table6.csv")
+    v = df[column].dropna().abs()
+    return Ours(float(v.mean()), len(v), ", ".join(
+        f"{r.model} {getattr(r, column):+.1%}" for r in df.dropna(subset=[column]).itertuples()))
+
+
+def table7(run, exp, model, variant, column):
+    df = run.frame("table7")
+    if df is None:
+        return _none("no results/table7.csv")
+    r = df[(df.model == model) & (df.variant == variant)]
+    if r.empty:
+        return _none(f"no {model} / {variant} row")
+    r = r.iloc[0]
+    if r.status == "feasible":
+        detail = (f"{model} {variant}: p={int(r.p)} d={int(r.d)} t={int(r.t)} on "
+                  f"{int(r.devices_used)} devices, peak {r.max_peak_memory_GB:.3g} GB of "
+                  f"{r.hbm_GB:g} GB, ZeRO {r.zero}")
+    else:
+        detail = f"{model} {variant}: {r.reason}"
+    value = r[column]
+    if column == "status":
+        value = "feasible" if value == "feasible" else "infeasible"
+    elif value is None or (isinstance(value, float) and math.isnan(value)):
+        value = None
+    else:
+        value = float(value)
+    return Ours(value, 1, detail)
+
+
+def _shares(run, exp, cluster=None, planner=None):
+    df = run.frame(exp)
+    if df is None:
+        return None
+    df = df[df.status == "feasible"]
+    if cluster:
+        df = df[df.cluster == cluster]
+    if planner:
+        df = df[df.planner == planner]
+    return df
+
+
+def _largest_level(levels: str) -> str:
+    parts = [p.split(":") for p in str(levels).split(";") if ":" in p]
+    return max(parts, key=lambda p: float(p[1]))[0] if parts else "-"
+
+
+def comm_share(run, exp, cluster=None, planner=None, stat="max", experiment=None):
+    df = _shares(run, experiment or exp, cluster, planner)
+    if df is None or df.empty:
+        return _none(f"no feasible rows in {experiment or exp}")
+    v = {"max": df.comm_share.max(), "mean": df.comm_share.mean(),
+         "min": df.comm_share.min()}[stat]
+    top = df.loc[df.comm_share.idxmax()]
+    return Ours(float(v), len(df),
+                f"range {df.comm_share.min():.1%}-{df.comm_share.max():.1%} over {len(df)} "
+                f"plans; largest {top.comm_share:.1%} ({top.model} {top.planner} on "
+                f"{int(top.num_devices)} devices, its largest communication term: "
+                f"{_largest_level(top.get('comm_by_level', ''))})")
+
+
+def comm_share_ratio(run, exp, numerator, denominator):
+    a = comm_share(run, exp, numerator)
+    b = comm_share(run, exp, denominator)
+    if a.value is None or b.value is None:
+        return _none(a.detail if a.value is None else b.detail)
+    return Ours(a.value / b.value, a.points + b.points,
+                f"{numerator}: {a.detail}; {denominator}: {b.detail}")
+
+
+def _ablationratios(run, ablation, cluster):
+    df = run.frame("decomposition")
+    if df is None:
+        return None
+    df = df[(df.cluster == cluster) & df.feasible.astype(bool)]
+    a = df[df.planner == "nest"].set_index(KEY).time_per_batch_s
+    b = df[df.planner == ablation].set_index(KEY).time_per_batch_s
+    both = pd.concat([a.rename("nest"), b.rename("abl")], axis=1, join="inner")
+    return (both.abl / both.nest).rename("ratio").reset_index()
+
+
+def ablation(run, exp, ablation, cluster):
+    r = _ablationratios(run, ablation, cluster)
+    if r is None or r.empty:
+        return _none(f"no decomposition rows for {ablation} on {cluster}")
+    top = r.loc[r.ratio.idxmax()]
+    rest = r.drop(index=r.ratio.idxmax()).ratio
+    return Ours(float(r.ratio.mean()), len(r),
+                f"{ablation} on {cluster}: median {r.ratio.median():.3f}x over {len(r)} points, "
+                f"equal at {int((r.ratio <= 1 + 1e-6).sum())}; the largest, "
+                f"{top.ratio:.3f}x ({top.model}, {int(top.num_devices)} devices); the mean "
+                f"without it: {rest.mean() if len(rest) else float('nan'):.3f}x")
+
+
+_ablation = ablation
+
+
+def ablation_ratio(run, exp, ablation, numerator, denominator):
+    a = _ablation(run, exp, ablation, numerator)
+    b = _ablation(run, exp, ablation, denominator)
+    if a.value is None or b.value is None:
+        return _none(a.detail if a.value is None else b.detail)
+    return Ours(a.value / b.value, a.points + b.points, f"{a.detail}; {b.detail}")
+
+
+def codesign_trend(run, exp):
+    df = run.frame("codesign")
+    if df is None or df.empty:
+        return _none("no results/codesign.csv")
+    by_bw = df.groupby("inter_node_bandwidth_GBps").gain.mean()
+    tie = df[df.nest_plan.str.replace("replica_major", "stage_major")
+             == df.flat_plan.str.replace("replica_major", "stage_major")]
+    tie = tie[tie.nest_plan != tie.flat_plan]
+    return Ours(float(by_bw.iloc[-1] / by_bw.iloc[0]), len(df),
+                "mean gain over the flat-network plan by inter-node bandwidth: "
+                + ", ".join(f"{b:g} GB/s {g:.2f}x" for b, g in by_bw.items())
+                + f"; at {len(tie)} of {len(df)} points the flat-network plan is NEST's plan "
+                  "in another placement order (a tie on a flat network)")
+
+
+MEASURES = {f.__name__: f for f in (
+    mean_gain, min_gain, gain_ratio, gain_over_devices, match_devices, scaling, mbs_trend,
+    gain_change, same_plan, plan_changes, search_reduction, table2_match, table6_error, table7,
+    comm_share, comm_share_ratio, ablation, ablation_ratio, codesign_trend)}
+
+
+def measure(run: Run, exp: str, spec: dict) -> Ours:
+    """Our side of one claim: the computation spec['of'] on the run, for experiment exp."""
+    params = {k: v for k, v in spec.items() if k != "of"}
+    return MEASURES[spec["of"]](run, exp, **params)
+
+
+def excluded_points(df: pd.DataFrame, planner: str) -> dict[str, int]:
+    """Points where `planner` has no scored plan, counted by the reason its row gives: batch
+    (the global batch is not a multiple of mbs x dp x ep), devices (the plan needs more devices
+    than exist), memory (no plan fits), not covered (status not_applicable), crash, or none
+    found (any other reason)."""
+    rows = df[(df.planner == planner) & ~df.feasible.astype(bool)]
+    out: dict[str, int] = {}
+    for r in rows.itertuples():
+        text = str(r.reason or "")
+        cls = ("not covered" if r.status == "not_applicable"
+               else "crash" if r.status == "crashed"
+               else "batch" if "not a multiple of" in text
+               else "devices" if " devices of " in text or "devices >" in text
+               else "memory" if ("fits in" in text or "memory" in text or "GB" in text)
+               else "none found")
+        out[cls] = out.get(cls, 0) + 1
+    return out
