@@ -157,7 +157,7 @@ def scaling(run, exp, planner="nest"):
 
 def _series(df, planner, model):
     ok = df[(df.planner == planner) & (df.model == model) & df.feasible.astype(bool)]
-    return ok.sort_values("mbs")
+    return ok.sort_values(["num_devices", "mbs"])
 
 
 def mbs_trend(run, exp, planner, model=None, stat="last_over_first"):
@@ -167,22 +167,24 @@ def mbs_trend(run, exp, planner, model=None, stat="last_over_first"):
     df = run.frame(exp)
     if df is None:
         return _none(f"no {exp} CSV")
-    best, parts = None, []
+    best, parts, points = None, [], 0
     for m in ([model] if model else sorted(set(df.model))):
-        s = _series(df, planner, m)
-        if len(s) < 2:
-            parts.append(f"{planner} {m}: fewer than two feasible micro-batch sizes")
-            continue
-        t = s.throughput_samples_per_s.to_numpy()
-        r = (t.max() if stat == "max_over_first" else t[-1]) / t[0]
-        first, last = s.iloc[0], s.iloc[-1]
-        plans = (f"plan {_plan(first)} -> {_plan(last)}" if _plan(first) != _plan(last)
-                 else f"same plan {_plan(first)}")
-        parts.append(f"{planner} {m}: mbs {int(first.mbs)} -> {int(last.mbs)} throughput "
-                     + " -> ".join(f"{x:.4g}" for x in t) + f" samples/s ({r:.2f}x; {plans})")
-        best = r if best is None else max(best, r)
-    return Ours(best, len(df[(df.planner == planner) & df.feasible.astype(bool)
-                             & (df.model == model if model else True)]), "; ".join(parts))
+        groups = [(n, s) for n, s in _series(df, planner, m).groupby("num_devices")
+                  if len(s) >= 2]
+        if not groups:
+            parts.append(f"{planner} {m}: fewer than two feasible micro-batch sizes at any "
+                         "device count")
+        for n, s in groups:
+            t = s.throughput_samples_per_s.to_numpy()
+            r = (t.max() if stat == "max_over_first" else t[-1]) / t[0]
+            first, last = s.iloc[0], s.iloc[-1]
+            plans = (f"plan {_plan(first)} -> {_plan(last)}" if _plan(first) != _plan(last)
+                     else f"same plan {_plan(first)}")
+            parts.append(f"{planner} {m} on {n} devices: mbs {int(first.mbs)} -> "
+                         f"{int(last.mbs)} throughput " + " -> ".join(f"{x:.4g}" for x in t)
+                         + f" samples/s ({r:.2f}x; {plans})")
+            best, points = (r if best is None else max(best, r)), points + len(s)
+    return Ours(best, points, "; ".join(parts))
 
 
 def gain_change(run, exp, planner, model, baseline_experiment):
