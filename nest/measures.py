@@ -206,7 +206,7 @@ def same_plan(run, exp, planner, model):
     cols = ["pp", "dp", "tp", "placement"]
     a = ok[ok.planner == "nest"].set_index(KEY)[cols]
     b = ok[ok.planner == planner].set_index(KEY)[cols]
-    both = a.join(b, rsuffix="_b", how="inner")
+    both = a.merge(b, left_index=True, right_index=True, suffixes=("", "_b"))
     if both.empty:
         return _none(f"no point where NEST and {planner} both fit on {model}")
     same = [all(r[c] == r[c + "_b"] for c in cols) for _, r in both.iterrows()]
@@ -327,7 +327,7 @@ def comm_share_ratio(run, exp, numerator, denominator):
                 f"{numerator}: {a.detail}; {denominator}: {b.detail}")
 
 
-def _ablationratios(run, ablation, cluster):
+def ablation_ratios(run, ablation, cluster):
     df = run.frame("decomposition")
     if df is None:
         return None
@@ -339,7 +339,7 @@ def _ablationratios(run, ablation, cluster):
 
 
 def ablation(run, exp, ablation, cluster):
-    r = _ablationratios(run, ablation, cluster)
+    r = ablation_ratios(run, ablation, cluster)
     if r is None or r.empty:
         return _none(f"no decomposition rows for {ablation} on {cluster}")
     top = r.loc[r.ratio.idxmax()]

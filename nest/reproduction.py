@@ -21,7 +21,7 @@ from nest.claims import TOLERANCE
 from nest.claims import claims_path as default_claims_path
 from nest.claims import (final_verdict, judge, load_claims, paper_text, read_robustness,
                          robustness)
-from nest.measures import KEY, Run, excluded_points, measure, ratios
+from nest.measures import KEY, Run, ablation_ratios, excluded_points, measure, ratios
 from nest.specs import read_yaml
 
 RULE = (
@@ -124,6 +124,32 @@ def baseline_lines(df: pd.DataFrame) -> list[str]:
     return lines
 
 
+def decomposition_lines(run: Run, df: pd.DataFrame) -> list[str]:
+    """NEST's gain decomposed on this figure's points (results/decomposition.csv), only when
+    the decomposition covers every point of the figure (Figures 5 and 7, not the sweeps)."""
+    dec = run.frame("decomposition")
+    if dec is None or "nest" not in set(df.planner):
+        return []
+    keys = set(map(tuple, df[df.planner == "nest"][KEY].to_numpy().tolist()))
+    if not keys <= set(map(tuple, dec[dec.planner == "nest"][KEY].to_numpy().tolist())):
+        return []
+    lines = ["Where NEST's gain comes from on these points (results/decomposition.csv: time per "
+             "batch of NEST with one capability off over NEST's, at the points where both fit):",
+             "", "| cluster | ablation | mean | median | points | equal | largest (point) |",
+             "|---|---|---|---|---|---|---|"]
+    for cluster in sorted(set(df.cluster)):
+        for abl in sorted(set(dec.planner) - {"nest"}):
+            r = ablation_ratios(run, abl, cluster)
+            if r is None or r.empty:
+                continue
+            top = r.loc[r.ratio.idxmax()]
+            largest = (f"{top.ratio:.3f}x ({top.model}, {int(top.num_devices)} devices)"
+                       if top.ratio > 1 + 1e-6 else "-")
+            lines.append(f"| {cluster} | {abl} | {r.ratio.mean():.3f}x | {r.ratio.median():.3f}x "
+                         f"| {len(r)} | {int((r.ratio <= 1 + 1e-6).sum())} | {largest} |")
+    return lines
+
+
 def table2_lines(run: Run) -> list[str]:
     df = run.frame("table2")
     if df is None:
@@ -140,13 +166,15 @@ def table2_lines(run: Run) -> list[str]:
 def experiment_section(exp: str, run: Run, claims: list[dict], source: str, rob_table
                        ) -> tuple[list[str], list[dict]]:
     rows = evaluate(run, exp, claims, rob_table)
-    lines = [f"## {exp}", "", f"Paper: {source}" if source else "", ""]
+    lines = [f"## {exp}", ""] + ([f"Paper: {source}", ""] if source else [])
     lines += claim_lines(rows) if rows else ["No claim of the paper is recorded for this "
                                              "experiment (config/paper/claims.yaml)."]
     df = run.frame(exp)
     if df is not None and {"planner", "feasible", "mbs"} <= set(df.columns) \
             and exp not in ("decomposition",):
         lines += [""] + baseline_lines(df)
+        dec = decomposition_lines(run, df)
+        lines += [""] + dec if dec else []
     if exp == "table2":
         lines += [""] + table2_lines(run)
     return lines + [""], rows

@@ -109,3 +109,48 @@ def test_malformed_claims_name_the_file_the_claim_and_the_key(tmp_path):
     path.write_text(yaml.safe_dump(bad))
     with pytest.raises(ValueError, match=r"key 'id' 'a' repeats"):
         load_claims(path)
+
+
+# ---- the measures on the committed default run, against the run's own tables ----------------
+
+EXPECTED = config_dir().parent / "results" / "expected" / "default"
+
+
+def _expected_run():
+    from nest.measures import Run
+    return Run.from_files(sorted(EXPECTED.glob("*.csv")))
+
+
+def test_measures_agree_with_the_runs_own_tables():
+    """Our side of a claim, computed from the results CSVs, against the same quantity computed by
+    another module of the run: the figure tables' nest_gain column (nest.figures) and the
+    decomposition table (nest.ablation)."""
+    from nest.measures import measure
+    run = _expected_run()
+    if run.frame("figure5") is None or run.frame("decomposition_table") is None:
+        pytest.skip("no committed default run")
+    t = run.frame("figure5_table")
+    for planner in ("phaze", "mcmc", "alpa_e"):
+        ours = measure(run, "figure5", {"of": "mean_gain", "planner": planner})
+        rows = t[(t.planner == planner) & t.nest_gain.notna()]
+        assert ours.points == len(rows)
+        assert ours.value == pytest.approx(rows.nest_gain.mean(), rel=1e-6)
+    dec = run.frame("decomposition_table")
+    for r in dec.itertuples():
+        ours = measure(run, "decomposition", {"of": "ablation", "ablation": r.ablation,
+                                              "cluster": r.cluster})
+        assert ours.points == r.points_both_feasible
+        assert ours.value == pytest.approx(r.mean_ratio, rel=1e-6)
+
+
+def test_every_measured_claim_of_the_default_run_is_computable():
+    from nest.measures import measure
+    run = _expected_run()
+    if run.frame("figure5") is None:
+        pytest.skip("no committed default run")
+    for exp, claims in load_claims().items():
+        for c in claims:
+            if c.get("measure"):
+                ours = measure(run, exp, c["measure"])
+                # a value, or the reason there is none
+                assert ours.value is not None or ours.detail, c["id"]
