@@ -68,7 +68,15 @@ def ratios(df: pd.DataFrame, planner: str) -> pd.DataFrame:
     a = ok[ok.planner == "nest"].set_index(KEY).throughput_samples_per_s
     b = ok[ok.planner == planner].set_index(KEY).throughput_samples_per_s
     both = pd.concat([a.rename("nest"), b.rename("base")], axis=1, join="inner")
-    return both.assign(gain=both.nest / both.base).reset_index()
+    cols = [c for c in ("pp", "dp", "tp", "placement") if c in ok]
+
+    def plans(who):
+        f = ok[ok.planner == who].set_index(KEY)[cols]
+        return pd.Series([" ".join(map(str, t)) for t in f.itertuples(index=False)],
+                         index=f.index, dtype=object).reindex(both.index)
+
+    same = (plans("nest") == plans(planner)).to_numpy(dtype=bool)
+    return both.assign(gain=both.nest / both.base, same_plan=same).reset_index()
 
 
 def _gain_detail(df: pd.DataFrame, planner: str, r: pd.DataFrame) -> str:
@@ -76,7 +84,9 @@ def _gain_detail(df: pd.DataFrame, planner: str, r: pd.DataFrame) -> str:
         return ""
     top = r.loc[r.gain.idxmax()]
     ties = int((r.gain <= 1 + TIE).sum())
-    return (f"{planner} is within {TIE:.0%} of NEST at {ties} of {len(r)} points; the largest "
+    same = int(r.same_plan.sum())
+    return (f"{planner} is within {TIE:.0%} of NEST at {ties} of {len(r)} points (the same "
+            f"pp, dp, tp and placement as NEST's at {same}); the largest "
             f"gain is {top.gain:.2f}x ({top.model}, {int(top.num_devices)} devices, mbs "
             f"{int(top.mbs)})")
 
