@@ -57,7 +57,7 @@ def load_claims(path: str | Path | None = None) -> dict[str, list[dict]]:
     """claims.yaml, checked: every claim has an id (unique), a known kind, a quote and where it
     is in the paper, the fields its kind needs, and a measure naming a known computation.
     Bad input raises SpecError naming the file, the claim and the key."""
-    from nest.measures import MEASURES
+    from nest.measures import CELL_AGGREGATES, MEASURES
 
     path = Path(path) if path else claims_path()
     doc = read_yaml(path)
@@ -97,6 +97,12 @@ def load_claims(path: str | Path | None = None) -> dict[str, list[dict]]:
             if c["kind"] in ("ratio", "number", "band", "trend", "match") and not m:
                 raise bad("measure", "is missing (only qualitative / not_reproducible claims "
                           "have none)")
+            rob = c.get("robustness")
+            if rob is not None and not (
+                    isinstance(rob, dict) and rob.get("experiment")
+                    and (rob.get("quantity") or rob.get("aggregate") in CELL_AGGREGATES)):
+                raise bad("robustness", "must name an experiment and a quantity, or cells and "
+                          f"an aggregate of {', '.join(sorted(CELL_AGGREGATES))}")
             if m is not None and (not isinstance(m, dict) or m.get("of") not in MEASURES):
                 raise bad("measure", f"names '{(m or {}).get('of')}', expected one of "
                           f"{', '.join(sorted(MEASURES))}")
@@ -154,12 +160,20 @@ def robustness(claim: dict, table: pd.DataFrame | None, ours) -> dict | None:
     quantity, compute_scale, comm_scale, value, points): {verdicts: [(compute, comm, value,
     verdict)], survives, low, high, base}; None when the claim has no robustness quantity or the
     table has no row for it."""
+    from nest.measures import CELL_AGGREGATES
+
     key = claim.get("robustness")
     if not key or table is None or table.empty:
         return None
-    rows = table[(table.experiment == key["experiment"]) & (table.quantity == key["quantity"])]
-    if "cluster" in rows and claim.get("measure", {}).get("cluster"):
-        rows = rows[rows.cluster == claim["measure"]["cluster"]]
+    rows = table[table.experiment == key["experiment"]]
+    if "cells" in key:
+        # a quantity of many cells (codesign:n<N>_bw<B>_os<O>), aggregated per perturbation
+        rows = rows[rows.quantity.str.startswith(key["cells"])]
+        agg = CELL_AGGREGATES[key["aggregate"]]
+        rows = pd.DataFrame([{"compute_scale": c, "comm_scale": m, "value": agg(g)}
+                             for (c, m), g in rows.groupby(["compute_scale", "comm_scale"])])
+    else:
+        rows = rows[rows.quantity == key["quantity"]]
     if rows.empty:
         return None
     rows = rows.sort_values(["compute_scale", "comm_scale"])

@@ -9,6 +9,7 @@ data does not show. MEASURES names every computation claims.yaml may use.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,8 +104,11 @@ def mean_gain(run, exp, planner, models=None, num_devices=None, stat="mean"):
     own = f"paper_{planner}"
     if own in set(df.planner):
         o, lost = ratios(df, own), excluded_points(df, own)
+        adj = batch_adjusted(df, own, o)
         detail += (f"; over the artifact's own {planner} plans: "
                    + (f"{o.gain.mean():.2f}x on {len(o)} points" if len(o) else "no point")
+                   + (f" ({adj} scored on the batch they process, not the configured one)"
+                      if adj else "")
                    + (" (not scored: " + ", ".join(f"{n} {k}" for k, n in sorted(lost.items()))
                       + ")" if lost else ""))
     return Ours(float(value), len(r), detail)
@@ -343,9 +347,18 @@ def ablation_ratios(run, ablation, cluster):
         return None
     df = df[(df.cluster == cluster) & df.feasible.astype(bool)]
     a = df[df.planner == "nest"].set_index(KEY).time_per_batch_s
-    b = df[df.planner == ablation].set_index(KEY).time_per_batch_s
-    both = pd.concat([a.rename("nest"), b.rename("abl")], axis=1, join="inner")
-    return (both.abl / both.nest).rename("ratio").reset_index()
+    b = df[df.planner == ablation].set_index(KEY)
+    cols = {"time_per_batch_s": "abl"}
+    if {"time_per_batch_tied_min_s", "time_per_batch_tied_max_s"} <= set(b.columns):
+        # results v4: the range over the placements the ablation's objective cannot tell apart
+        cols.update(time_per_batch_tied_min_s="abl_lo", time_per_batch_tied_max_s="abl_hi")
+    both = pd.concat([a.rename("nest"), b[list(cols)].rename(columns=cols)], axis=1,
+                     join="inner")
+    out = pd.DataFrame({"ratio": both.abl / both.nest}, index=both.index)
+    if "abl_lo" in both:
+        out["ratio_lo"] = both.abl_lo.fillna(both.abl) / both.nest
+        out["ratio_hi"] = both.abl_hi.fillna(both.abl) / both.nest
+    return out.reset_index()
 
 
 def ablation(run, exp, ablation, cluster):
@@ -358,7 +371,18 @@ def ablation(run, exp, ablation, cluster):
                 f"{ablation} on {cluster}: median {r.ratio.median():.3f}x over {len(r)} points, "
                 f"equal at {int((r.ratio <= 1 + 1e-6).sum())}; the largest, "
                 f"{top.ratio:.3f}x ({top.model}, {int(top.num_devices)} devices); the mean "
-                f"without it: {rest.mean() if len(rest) else float('nan'):.3f}x")
+                f"without it: {rest.mean() if len(rest) else float('nan'):.3f}x" + _tied(r))
+
+
+def _tied(r: pd.DataFrame) -> str:
+    if "ratio_lo" not in r:
+        return ""
+    tied = r[(r.ratio_hi - r.ratio_lo).abs() > 1e-9 * r.ratio]
+    if tied.empty:
+        return "; no point has tied placements"
+    return (f"; at {len(tied)} points the ablation's objective ties placements whose times "
+            f"differ on the real cluster: over those ties the mean ranges "
+            f"{r.ratio_lo.mean():.3f}x-{r.ratio_hi.mean():.3f}x")
 
 
 _ablation = ablation
@@ -387,6 +411,19 @@ def codesign_trend(run, exp):
                   "in another placement order (a tie on a flat network)")
 
 
+_CELL = re.compile(r"n(\d+)_bw([\d.]+)_os([\d.]+)$")
+
+
+def codesign_trend_cells(rows: pd.DataFrame) -> float:
+    """codesign_trend from results/robustness.csv's cells (quantity codesign:n<N>_bw<B>_os<O>,
+    value: T(flat-network plan) / T(NEST)) of one perturbation."""
+    bw = rows.quantity.map(lambda q: float(_CELL.search(q).group(2)))
+    by_bw = rows.value.groupby(bw).mean().sort_index()
+    return float(by_bw.iloc[-1] / by_bw.iloc[0])
+
+
+CELL_AGGREGATES = {"codesign_trend": codesign_trend_cells}
+
 MEASURES = {f.__name__: f for f in (
     mean_gain, min_gain, gain_ratio, gain_over_devices, match_devices, scaling, mbs_trend,
     gain_change, same_plan, plan_changes, search_reduction, table2_match, table6_error, table7,
@@ -400,19 +437,32 @@ def measure(run: Run, exp: str, spec: dict) -> Ours:
 
 
 def excluded_points(df: pd.DataFrame, planner: str) -> dict[str, int]:
-    """Points where `planner` has no scored plan, counted by the reason its row gives: batch
-    (the global batch is not a multiple of mbs x dp x ep), devices (the plan needs more devices
-    than exist), memory (no plan fits), not covered (status not_applicable), crash, or none
-    found (any other reason)."""
+    """Points where `planner` has no scored plan, counted by the class of their reason: the
+    results' own reason_class column where it has one (nest.results.REASON_CLASSES), else read
+    from status and reason: batch (the global batch is not a multiple of mbs x dp x ep), devices
+    (the plan needs more devices than exist), memory (no plan fits), not_applicable (the planner
+    does not cover the point), crash, or none_found (any other reason)."""
     rows = df[(df.planner == planner) & ~df.feasible.astype(bool)]
     out: dict[str, int] = {}
     for r in rows.itertuples():
         text = str(r.reason or "")
-        cls = ("not covered" if r.status == "not_applicable"
+        given = getattr(r, "reason_class", None)
+        cls = (given if isinstance(given, str) and given and given != "fits"
+               else "not_applicable" if r.status == "not_applicable"
                else "crash" if r.status == "crashed"
                else "batch" if "not a multiple of" in text
                else "devices" if " devices of " in text or "devices >" in text
                else "memory" if ("fits in" in text or "memory" in text or "GB" in text)
-               else "none found")
+               else "none_found")
         out[cls] = out.get(cls, 0) + 1
     return out
+
+
+def batch_adjusted(df: pd.DataFrame, planner: str, r: pd.DataFrame) -> int:
+    """How many of the compared points `r` score `planner`'s plan on the batch it processes rather
+    than the configured one (results v4's batch_adjusted column; 0 without it)."""
+    if "batch_adjusted" not in df or r.empty:
+        return 0
+    adj = df[df.planner == planner].set_index(KEY).batch_adjusted
+    adj = adj.astype("boolean").fillna(False).astype(bool)
+    return int(adj.reindex(pd.MultiIndex.from_frame(r[KEY])).fillna(False).astype(bool).sum())

@@ -21,7 +21,8 @@ from nest.claims import TOLERANCE
 from nest.claims import claims_path as default_claims_path
 from nest.claims import (final_verdict, judge, load_claims, paper_text, read_robustness,
                          robustness)
-from nest.measures import KEY, Run, ablation_ratios, excluded_points, measure, ratios
+from nest.measures import (KEY, Run, ablation_ratios, batch_adjusted, excluded_points, measure,
+                           ratios)
 from nest.specs import read_yaml
 
 RULE = (
@@ -115,7 +116,10 @@ def baseline_lines(df: pd.DataFrame) -> list[str]:
         gain = f"{r.gain.mean():.3f}x" if len(r) else "-"
         lost = excluded_points(df, planner)
         lost_text = ", ".join(f"{n} {k}" for k, n in sorted(lost.items())) or "none"
-        lines.append(f"| {planner} | {gain} | {len(r)} | {lost_text} |")
+        adj = batch_adjusted(df, planner, r)
+        lines.append(f"| {planner} | {gain} | {len(r)}"
+                     + (f" ({adj} on the batch the plan processes)" if adj else "")
+                     + f" | {lost_text} |")
     if any(p.startswith("paper_") for p in set(df.planner)):
         lines += ["", "paper_<baseline> rows replay the artifact's stored plans (config/paper/"
                   "artifact_baseline_plans.csv) through this harness's evaluator. The paper's "

@@ -154,3 +154,24 @@ def test_every_measured_claim_of_the_default_run_is_computable():
                 ours = measure(run, exp, c["measure"])
                 # a value, or the reason there is none
                 assert ours.value is not None or ours.detail, c["id"]
+
+
+def test_a_robustness_key_names_a_quantity_or_an_aggregate(tmp_path):
+    claim = {"id": "a", "kind": "ratio", "value": 1.5, "quote": "q" * 20, "where": "5.2.1",
+             "measure": {"of": "mean_gain", "planner": "manual"},
+             "robustness": {"experiment": "figure5", "cells": "x:", "aggregate": "median"}}
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"figure5": {"claims": [claim]}}))
+    with pytest.raises(ValueError, match=r"\(a\): key 'robustness' must name"):
+        load_claims(path)
+    # the shipped claims name h24robust's quantities: gain_over:<planner>,
+    # ablation:<planner>:<cluster>, or the codesign cells
+    for claims in load_claims().values():
+        for c in claims:
+            rob = c.get("robustness")
+            if rob and "quantity" in rob:
+                kind, name, *rest = rob["quantity"].split(":")
+                m = c["measure"]
+                assert (kind, name) == ({"mean_gain": "gain_over", "ablation": "ablation"}[m["of"]],
+                                        m.get("planner", m.get("ablation"))), c["id"]
+                assert rest == ([m["cluster"]] if "cluster" in m else []), c["id"]

@@ -207,3 +207,51 @@ def test_a_robust_verdict_survives_every_perturbation(tmp_path):
     assert final_verdict("holds", rob) == "holds"
     claim["value"] = 1.49  # 1.13 differs everywhere: survives as differs
     assert final_verdict("differs", robustness(claim, t, 1.13)) == "differs"
+
+
+def test_results_v4_columns_reason_class_batch_adjusted_and_tied_ranges(tmp_path):
+    """The fairness columns of results v4: the row's own reason_class wins over its text, points
+    scored on the batch they process are counted, and an ablation's tied placements give a
+    range."""
+    from nest.measures import Run, batch_adjusted, excluded_points, measure, ratios
+    rows = [_row("m", n, 1, "nest", 1.0) for n in (8, 16, 32)]
+    rows += [_row("m", 8, 1, "paper_x", 2.0), _row("m", 16, 1, "paper_x", 4.0),
+             _row("m", 32, 1, "paper_x", status="infeasible", reason="out of memory: stage 0")]
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    df["reason_class"] = ["fits"] * 5 + ["batch"]
+    df["batch_adjusted"] = [False] * 4 + [True, False]
+    assert excluded_points(df, "paper_x") == {"batch": 1}
+    assert batch_adjusted(df, "paper_x", ratios(df, "paper_x")) == 1
+    # decomposition: NEST 1 s; the ablation 2 s and 1 s, the first tied between 1.5 and 4 s
+    dec = [_row("m", 8, 1, "nest", 1.0), _row("m", 16, 1, "nest", 1.0),
+           _row("m", 8, 1, "abl", 2.0), _row("m", 16, 1, "abl", 1.0)]
+    dec = pd.DataFrame(dec, columns=COLUMNS)
+    dec["time_per_batch_tied_min_s"] = [1.0, 1.0, 1.5, 1.0]
+    dec["time_per_batch_tied_max_s"] = [1.0, 1.0, 4.0, 1.0]
+    path = tmp_path / "decomposition.csv"
+    dec.to_csv(path, index=False)
+    got = measure(Run({"decomposition": path}), "decomposition",
+                  {"of": "ablation", "ablation": "abl", "cluster": "c"})
+    assert got.value == pytest.approx(1.5) and got.points == 2
+    # mean over the ties: (1.5 + 1) / 2 = 1.25 to (4 + 1) / 2 = 2.5
+    assert "at 1 points the ablation's objective ties placements" in got.detail
+    assert "the mean ranges 1.250x-2.500x" in got.detail
+
+
+def test_codesign_cells_are_aggregated_per_perturbation(tmp_path):
+    from nest.claims import final_verdict, robustness
+    claim = {"kind": "trend", "direction": "down",
+             "robustness": {"experiment": "codesign", "cells": "codesign:",
+                            "aggregate": "codesign_trend"}}
+    cells = []
+    for (c, m), (slow, fast) in {(1.0, 1.0): (4.0, 1.0), (0.85, 1.3): (5.0, 1.2),
+                                 (1.15, 0.7): (1.05, 1.0)}.items():
+        for n in (128, 1024):
+            cells += [("codesign", f"codesign:n{n}_bw12.5_os2", c, m, slow, 1),
+                      ("codesign", f"codesign:n{n}_bw400_os2", c, m, fast, 1)]
+    t = pd.DataFrame(cells, columns=["experiment", "quantity", "compute_scale", "comm_scale",
+                                     "value", "points"])
+    rob = robustness(claim, t, 0.25)
+    # fast / slow per perturbation: 0.25 (down), 0.24 (down), 0.952 (flat: the trend vanishes)
+    assert [round(v, 3) for *_, v, _ in rob["verdicts"]] == [0.24, 0.25, 0.952]
+    assert not rob["survives"] and final_verdict("holds", rob) == "differs"
