@@ -5,8 +5,8 @@ not_reproducible) is judged against our value by one rule (`judge`), stated here
 printed in the report:
 
 - ratio, number: holds when ours is within TOLERANCE (10%) of the paper's number; a ratio on the
-  other side of 1 from the paper's (the paper says NEST is faster, ours is not) contradicts it;
-  anything else differs.
+  other side of 1 from the paper's (the paper says NEST is faster, ours is not), or a number of
+  the other sign (a time reduction that is an increase), contradicts it; anything else differs.
 - band: holds inside the band, contradicted outside it (a band is the paper's own statement of a
   range: "within 7%", "over 30%", "at least as fast").
 - trend: our ratio (e.g. throughput at micro-batch 8 over 1) moves up (> 1 + TOLERANCE), down
@@ -135,6 +135,8 @@ def judge(claim: dict, ours) -> str:
         return "differs" if size and abs(ours / size - 1) > TOLERANCE else "holds"
     paper = float(claim["value"])
     if kind == "ratio" and paper != 1 and (ours - 1) * (paper - 1) <= 0:
+        return "contradicted"
+    if kind == "number" and paper * ours < 0:
         return "contradicted"
     return "holds" if abs(ours / paper - 1) <= TOLERANCE else "differs"
 

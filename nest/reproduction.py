@@ -27,7 +27,8 @@ from nest.specs import read_yaml
 
 RULE = (
     f"Verdicts (nest/claims.py): a number or ratio holds within {TOLERANCE:.0%} of the "
-    "paper's, and a gain on the other side of 1 contradicts it; a band holds inside and is "
+    "paper's, and a gain on the other side of 1 or a number of the other sign contradicts it; "
+    "a band holds inside and is "
     f"contradicted outside; a trend is up (> {1 + TOLERANCE:g}x), down (< {1 - TOLERANCE:g}x) "
     "or flat: the opposite move, or a move where the paper says flat, contradicts it, and flat "
     "where the paper says it moves differs; a match holds or is contradicted; "

@@ -72,6 +72,8 @@ def test_the_claims_the_issue_lists_are_present():
     ({"kind": "ratio", "value": 1.59}, 1.50, "holds"),       # -5.7%
     ({"kind": "ratio", "value": 2.43}, 1.03, "differs"),     # still above 1
     ({"kind": "ratio", "value": 1.49}, 0.98, "contradicted"),  # NEST slower: other side of 1
+    ({"kind": "number", "value": 0.118}, -0.5, "contradicted"),  # slower, not faster
+    ({"kind": "number", "value": 0.10}, 0.196, "differs"),
     ({"kind": "band", "band": [0.93, 1.07]}, 1.14, "contradicted"),
     ({"kind": "band", "band": [0.30, None]}, 0.45, "holds"),
     ({"kind": "trend", "direction": "up"}, 0.76, "contradicted"),   # falls where it should rise
