@@ -30,13 +30,29 @@ from pathlib import Path
 
 import pandas as pd
 
+from nest import measures as fig
+from nest import table_measures as tab
 from nest.errors import SpecError
+from nest.measures import Ours, Run
 from nest.specs import config_dir, read_yaml
+from nest.table_measures import CELL_AGGREGATES
 
 TOLERANCE = 0.10
 KINDS = ("ratio", "number", "band", "trend", "match", "qualitative", "not_reproducible")
 VERDICTS = ("holds", "differs", "contradicted", "not comparable")
 DIRECTIONS = ("up", "down", "flat")
+# every computation a claim's `measure: {of: ...}` may name
+MEASURES = {f.__name__: f for f in (
+    fig.mean_gain, fig.min_gain, fig.gain_ratio, fig.gain_over_devices, fig.match_devices,
+    fig.scaling, fig.mbs_trend, fig.gain_change, fig.same_plan, fig.plan_changes,
+    tab.search_reduction, tab.table2_match, tab.table6_error, tab.table7, tab.comm_share,
+    tab.comm_share_ratio, tab.ablation, tab.ablation_ratio, tab.codesign_trend)}
+
+
+def measure(run: Run, exp: str, spec: dict) -> Ours:
+    """Our side of one claim: the computation spec['of'] on the run, for experiment exp."""
+    params = {k: v for k, v in spec.items() if k != "of"}
+    return MEASURES[spec["of"]](run, exp, **params)
 
 
 def claims_path() -> Path:
@@ -57,8 +73,6 @@ def load_claims(path: str | Path | None = None) -> dict[str, list[dict]]:
     """claims.yaml, checked: every claim has an id (unique), a known kind, a quote and where it
     is in the paper, the fields its kind needs, and a measure naming a known computation.
     Bad input raises SpecError naming the file, the claim and the key."""
-    from nest.measures import CELL_AGGREGATES, MEASURES
-
     path = Path(path) if path else claims_path()
     doc = read_yaml(path)
     if not isinstance(doc, dict):
@@ -162,8 +176,6 @@ def robustness(claim: dict, table: pd.DataFrame | None, ours) -> dict | None:
     quantity, compute_scale, comm_scale, value, points): {verdicts: [(compute, comm, value,
     verdict)], survives, low, high, base}; None when the claim has no robustness quantity or the
     table has no row for it."""
-    from nest.measures import CELL_AGGREGATES
-
     key = claim.get("robustness")
     if not key or table is None or table.empty:
         return None

@@ -19,11 +19,11 @@ import pandas as pd
 
 from nest.claims import TOLERANCE
 from nest.claims import claims_path as default_claims_path
-from nest.claims import (final_verdict, judge, load_claims, paper_text, read_robustness,
-                         robustness)
-from nest.measures import (KEY, Run, ablation_ratios, batch_adjusted, excluded_points, measure,
-                           ratios)
+from nest.claims import (final_verdict, judge, load_claims, measure, paper_text,
+                         read_robustness, robustness)
+from nest.measures import KEY, Run, batch_adjusted, excluded_points, ratios
 from nest.specs import read_yaml
+from nest.table_measures import ablation_ratios
 
 RULE = (
     f"Verdicts (nest/claims.py): a number or ratio holds within {TOLERANCE:.0%} of the "

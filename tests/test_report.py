@@ -213,7 +213,8 @@ def test_results_v4_columns_reason_class_batch_adjusted_and_tied_ranges(tmp_path
     """The fairness columns of results v4: the row's own reason_class wins over its text, points
     scored on the batch they process are counted, and an ablation's tied placements give a
     range."""
-    from nest.measures import Run, batch_adjusted, excluded_points, measure, ratios
+    from nest.claims import measure
+    from nest.measures import Run, batch_adjusted, excluded_points, ratios
     rows = [_row("m", n, 1, "nest", 1.0) for n in (8, 16, 32)]
     rows += [_row("m", 8, 1, "paper_x", 2.0), _row("m", 16, 1, "paper_x", 4.0),
              _row("m", 32, 1, "paper_x", status="infeasible", reason="out of memory: stage 0")]
@@ -259,7 +260,8 @@ def test_codesign_cells_are_aggregated_per_perturbation(tmp_path):
 
 def test_search_time_reduction_is_one_minus_nest_over_mist(tmp_path):
     from nest.claims import judge
-    from nest.measures import Run, measure
+    from nest.claims import measure
+    from nest.measures import Run
     path = tmp_path / "table4_search_time.csv"
     pd.DataFrame({"model": ["a", "a", "b", "b"], "planner": ["mist", "nest"] * 2,
                   "solve_time_s": [2.0, 3.0, 4.0, 1.0],
