@@ -50,6 +50,16 @@ def _plan(r) -> str:
     return f"pp={int(r.pp)} dp={int(r.dp)} tp={int(r.tp)}"
 
 
+def _plan_memory(r) -> str:
+    """The plan with what memory made it choose (ZeRO, recomputation)."""
+    return f"{_plan(r)} ZeRO {r.zero} recompute {r.recompute}"
+
+
+def _peak(r) -> str:
+    peak = getattr(r, "max_peak_memory_bytes", None)
+    return f"{peak / 1e9:.1f} GB" if peak is not None and peak == peak else "-"
+
+
 def _figure(run: Run, exp: str, models=None, num_devices=None):
     df = run.frame(exp)
     if df is None:
@@ -190,8 +200,10 @@ def mbs_trend(run, exp, planner, model=None, stat="last_over_first"):
             t = s.throughput_samples_per_s.to_numpy()
             r = (t.max() if stat == "max_over_first" else t[-1]) / t[0]
             first, last = s.iloc[0], s.iloc[-1]
-            plans = (f"plan {_plan(first)} -> {_plan(last)}" if _plan(first) != _plan(last)
-                     else f"same plan {_plan(first)}")
+            plans = (f"plan {_plan_memory(first)} -> {_plan_memory(last)}"
+                     if _plan_memory(first) != _plan_memory(last)
+                     else f"same plan {_plan_memory(first)}")
+            plans += f", peak memory {_peak(first)} -> {_peak(last)}"
             parts.append(f"{planner} {m} on {n} devices: mbs {int(first.mbs)} -> "
                          f"{int(last.mbs)} throughput " + " -> ".join(f"{x:.4g}" for x in t)
                          + f" samples/s ({r:.2f}x; {plans})")

@@ -184,13 +184,17 @@ def test_a_trend_the_data_reverses_is_contradicted_and_the_plans_are_named(tmp_p
     from nest.claims import load_claims
     rows = [_row("m", 8, mbs, "nest", t, pp=pp, dp=8 // pp)
             for mbs, t, pp in ((1, 1.0, 1), (2, 1.1, 1), (4, 1.3, 2), (8, 1.6, 2))]
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    df["zero"], df["recompute"] = "1", ["none", "none", "full", "full"]
+    df["max_peak_memory_bytes"] = [40e9, 50e9, 60e9, 61e9]
     path = tmp_path / "fig.csv"
-    pd.DataFrame(rows, columns=COLUMNS).to_csv(path, index=False)
+    df.to_csv(path, index=False)
     claims = load_claims(_claims(tmp_path))["fig"]
     got = {r["id"]: r for r in evaluate(Run({"fig": path}), "fig", claims, None)}
     r = got["sweep_up"]
     assert r["ours"] == pytest.approx(1.0 / 1.6) and r["verdict"] == "contradicted"
-    assert "plan pp=1 dp=8 tp=1 -> pp=2 dp=4 tp=1" in r["why"]
+    assert ("plan pp=1 dp=8 tp=1 ZeRO 1 recompute none -> pp=2 dp=4 tp=1 ZeRO 1 recompute full, "
+            "peak memory 40.0 GB -> 61.0 GB") in r["why"]
     assert got["gain_manual"]["verdict"] == "not comparable"  # no manual rows at all
 
 
