@@ -98,3 +98,183 @@ def test_best_published_table_loads_and_rejects_malformed_rows(tmp_path):
     path.write_text(_TABLE.replace("convention: causal_half", "convention: causal", 1))
     with pytest.raises(ValueError, match=r"key 'convention' is 'causal', expected one of"):
         load_best_published_mfu(path)
+
+
+# ---- REPRODUCTION.md: claims judged on hand-made CSVs (nest.reproduction, nest.measures) ----
+
+def _row(model, n, mbs, planner, t=None, status="feasible", reason="", pp=1, dp=1, tp=1):
+    r = dict.fromkeys(COLUMNS)
+    r.update(model=model, cluster="c", num_devices=n, mbs=mbs, planner=planner,
+             status=status, feasible=status == "feasible", reason=reason, pp=pp, dp=dp, tp=tp,
+             placement="replica_major", time_per_batch_s=t,
+             throughput_samples_per_s=None if t is None else 64 / t)
+    return r
+
+
+BATCH = ("global batch 4096 is not a multiple of mbs x dp x ep = 6: 683 micro-batches would "
+         "process 4098 samples per batch, not 4096")
+MEMORY = "no feasible plan: no plan of the space fits in 64.00 GB per device"
+
+
+def _figure(tmp_path):
+    """Five points; NEST 1.0 s everywhere; manual 1.5 s (gain 1.5); the artifact's own manual
+    plans: scored at 1 point (2.0 s), 3 fail the batch rule, 1 does not fit in memory."""
+    rows = []
+    for n in (8, 16, 32, 64, 128):
+        rows += [_row("m", n, 1, "nest", 1.0), _row("m", n, 1, "manual", 1.5)]
+    rows.append(_row("m", 8, 1, "paper_manual", 2.0))
+    rows += [_row("m", n, 1, "paper_manual", status="infeasible", reason=BATCH)
+             for n in (16, 32, 64)]
+    rows.append(_row("m", 128, 1, "paper_manual", status="no_plan", reason=MEMORY))
+    path = tmp_path / "fig.csv"
+    pd.DataFrame(rows, columns=COLUMNS).to_csv(path, index=False)
+    return path
+
+
+def test_excluded_points_are_counted_by_the_reason_in_their_rows(tmp_path):
+    from nest.measures import excluded_points
+    df = pd.read_csv(_figure(tmp_path))
+    assert excluded_points(df, "paper_manual") == {"batch": 3, "memory": 1}
+
+
+def _claims(tmp_path, extra=""):
+    path = tmp_path / "claims.yaml"
+    path.write_text("""\
+fig:
+  source: "synthetic"
+  claims:
+    - {id: gain_manual, kind: ratio, value: 1.59, quote: "1.59 higher than manual placements",
+       where: "5.2.1", measure: {of: mean_gain, planner: manual},
+       robustness: {experiment: fig, quantity: "gain_over:manual"}}
+    - {id: sweep_up, kind: trend, direction: up, quote: "benefit from larger microbatches",
+       where: "5.2.3", measure: {of: mbs_trend, planner: nest, model: m}}
+""" + extra)
+    return path
+
+
+def test_report_counts_points_reasons_and_robustness(tmp_path):
+    from nest.measures import Run
+    from nest.reproduction import report
+    fig = _figure(tmp_path)
+    rob = tmp_path / "robustness.csv"
+    # the gain at each perturbation: within 10% of 1.59 everywhere but comm x1.3 (1.40)
+    pd.DataFrame({"experiment": "fig", "quantity": "gain_over:manual",
+                  "compute_scale": [1.0, 0.85, 1.15, 1.0], "comm_scale": [1.0, 1.0, 1.0, 1.3],
+                  "value": [1.5, 1.55, 1.45, 1.40], "points": 5}).to_csv(rob, index=False)
+    text = report(Run({"fig": fig}), ["fig"], _claims(tmp_path), rob)
+    row = next(ln for ln in text.splitlines() if ln.startswith("| gain_manual |"))
+    # ours 1.5 over 5 points holds at (1, 1) but not at comm x1.3: differs, not robust
+    assert "| 1.59 | 1.5 | 5 | **differs** |" in row
+    assert "does not survive (1.4-1.55)" in row and "differs at compute x1 comm x1.3" in row
+    # the artifact's own plans: 1 point scored (2.0 / 1.0), 3 batch and 1 memory, as counted
+    assert "over the artifact's own manual plans: 2.00x on 1 points (not scored: 3 batch, " \
+           "1 memory)" in text
+    assert "| paper_manual | 2.000x | 1 | 3 batch, 1 memory |" in text
+    assert "| manual | 1.500x | 5 | none |" in text
+    # only one micro-batch size: the trend is not comparable, and says why
+    assert "| sweep_up |" in text and "fewer than two feasible micro-batch sizes" in text
+    closing = text.split("## Closing note")[1]
+    assert "| fig | 0 | 1 (gain_manual) | 0 | 1 (sweep_up) | 0 of 1 rerun verdicts survive |" \
+        in closing
+
+
+def test_a_trend_the_data_reverses_is_contradicted_and_the_plans_are_named(tmp_path):
+    from nest.measures import Run
+    from nest.reproduction import evaluate
+    from nest.claims import load_claims
+    rows = [_row("m", 8, mbs, "nest", t, pp=pp, dp=8 // pp)
+            for mbs, t, pp in ((1, 1.0, 1), (2, 1.1, 1), (4, 1.3, 2), (8, 1.6, 2))]
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    df["zero"], df["recompute"] = "1", ["none", "none", "full", "full"]
+    df["max_peak_memory_bytes"] = [40e9, 50e9, 60e9, 61e9]
+    path = tmp_path / "fig.csv"
+    df.to_csv(path, index=False)
+    claims = load_claims(_claims(tmp_path))["fig"]
+    got = {r["id"]: r for r in evaluate(Run({"fig": path}), "fig", claims, None)}
+    r = got["sweep_up"]
+    assert r["ours"] == pytest.approx(1.0 / 1.6) and r["verdict"] == "contradicted"
+    assert ("plan pp=1 dp=8 tp=1 ZeRO 1 recompute none -> pp=2 dp=4 tp=1 ZeRO 1 recompute full, "
+            "peak memory 40.0 GB -> 61.0 GB") in r["why"]
+    assert got["gain_manual"]["verdict"] == "not comparable"  # no manual rows at all
+
+
+def test_a_robust_verdict_survives_every_perturbation(tmp_path):
+    from nest.claims import final_verdict, robustness
+    claim = {"kind": "ratio", "value": 1.16,
+             "robustness": {"experiment": "figure7", "quantity": "gain_over:phaze"}}
+    t = pd.DataFrame({"experiment": "figure7", "quantity": ["gain_over:phaze"] * 3
+                      + ["gain_over:mist"], "compute_scale": [1.0, 0.85, 1.15, 1.0],
+                      "comm_scale": [1.0, 0.7, 1.3, 1.0], "value": [1.13, 1.10, 1.20, 9.0],
+                      "points": 12})
+    rob = robustness(claim, t, 1.13)
+    assert rob["survives"] and (rob["low"], rob["high"]) == (1.10, 1.20)
+    assert final_verdict("holds", rob) == "holds"
+    claim["value"] = 1.49  # 1.13 differs everywhere: survives as differs
+    assert final_verdict("differs", robustness(claim, t, 1.13)) == "differs"
+
+
+def test_results_v4_columns_reason_class_batch_adjusted_and_tied_ranges(tmp_path):
+    """The fairness columns of results v4: the row's own reason_class wins over its text, points
+    scored on the batch they process are counted, and an ablation's tied placements give a
+    range."""
+    from nest.claims import measure
+    from nest.measures import Run, batch_adjusted, excluded_points, ratios
+    rows = [_row("m", n, 1, "nest", 1.0) for n in (8, 16, 32)]
+    rows += [_row("m", 8, 1, "paper_x", 2.0), _row("m", 16, 1, "paper_x", 4.0),
+             _row("m", 32, 1, "paper_x", status="infeasible", reason="out of memory: stage 0")]
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    df["reason_class"] = ["fits"] * 5 + ["batch"]
+    df["batch_adjusted"] = [False] * 4 + [True, False]
+    assert excluded_points(df, "paper_x") == {"batch": 1}
+    assert batch_adjusted(df, "paper_x", ratios(df, "paper_x")) == 1
+    # decomposition: NEST 1 s; the ablation 2 s and 1 s, the first tied between 1.5 and 4 s
+    dec = [_row("m", 8, 1, "nest", 1.0), _row("m", 16, 1, "nest", 1.0),
+           _row("m", 8, 1, "abl", 2.0), _row("m", 16, 1, "abl", 1.0)]
+    dec = pd.DataFrame(dec, columns=COLUMNS)
+    dec["time_per_batch_tied_min_s"] = [1.0, 1.0, 1.5, 1.0]
+    dec["time_per_batch_tied_max_s"] = [1.0, 1.0, 4.0, 1.0]
+    path = tmp_path / "decomposition.csv"
+    dec.to_csv(path, index=False)
+    got = measure(Run({"decomposition": path}), "decomposition",
+                  {"of": "ablation", "ablation": "abl", "cluster": "c"})
+    assert got.value == pytest.approx(1.5) and got.points == 2
+    # mean over the ties: (1.5 + 1) / 2 = 1.25 to (4 + 1) / 2 = 2.5
+    assert "at 1 points the ablation's objective ties placements" in got.detail
+    assert "the mean ranges 1.250x-2.500x" in got.detail
+
+
+def test_codesign_cells_are_aggregated_per_perturbation(tmp_path):
+    from nest.claims import final_verdict, robustness
+    claim = {"kind": "trend", "direction": "down",
+             "robustness": {"experiment": "codesign", "cells": "codesign:",
+                            "aggregate": "codesign_trend"}}
+    cells = []
+    for (c, m), (slow, fast) in {(1.0, 1.0): (4.0, 1.0), (0.85, 1.3): (5.0, 1.2),
+                                 (1.15, 0.7): (1.05, 1.0)}.items():
+        for n in (128, 1024):
+            cells += [("codesign", f"codesign:n{n}_bw12.5_os2", c, m, slow, 1),
+                      ("codesign", f"codesign:n{n}_bw400_os2", c, m, fast, 1)]
+    t = pd.DataFrame(cells, columns=["experiment", "quantity", "compute_scale", "comm_scale",
+                                     "value", "points"])
+    rob = robustness(claim, t, 0.25)
+    # fast / slow per perturbation: 0.25 (down), 0.24 (down), 0.952 (flat: the trend vanishes)
+    assert [round(v, 3) for *_, v, _ in rob["verdicts"]] == [0.24, 0.25, 0.952]
+    assert not rob["survives"] and final_verdict("holds", rob) == "differs"
+
+
+def test_search_time_reduction_is_one_minus_nest_over_mist(tmp_path):
+    from nest.claims import judge
+    from nest.claims import measure
+    from nest.measures import Run
+    path = tmp_path / "table4_search_time.csv"
+    pd.DataFrame({"model": ["a", "a", "b", "b"], "planner": ["mist", "nest"] * 2,
+                  "solve_time_s": [2.0, 3.0, 4.0, 1.0],
+                  "space_visited": ["1/6", "2/233", "6/7", "4/455"]}).to_csv(path, index=False)
+    run = Run({"table4_search_time": path})
+    got = measure(run, "search_time", {"of": "search_reduction"})
+    assert got.value == pytest.approx(((1 - 3 / 2) + (1 - 1 / 4)) / 2) and got.points == 2
+    assert "a: NEST 3.0 s (2/233 candidates), Mist 2.0 s (1/6 MILPs)" in got.detail
+    # the paper: over 30% faster on average; here 12.5%: contradicted
+    assert judge({"kind": "band", "band": [0.30, None]}, got.value) == "contradicted"
+    a = measure(run, "search_time", {"of": "search_reduction", "model": "a"})
+    assert a.value == pytest.approx(-0.5) and a.points == 1

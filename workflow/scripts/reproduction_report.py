@@ -1,12 +1,12 @@
-"""Snakemake adapter: every experiment's outputs -> results/REPRODUCTION.md."""
+"""Snakemake adapter: every experiment's outputs (+ robustness.csv) -> results/REPRODUCTION.md."""
 from _job import start
 
 from nest.reproduction import write
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)
-csvs = dict(zip(sm.params.figures, sm.input.csvs))
-md = sorted(str(p) for p in sm.input.extra if str(p).endswith(".md"))
-csv = sorted(str(p) for p in sm.input.extra if str(p).endswith(".csv"))
-write(csvs, sm.input.claims, md, sm.output[0], csv)
+files = sorted({str(p) for p in [*sm.input.csvs, *sm.input.extra]})
+md = [p for p in files if p.endswith(".md")]
+robustness = str(sm.input.robustness[0]) if sm.input.robustness else None
+write(files, list(sm.params.experiments), sm.input.claims, sm.output[0], robustness, md)
 print(open(sm.output[0]).read())

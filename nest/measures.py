@@ -1,0 +1,282 @@
+"""A claim's `measure` + the run's CSVs -> our value, the points behind it and why (computed).
+
+Every function takes the run (`Run`: the CSVs by file stem), the claim's experiment and the
+measure's parameters, and returns `Ours(value, points, detail)`: `detail` is built only from the
+CSVs' own columns (status, reason, plans, breakdowns), so the report never states a reason the
+data does not show. This module: the figures' gains, sweeps and plans; nest/table_measures.py:
+the tables, communication shares, decomposition and co-design; nest.claims.MEASURES names them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+KEY = ["model", "cluster", "num_devices", "mbs"]
+TIE = 0.01  # a gain within 1% of 1: the baseline found NEST's plan or one as fast
+
+
+@dataclass
+class Ours:
+    value: object
+    points: int
+    detail: str = ""
+
+
+class Run:
+    """The run's CSVs by file stem (results/figure5.csv -> 'figure5'), read once."""
+
+    def __init__(self, paths: dict[str, str | Path]):
+        self.paths = {k: Path(v) for k, v in paths.items()}
+        self._cache: dict[str, pd.DataFrame | None] = {}
+
+    @classmethod
+    def from_files(cls, files) -> Run:
+        return cls({Path(f).stem: f for f in files if str(f).endswith(".csv")})
+
+    def frame(self, stem: str) -> pd.DataFrame | None:
+        if stem not in self._cache:
+            p = self.paths.get(stem)
+            self._cache[stem] = pd.read_csv(p) if p and p.exists() else None
+        return self._cache[stem]
+
+
+def _none(why: str) -> Ours:
+    return Ours(None, 0, why)
+
+
+def _plan(r) -> str:
+    return f"pp={int(r.pp)} dp={int(r.dp)} tp={int(r.tp)}"
+
+
+def _plan_memory(r) -> str:
+    """The plan with what memory made it choose (ZeRO, recomputation)."""
+    return f"{_plan(r)} ZeRO {r.zero} recompute {r.recompute}"
+
+
+def _peak(r) -> str:
+    peak = getattr(r, "max_peak_memory_bytes", None)
+    return f"{peak / 1e9:.1f} GB" if peak is not None and peak == peak else "-"
+
+
+def _figure(run: Run, exp: str, models=None, num_devices=None):
+    df = run.frame(exp)
+    if df is None:
+        return None
+    if models:
+        df = df[df.model.isin(models)]
+    if num_devices:
+        df = df[df.num_devices.isin(num_devices)]
+    return df
+
+
+def ratios(df: pd.DataFrame, planner: str) -> pd.DataFrame:
+    """Per point where NEST and `planner` both fit: NEST's throughput over the planner's."""
+    ok = df[df.feasible.astype(bool)]
+    a = ok[ok.planner == "nest"].set_index(KEY).throughput_samples_per_s
+    b = ok[ok.planner == planner].set_index(KEY).throughput_samples_per_s
+    both = pd.concat([a.rename("nest"), b.rename("base")], axis=1, join="inner")
+    cols = [c for c in ("pp", "dp", "tp", "placement") if c in ok]
+
+    def plans(who):
+        f = ok[ok.planner == who].set_index(KEY)[cols]
+        return pd.Series([" ".join(map(str, t)) for t in f.itertuples(index=False)],
+                         index=f.index, dtype=object).reindex(both.index)
+
+    same = (plans("nest") == plans(planner)).to_numpy(dtype=bool)
+    return both.assign(gain=both.nest / both.base, same_plan=same).reset_index()
+
+
+def _gain_detail(df: pd.DataFrame, planner: str, r: pd.DataFrame) -> str:
+    if r.empty:
+        return ""
+    top = r.loc[r.gain.idxmax()]
+    ties = int((r.gain <= 1 + TIE).sum())
+    same = int(r.same_plan.sum())
+    return (f"{planner} is within {TIE:.0%} of NEST at {ties} of {len(r)} points (the same "
+            f"pp, dp, tp and placement as NEST's at {same}); the largest "
+            f"gain is {top.gain:.2f}x ({top.model}, {int(top.num_devices)} devices, mbs "
+            f"{int(top.mbs)})")
+
+
+def mean_gain(run, exp, planner, models=None, num_devices=None, stat="mean"):
+    df = _figure(run, exp, models, num_devices)
+    if df is None or "nest" not in set(df.planner):
+        return _none(f"no NEST rows in {exp}")
+    r = ratios(df, planner)
+    if r.empty:
+        return _none(f"no point of {exp} where NEST and {planner} both fit")
+    value = {"mean": r.gain.mean(), "min": r.gain.min(), "max": r.gain.max()}[stat]
+    detail = _gain_detail(df, planner, r)
+    own = f"paper_{planner}"
+    if own in set(df.planner):
+        o, lost = ratios(df, own), excluded_points(df, own)
+        adj = batch_adjusted(df, own, o)
+        detail += (f"; over the artifact's own {planner} plans: "
+                   + (f"{o.gain.mean():.2f}x on {len(o)} points" if len(o) else "no point")
+                   + (f" ({adj} scored on the batch they process, not the configured one)"
+                      if adj else "")
+                   + (" (not scored: " + ", ".join(f"{n} {k}" for k, n in sorted(lost.items()))
+                      + ")" if lost else ""))
+    return Ours(float(value), len(r), detail)
+
+
+def min_gain(run, exp, planner, models=None):
+    return mean_gain(run, exp, planner, models, stat="min")
+
+
+def gain_ratio(run, exp, planner, other):
+    a, b = mean_gain(run, exp, planner), mean_gain(run, exp, other)
+    if a.value is None or b.value is None:
+        return _none(a.detail if a.value is None else b.detail)
+    return Ours(a.value / b.value, min(a.points, b.points),
+                f"mean gain over {planner} {a.value:.2f}x ({a.points} points), over {other} "
+                f"{b.value:.2f}x ({b.points} points)")
+
+
+def gain_over_devices(run, exp, planner):
+    df = _figure(run, exp)
+    r = ratios(df, planner) if df is not None else pd.DataFrame()
+    if r.empty:
+        return _none(f"no point where NEST and {planner} both fit")
+    by_n = r.groupby("num_devices").gain.mean()
+    return Ours(float(by_n.iloc[-1] / by_n.iloc[0]), len(r),
+                "mean gain by device count: " + ", ".join(f"{n}: {g:.2f}x"
+                                                          for n, g in by_n.items()))
+
+
+def match_devices(run, exp, planner, model, within=TIE):
+    df = _figure(run, exp, [model])
+    r = ratios(df, planner) if df is not None else pd.DataFrame()
+    if r.empty:
+        return _none(f"no point where NEST and {planner} both fit on {model}")
+    by_n = r.groupby("num_devices").gain.mean()
+    return Ours(sorted(int(n) for n, g in by_n.items() if g <= 1 + within), len(r),
+                f"NEST's gain over {planner} on {model}: "
+                + ", ".join(f"{n}: {g:.3f}x" for n, g in by_n.items()))
+
+
+def scaling(run, exp, planner="nest"):
+    df = _figure(run, exp)
+    ok = df[(df.planner == planner) & df.feasible.astype(bool)] if df is not None else None
+    if ok is None or ok.empty:
+        return _none(f"no feasible {planner} rows in {exp}")
+    effs, parts = [], []
+    for model, g in ok.groupby("model"):
+        g = g.sort_values("num_devices")
+        if len(g) < 2:
+            continue
+        lo, hi = g.iloc[0], g.iloc[-1]
+        eff = (hi.throughput_samples_per_s / lo.throughput_samples_per_s
+               / (hi.num_devices / lo.num_devices))
+        effs.append(eff)
+        parts.append(f"{model} {int(lo.num_devices)}->{int(hi.num_devices)}: {eff:.2f}")
+    if not effs:
+        return _none("no model with two device counts")
+    return Ours(sum(effs) / len(effs), len(effs), "scaling efficiency " + ", ".join(parts))
+
+
+def _series(df, planner, model):
+    ok = df[(df.planner == planner) & (df.model == model) & df.feasible.astype(bool)]
+    return ok.sort_values(["num_devices", "mbs"])
+
+
+def mbs_trend(run, exp, planner, model=None, stat="last_over_first"):
+    """Throughput at the largest feasible micro-batch size over the smallest (or the best size
+    over the smallest: stat max_over_first); without a model, the largest over the models (the
+    paper's "up to")."""
+    df = run.frame(exp)
+    if df is None:
+        return _none(f"no {exp} CSV")
+    best, parts, points = None, [], 0
+    for m in ([model] if model else sorted(set(df.model))):
+        groups = [(n, s) for n, s in _series(df, planner, m).groupby("num_devices")
+                  if len(s) >= 2]
+        if not groups:
+            parts.append(f"{planner} {m}: fewer than two feasible micro-batch sizes at any "
+                         "device count")
+        for n, s in groups:
+            t = s.throughput_samples_per_s.to_numpy()
+            r = (t.max() if stat == "max_over_first" else t[-1]) / t[0]
+            first, last = s.iloc[0], s.iloc[-1]
+            plans = (f"plan {_plan_memory(first)} -> {_plan_memory(last)}"
+                     if _plan_memory(first) != _plan_memory(last)
+                     else f"same plan {_plan_memory(first)}")
+            plans += f", peak memory {_peak(first)} -> {_peak(last)}"
+            parts.append(f"{planner} {m} on {n} devices: mbs {int(first.mbs)} -> "
+                         f"{int(last.mbs)} throughput " + " -> ".join(f"{x:.4g}" for x in t)
+                         + f" samples/s ({r:.2f}x; {plans})")
+            best, points = (r if best is None else max(best, r)), points + len(s)
+    return Ours(best, points, "; ".join(parts))
+
+
+def gain_change(run, exp, planner, model, baseline_experiment):
+    a = mean_gain(run, exp, planner, [model])
+    b = mean_gain(run, baseline_experiment, planner, [model])
+    if a.value is None or b.value is None:
+        return _none(a.detail if a.value is None else b.detail)
+    return Ours(a.value / b.value, a.points + b.points,
+                f"NEST's mean gain over {planner} on {model}: {b.value:.2f}x in "
+                f"{baseline_experiment} ({b.points} points), {a.value:.2f}x in {exp} "
+                f"({a.points} points)")
+
+
+def same_plan(run, exp, planner, model):
+    df = _figure(run, exp, [model])
+    ok = df[df.feasible.astype(bool)] if df is not None else None
+    if ok is None:
+        return _none(f"no {exp} CSV")
+    cols = ["pp", "dp", "tp", "placement"]
+    a = ok[ok.planner == "nest"].set_index(KEY)[cols]
+    b = ok[ok.planner == planner].set_index(KEY)[cols]
+    both = a.merge(b, left_index=True, right_index=True, suffixes=("", "_b"))
+    if both.empty:
+        return _none(f"no point where NEST and {planner} both fit on {model}")
+    same = [all(r[c] == r[c + "_b"] for c in cols) for _, r in both.iterrows()]
+    parts = [f"{int(k[2])} devices: NEST {_plan(r)} {r.placement}, {planner} pp={int(r.pp_b)} "
+             f"dp={int(r.dp_b)} tp={int(r.tp_b)} {r.placement_b}" for k, r in both.iterrows()]
+    return Ours(all(same), len(both), "; ".join(parts))
+
+
+def plan_changes(run, exp, planner, model, mbs):
+    s = _series(run.frame(exp), planner, model) if run.frame(exp) is not None else None
+    if s is None:
+        return _none(f"no {exp} CSV")
+    s = s[s.mbs.isin(mbs)]
+    if len(s) < 2:
+        return _none(f"{planner} {model}: not feasible at micro-batch sizes {mbs}")
+    plans = [f"{_plan(r)} {r.placement}" for r in s.itertuples()]
+    return Ours(len(set(plans)) > 1, len(s), "; ".join(
+        f"mbs {int(r.mbs)}: {p}" for r, p in zip(s.itertuples(), plans)))
+
+def excluded_points(df: pd.DataFrame, planner: str) -> dict[str, int]:
+    """Points where `planner` has no scored plan, counted by the class of their reason: the
+    results' own reason_class column where it has one (nest.results.REASON_CLASSES), else read
+    from status and reason: batch (the global batch is not a multiple of mbs x dp x ep), devices
+    (the plan needs more devices than exist), memory (no plan fits), not_applicable (the planner
+    does not cover the point), crash, or none_found (any other reason)."""
+    rows = df[(df.planner == planner) & ~df.feasible.astype(bool)]
+    out: dict[str, int] = {}
+    for r in rows.itertuples():
+        text = str(r.reason or "")
+        given = getattr(r, "reason_class", None)
+        cls = (given if isinstance(given, str) and given and given != "fits"
+               else "not_applicable" if r.status == "not_applicable"
+               else "crash" if r.status == "crashed"
+               else "batch" if "not a multiple of" in text
+               else "devices" if " devices of " in text or "devices >" in text
+               else "memory" if ("fits in" in text or "memory" in text or "GB" in text)
+               else "none_found")
+        out[cls] = out.get(cls, 0) + 1
+    return out
+
+
+def batch_adjusted(df: pd.DataFrame, planner: str, r: pd.DataFrame) -> int:
+    """How many of the compared points `r` score `planner`'s plan on the batch it processes rather
+    than the configured one (results v4's batch_adjusted column; 0 without it)."""
+    if "batch_adjusted" not in df or r.empty:
+        return 0
+    adj = df[df.planner == planner].set_index(KEY).batch_adjusted
+    adj = adj.astype("boolean").fillna(False).astype(bool)
+    return int(adj.reindex(pd.MultiIndex.from_frame(r[KEY])).fillna(False).astype(bool).sum())
