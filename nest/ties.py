@@ -62,3 +62,15 @@ def tie_record(plans_and_times: list[tuple[str, float | None]]) -> dict:
     return {"placements": [p for p, _ in plans_and_times],
             "time_per_batch_min_s": min(times) if times else None,
             "time_per_batch_max_s": max(times) if times else None}
+
+
+def with_placement(plan, placement: str):
+    """`plan` (a regular placement) with its stages' devices laid out by `placement` instead
+    (nest.plan.place); cuts, options and variants unchanged."""
+    from dataclasses import replace
+
+    from nest.plan import place
+
+    ids = place(plan.pp, plan.dp, plan.width, placement, tp=plan.tp, cp=plan.cp, ep=plan.ep)
+    return plan.with_(placement=placement, stages=tuple(
+        replace(s, device_ids=tuple(i)) for s, i in zip(plan.stages, ids)))
