@@ -165,10 +165,8 @@ def plot_decomposition(df: pd.DataFrame, table: pd.DataFrame, png: str | Path, p
     ncl = max(len(clusters), 1)
     fig, axes = plt.subplots(1, ncl, squeeze=False, layout="constrained",
                              figsize=(0.9 * max(len(ablations), 2) * ncl + 1.5, 3.9))
-    hi = float(np.nanmax(table[["max_ratio", "max_ratio_tied"]].to_numpy(dtype=float),
-                         initial=1.0)) if "max_ratio_tied" in table else float(
-        np.nanmax(table.max_ratio.to_numpy(dtype=float), initial=1.0))
-    top = max(1.1, min(hi, CLIP) * 1.04)
+    hi = float(np.nanmax(table.max_ratio.to_numpy(dtype=float), initial=1.0))
+    top = max(1.1, min(hi, CLIP) * 1.04)  # a worst tie above it is cut, its value written
     edge = top / 1.02
     for ax, cluster in zip(axes[0], clusters):
         sizes = sorted(set(df[df.cluster == cluster].num_devices))
@@ -197,8 +195,8 @@ def plot_decomposition(df: pd.DataFrame, table: pd.DataFrame, png: str | Path, p
                         ax.plot([xi, xi], [min(yi, edge), min(wi, edge)], color=f"C{k}",
                                 linewidth=0.6, alpha=0.6, zorder=1.5)
                         if wi > edge:
-                            ax.text(xi, edge, f"tie {wi:.1f}x", rotation=90, ha="right",
-                                    va="top", fontsize=5.5, color=f"C{k}")
+                            ax.text(xi, edge, f"tie: {wi:.1f}x", rotation=90, ha="right",
+                                    va="top", fontsize=6, color=f"C{k}")
                 inside = y <= edge
                 ax.plot(x[inside], y[inside], linestyle="none",
                         marker=MARKERS[k % len(MARKERS)], markersize=4, color=f"C{k}",
@@ -223,10 +221,11 @@ def plot_decomposition(df: pd.DataFrame, table: pd.DataFrame, png: str | Path, p
     uniq = dict(zip(labels, handles))
     fig.legend(uniq.values(), uniq.keys(), fontsize=7, loc="outside lower center",
                ncol=max(len(uniq), 1), frameon=False)
-    clipped = hi > edge
-    fig.suptitle(title or ("NEST's gain decomposed: one capability off at a time (bar: mean"
-                           + (f"; axis cut at {top:.2f}x, larger values written" if clipped
-                              else "") + ")"), fontsize=9, wrap=True)
+    note = [f"axis cut at {top:.2f}x, larger values written"] if hi > edge else []
+    if "max_ratio_tied" in table and (table.points_tied > 0).any():
+        note.append("thin line: up to the worst placement the ablation's objective tied")
+    fig.suptitle(title or "NEST's gain decomposed: one capability off at a time (bar: mean"
+                 + "".join(f"; {x}" for x in note) + ")", fontsize=9, wrap=True)
     save_figure(fig, png, pdf)
 
 

@@ -318,12 +318,16 @@ def _gain_panel(ax, tab: pd.DataFrame, key: tuple, groups: list[tuple], gcols: l
 
     ax.set_gid(GAIN_GID)
     model, cluster = key
-    sub = tab[(tab.model == model) & (tab.cluster == cluster) & (tab.planner != "nest")]
+    panel = tab[(tab.model == model) & (tab.cluster == cluster)]
+    slots = sorted(set(panel.planner[panel.status != "not_applicable"]), key=planner_rank)
+    width = 0.84 / max(len(slots), 1)  # each planner's points above its bar (none hidden)
+    sub = panel[panel.planner != "nest"]
     pos = _xpos(groups)
     values = [1.0]
     for planner in sorted(set(sub.planner), key=planner_rank):
         rows = sub[(sub.planner == planner) & sub.nest_gain.notna()]
-        pts = sorted((pos[g], r.nest_gain) for r in rows.itertuples(index=False)
+        off = (slots.index(planner) - (len(slots) - 1) / 2) * width if planner in slots else 0
+        pts = sorted((pos[g] + off, r.nest_gain) for r in rows.itertuples(index=False)
                      if (g := tuple(getattr(r, c) for c in gcols)) in pos)
         paper = paper_gains.get(planner, paper_gains.get(planner.removeprefix("paper_")))
         if pts:
