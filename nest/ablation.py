@@ -20,9 +20,17 @@ plan where NEST does shows a capability that makes the point fit at all. `decomp
 summarises it per ablation and cluster; a ratio below 1 would be a solver bug and is counted
 (`points_ablation_faster`, expected 0).
 
+Ties. Where an ablation's own objective cannot tell placements apart (the flattened network
+prices a ring inside a node and one across nodes microseconds apart), its plan is the one in
+Megatron-LM's default rank order (nest.ties, in the solver every nest_* planner runs), and the
+results carry the range over the tied placements on the real network: the table counts those
+points (`points_tied`) and gives the worst tie's ratio (`max_ratio_tied`), the figure draws it as
+a thin line, so no headline rests on a tie-break.
+
 Co-design. One model on a cluster whose inter-node bandwidth and oversubscription are swept
 (`derive_cluster`): per network, NEST (network-aware) and the flat-network planner, both scored
-on that network; gain = T(flat) / T(nest). Each point is cached as JSON under a folder, keyed by
+on that network; gain = T(flat) / T(nest), the flat plan's tie (if any) broken as above and its
+worst tied placement on the cell's network reported beside it. Each point is cached as JSON under a folder, keyed by
 a digest of the run's inputs, so an interrupted sweep resumes and a changed input recomputes.
 """
 

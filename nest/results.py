@@ -58,8 +58,10 @@ def no_plan_record(planner: str, model: str, cluster: str, num_devices: int, mbs
     return rec
 
 
+# the planners' own no-plan messages (baselines/*.py, nest.solver.infeasibility_reason), by class
+_BATCH = re.compile(r"not a multiple of|must split global_batch|exceeds the global batch")
 _DEVICES = re.compile(r"needs? \d+ devices|more than the \d+ devices|needs more devices")
-_MEMORY = re.compile(r"out of memory|fits? in [\d.]+ GB|HBM|does not fit")
+_MEMORY = re.compile(r"memory|HBM|fits? in [\d.]+ GB|does not fit")
 
 
 def reason_class(status: str, reason: str, evaluation: dict | None = None,
@@ -67,8 +69,9 @@ def reason_class(status: str, reason: str, evaluation: dict | None = None,
     """The row's REASON_CLASSES entry. A plan the evaluator rejected: `batch` where mbs x dp x ep
     does not divide the batch it was scored on and no stage is out of memory (the evaluator's
     'out of memory:' verdict), else `memory`. No plan: the class the planner gave
-    (NoPlan.kind), else read from its message: 'not a multiple of' -> batch, a device count it
-    lacks -> devices, a memory verdict -> memory, anything else -> none_found."""
+    (NoPlan.kind), else read from its message (the patterns above: a batch split -> batch, a
+    device count it lacks -> devices, a memory verdict -> memory, anything else ->
+    none_found)."""
     if status == "feasible":
         return "fits"
     if status == "crashed":
@@ -81,7 +84,7 @@ def reason_class(status: str, reason: str, evaluation: dict | None = None,
         return "batch" if batch_bad and "out of memory" not in reason else "memory"
     if plan is not None and plan.get("reason_class") in REASON_CLASSES:
         return plan["reason_class"]
-    if "not a multiple of" in reason:
+    if _BATCH.search(reason):
         return "batch"
     if _DEVICES.search(reason):
         return "devices"

@@ -263,4 +263,13 @@ def test_reason_class_of_an_evaluator_rejected_plan():
     assert reason_class("no_plan", "Manual 8/8/8 (ep=1) needs 512 devices > 128") == "devices"
     assert reason_class("no_plan", "anything", None, {"reason_class": "memory"}) == "memory"
     assert reason_class("no_plan", "the search space holds no variant") == "none_found"
+    # the baselines' own messages (baselines/alpa_e.py, mcmc.py; nest.solver)
+    assert reason_class("no_plan", "num_microbatches=3 must split global_batch=8 into whole "
+                        "mbs=1 slices over a divisor of 8 devices") == "batch"
+    assert reason_class("no_plan", "no chain found a plan that fits in memory (20 proposals)"
+                        ) == "memory"
+    assert reason_class("no_plan", "the search space is empty: every variant needs more than "
+                        "the 4 devices or more replicas than the batch has") == "devices"
+    assert reason_class("no_plan", "no plan fits in 0.03 GB per device even with ZeRO-3") == (
+        "memory")
     assert reason_class("crashed", "planner crashed: ValueError") == "crash"
