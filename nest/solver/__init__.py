@@ -269,6 +269,9 @@ def plan(problem: Problem, settings: dict):
                  f"{best_T:.6g} s there; " + notes)
     if even:
         notes = "even cuts; " + notes
+    if len(stats["tied"]) > 1:
+        notes += (f"; placements {', '.join(b[3] for _, b in stats['tied'])} tied under the "
+                  f"objective (nest.ties): the first kept")
     return out.with_(predicted_time_per_batch_s=best_T, solve_time_s=time.perf_counter() - t0,
                      notes=notes)
 
