@@ -45,24 +45,50 @@ def plan(problem: Problem, settings: dict):
     p, d, t, e = manual_config(m.name, problem.cluster.name, problem.num_devices)
     need = p * d * t * e
     if need > problem.num_devices:
-        raise NoPlan(f"Manual {p}/{d}/{t} (ep={e}) needs {need} devices > {problem.num_devices}")
-    gb = problem.training.global_batch
-    if gb % (problem.mbs * d * e):
-        raise NoPlan(f"Manual {p}/{d}/{t} (ep={e}): global batch {gb} is not a multiple of "
-                     f"mbs x dp x ep = {problem.mbs * d * e}, so no whole number of "
-                     f"micro-batches processes exactly the batch (Megatron-LM refuses it)")
+        raise NoPlan(f"Manual {p}/{d}/{t} (ep={e}) needs {need} devices > {problem.num_devices}",
+                     kind="devices")
+    problem, adjusted = on_processed_batch(problem, d, e, f"Manual {p}/{d}/{t} (ep={e})")
     v = Variant(tp=t, sp=False, ep=e, cp=1)
     problem = problem.with_variants([v])
     cuts = uniform_cuts(m.num_layers, p)
     plan_, ev = least_recompute(problem, "manual", v, p, d, cuts, settings.get("zero_stage", 0),
                                 settings.get("recompute_order", RECOMPUTE_ORDER))
     if ev.feasible:
-        return plan_
+        return plan_.with_(**adjusted)
     raise NoPlan(f"Manual {p}/{d}/{t} (ep={e}) does not fit even with full recomputation: "
-                 f"{ev.reason}")
+                 f"{ev.reason}", kind="memory")
 
 
 RECOMPUTE_ORDER = ("none", "selective", "full")
+
+
+def processed_batch(global_batch: int, split: int) -> int:
+    """The batch a plan of `split` = mbs x dp x ep samples per micro-batch step processes when
+    the configured global batch is not a multiple of it: the largest multiple of split not above
+    the configured batch (the launcher's global batch rounded down to whole micro-batches, so no
+    sample is counted that the configured batch does not hold); 0 if split exceeds it."""
+    return global_batch // split * split
+
+
+def on_processed_batch(problem: Problem, dp: int, ep: int, who: str):
+    """(problem, plan fields) for a replayed plan of data-parallel degree dp and ep: the problem
+    unchanged and no fields where mbs x dp x ep divides the global batch; otherwise the problem
+    at the processed batch (`processed_batch`) and the fields that flag it (extra
+    ["batch_configured"], a note), so that the shared evaluator scores the plan on the batch it
+    processes and its throughput (samples per second) compares with the other planners'.
+    NoPlan(kind="batch") if one micro-batch step already exceeds the global batch."""
+    gb = problem.training.global_batch
+    split = problem.mbs * dp * ep
+    if gb % split == 0:
+        return problem, {}
+    done = processed_batch(gb, split)
+    if done == 0:
+        raise NoPlan(f"{who}: mbs x dp x ep = {split} exceeds the global batch {gb}",
+                     kind="batch")
+    note = (f"global batch {gb} is not a multiple of mbs x dp x ep = {split}: scored on the "
+            f"{done} samples it processes ({done // split} micro-batches per replica)")
+    return problem.with_training(global_batch=done), {"extra": {"batch_configured": gb},
+                                                      "notes": note}
 
 
 def least_recompute(problem: Problem, planner: str, v: Variant, p: int, d: int, cuts,

@@ -44,7 +44,7 @@ from nest.graph.layer_graph import Variant
 from nest.planners import NoPlan, NotApplicable, merged_settings
 from nest.specs import config_dir, read_yaml
 
-from baselines.manual import least_recompute, uniform_cuts
+from baselines.manual import least_recompute, on_processed_batch, uniform_cuts
 
 BASELINES = ("manual", "mcmc", "phaze")
 DEFAULTS = {"baseline": None, "table": None}  # table: a CSV path; None: config/paper/<TABLE>
@@ -196,13 +196,14 @@ def plan(problem: Problem, settings: dict):
                             f"do not declare")
     need = p * d * t * e
     if need > n:
-        raise NoPlan(f"{origin}: the artifact's plan needs {need} devices of {n}")
+        raise NoPlan(f"{origin}: the artifact's plan needs {need} devices of {n}", kind="devices")
     cuts, how = stage_cuts(row, m.num_layers, path)
-    problem = problem.with_variants([v])
-    notes = [origin, how]
+    problem, adjusted = on_processed_batch(problem.with_variants([v]), d, e, origin)
+    notes = [origin, how, *([adjusted["notes"]] if adjusted else [])]
     if need < n:
         notes.append(f"{n - need} of {n} devices idle")
     candidate, ev = least_recompute(problem, f"paper_{base}", v, p, d, cuts)
+    candidate = candidate.with_(extra=adjusted.get("extra", {}))
     if ev.feasible:
         mode = candidate.stages[0].recompute
         return candidate.with_(notes="; ".join([*notes, f"recompute {mode}"]))

@@ -20,9 +20,17 @@ plan where NEST does shows a capability that makes the point fit at all. `decomp
 summarises it per ablation and cluster; a ratio below 1 would be a solver bug and is counted
 (`points_ablation_faster`, expected 0).
 
+Ties. Where an ablation's own objective cannot tell placements apart (the flattened network
+prices a ring inside a node and one across nodes microseconds apart), its plan is the one in
+Megatron-LM's default rank order (nest.ties, in the solver every nest_* planner runs), and the
+results carry the range over the tied placements on the real network: the table counts those
+points (`points_tied`) and gives the worst tie's ratio (`max_ratio_tied`), the figure draws it as
+a thin line, so no headline rests on a tie-break.
+
 Co-design. One model on a cluster whose inter-node bandwidth and oversubscription are swept
 (`derive_cluster`): per network, NEST (network-aware) and the flat-network planner, both scored
-on that network; gain = T(flat) / T(nest). Each point is cached as JSON under a folder, keyed by
+on that network; gain = T(flat) / T(nest), the flat plan's tie (if any) broken as above and its
+worst tied placement on the cell's network reported beside it. Each point is cached as JSON under a folder, keyed by
 a digest of the run's inputs, so an interrupted sweep resumes and a changed input recomputes.
 """
 
@@ -56,7 +64,11 @@ CAPABILITIES = {
 KEY = ["model", "cluster", "num_devices", "mbs"]
 TABLE_COLUMNS = ["ablation", "capability", "cluster", "points", "points_both_feasible",
                  "mean_ratio", "min_ratio", "max_ratio", "points_equal",
-                 "points_only_nest_feasible", "points_ablation_faster", "points_crashed"]
+                 "points_only_nest_feasible", "points_ablation_faster", "points_crashed",
+                 "points_tied", "max_ratio_tied"]
+# points_tied: points where the ablation's objective tied several placements (nest.ties: the plan
+# is the Megatron-order one); max_ratio_tied: the largest T(worst tied placement) / T(reference)
+# over the points both fit, what an arbitrary tie-break could have reported instead
 EQUAL = 1e-9  # relative: T(ablation) within this of T(nest) counts as "capability unused"
 
 
@@ -82,6 +94,7 @@ def decomposition_table(df: pd.DataFrame, reference: str = "nest",
             ref_ok = g.feasible_ref.fillna(False).astype(bool)
             both = g[g.feasible.astype(bool) & ref_ok]
             ratio = (both.time_per_batch_s / both.time_per_batch_s_ref).astype(float)
+            worst = (_tied_max(both) / both.time_per_batch_s_ref).astype(float)
             lost = g.status.isin(["infeasible", "no_plan"]) & ref_ok
             nan = float("nan")
             rows.append({
@@ -93,8 +106,24 @@ def decomposition_table(df: pd.DataFrame, reference: str = "nest",
                 "points_equal": int((ratio <= 1 + EQUAL).sum()),
                 "points_only_nest_feasible": int(lost.sum()),
                 "points_ablation_faster": int((ratio < 1 - EQUAL).sum()),
-                "points_crashed": int((g.status == "crashed").sum())})
+                "points_crashed": int((g.status == "crashed").sum()),
+                "points_tied": int((_tied_count(g) > 1).sum()),
+                "max_ratio_tied": worst.max() if len(both) else nan})
     return pd.DataFrame(rows, columns=TABLE_COLUMNS)
+
+
+def _tied_count(g: pd.DataFrame) -> pd.Series:
+    if "tied_candidates" not in g:
+        return pd.Series(1, index=g.index)
+    return pd.to_numeric(g.tied_candidates, errors="coerce").fillna(1)
+
+
+def _tied_max(g: pd.DataFrame) -> pd.Series:
+    """The worst tied placement's time per batch (the row's own where nothing tied)."""
+    if "time_per_batch_tied_max_s" not in g:
+        return g.time_per_batch_s.astype(float)
+    return pd.to_numeric(g.time_per_batch_tied_max_s, errors="coerce").fillna(
+        g.time_per_batch_s.astype(float))
 
 
 def decomposition_markdown(table: pd.DataFrame, reference: str = "nest") -> str:
@@ -103,45 +132,60 @@ def decomposition_markdown(table: pd.DataFrame, reference: str = "nest") -> str:
              "where both fit (mean, min-max); 'unused' counts the points where switching it off "
              f"costs nothing; 'only {reference} fits' the points it takes to fit at all.", "",
              f"| capability off (planner) | cluster | both fit | mean | min-max | unused "
-             f"| only {reference} fits |",
-             "|---|---|---|---|---|---|---|"]
+             f"| only {reference} fits | tied placements (worst tie) |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in table.itertuples():
         if r.points_both_feasible:
             stats = f"{r.mean_ratio:.3f}x | {r.min_ratio:.3f}-{r.max_ratio:.3f}x"
         else:
             stats = "- | -"
         extra = f" (crashed: {r.points_crashed})" if r.points_crashed else ""
+        tie = (f"{r.points_tied} ({r.max_ratio_tied:.3f}x)" if r.points_tied
+               and not pd.isna(r.max_ratio_tied) else str(r.points_tied))
         lines.append(f"| {r.capability} ({r.ablation}) | {r.cluster} | "
                      f"{r.points_both_feasible}/{r.points} | {stats} | {r.points_equal} | "
-                     f"{r.points_only_nest_feasible}{extra} |")
+                     f"{r.points_only_nest_feasible}{extra} | {tie} |")
     bad = int(table.points_ablation_faster.sum())
-    lines += ["", "Check: no ablation is faster than NEST anywhere." if not bad else
+    lines += ["", "Tied placements: points where the ablation's own objective could not tell "
+              "placements apart (nest.ties); its plan is then the one in Megatron-LM's default "
+              "rank order, and the worst tie is what another tie-break would have reported.",
+              "", "Check: no ablation is faster than NEST anywhere." if not bad else
               f"WARNING: an ablation beats NEST at {bad} point(s) (NEST should be exact)."]
     return "\n".join(lines) + "\n"
 
 
 MARKERS = "osD^v<>pP*X"
+CLIP = 2.0  # decomposition figure: ratios above this are drawn at the top edge, value written
 
 
 def plot_decomposition(df: pd.DataFrame, table: pd.DataFrame, png: str | Path, pdf: str | Path,
                        reference: str = "nest", title: str = "") -> None:
     """One panel per cluster: per ablation, T(ablation) / T(reference) of every point where both
     fit (one marker per model, devices spread sideways), the mean as a bar, and how many points
-    only the reference fits above it."""
+    only the reference fits above it. The y axis ends at CLIP x at most, so that ratios near 1
+    stay readable: a point or mean above it is drawn at the edge as a triangle with its value.
+    Where the ablation's objective tied placements (nest.ties), a thin line runs from the point
+    up to the worst tied placement's ratio (what another tie-break would have given)."""
     clusters = sorted(set(table.cluster))
     ablations = list(dict.fromkeys(table.ablation))
     models = list(dict.fromkeys(df.model))
     ref = df[df.planner == reference].set_index(KEY)[["feasible", "time_per_batch_s"]]
-    fig, axes = plt.subplots(1, max(len(clusters), 1), squeeze=False,
-                             figsize=(0.9 * max(len(ablations), 2) * max(len(clusters), 1) + 1.5,
-                                      3.6))
-    top = max(2.0, float(np.nanmax(table.max_ratio.to_numpy(dtype=float), initial=1.0)) * 1.15)
+    ncl = max(len(clusters), 1)
+    fig, axes = plt.subplots(1, ncl, squeeze=False, layout="constrained",
+                             figsize=(0.9 * max(len(ablations), 2) * ncl + 1.5, 3.9))
+    hi = float(np.nanmax(table.max_ratio.to_numpy(dtype=float), initial=1.0))
+    top = max(1.1, min(hi, CLIP) * 1.04)  # a worst tie above it is cut, its value written
+    edge = top / 1.02
     for ax, cluster in zip(axes[0], clusters):
         sizes = sorted(set(df[df.cluster == cluster].num_devices))
         for i, planner in enumerate(ablations):
             row = table[(table.ablation == planner) & (table.cluster == cluster)].iloc[0]
             if row.points_both_feasible:
-                ax.bar(i, row.mean_ratio - 1, bottom=1, width=0.7, color="0.85", zorder=1)
+                ax.bar(i, min(row.mean_ratio, edge) - 1, bottom=1, width=0.7, color="0.85",
+                       zorder=1)
+                if row.mean_ratio > edge:
+                    ax.text(i, edge, f"mean\n{row.mean_ratio:.2f}x", ha="center", va="top",
+                            fontsize=6)
             g = df[(df.planner == planner) & (df.cluster == cluster)].set_index(KEY)
             g = g.join(ref.add_suffix("_ref"), how="left")
             g = g[g.feasible.astype(bool) & g.feasible_ref.fillna(False).astype(bool)]
@@ -152,27 +196,44 @@ def plot_decomposition(df: pd.DataFrame, table: pd.DataFrame, png: str | Path, p
                 n = pts.index.get_level_values("num_devices")
                 x = i + np.array([(sizes.index(v) / max(len(sizes) - 1, 1) - 0.5) * 0.5
                                   for v in n]) + (k - (len(models) - 1) / 2) * 0.03
-                ax.plot(x, (pts.time_per_batch_s / pts.time_per_batch_s_ref).astype(float),
-                        linestyle="none", marker=MARKERS[k % len(MARKERS)], markersize=4,
-                        color=f"C{k}", label=model, zorder=2)
+                y = (pts.time_per_batch_s / pts.time_per_batch_s_ref).astype(float).to_numpy()
+                worst = (_tied_max(pts) / pts.time_per_batch_s_ref).astype(float).to_numpy()
+                for xi, yi, wi in zip(x, y, worst):
+                    if wi > yi * (1 + EQUAL):
+                        ax.plot([xi, xi], [min(yi, edge), min(wi, edge)], color=f"C{k}",
+                                linewidth=0.6, alpha=0.6, zorder=1.5)
+                        if wi > edge:
+                            ax.text(xi, edge, f"tie: {wi:.1f}x", rotation=90, ha="right",
+                                    va="top", fontsize=6, color=f"C{k}")
+                inside = y <= edge
+                ax.plot(x[inside], y[inside], linestyle="none",
+                        marker=MARKERS[k % len(MARKERS)], markersize=4, color=f"C{k}",
+                        label=model, zorder=2)
+                for xi, yi in zip(x[~inside], y[~inside]):
+                    ax.plot([xi], [edge], marker="^", markersize=5, color=f"C{k}", zorder=3)
+                    ax.annotate(f"{yi:.2f}x", (xi, edge), xytext=(0, -9),
+                                textcoords="offset points", ha="center", fontsize=6,
+                                color=f"C{k}")
             if row.points_only_nest_feasible:
-                ax.text(i, top * 0.97, f"+{row.points_only_nest_feasible}\nno fit",
+                ax.text(i, 1.0 + (top - 1) * 0.55, f"+{row.points_only_nest_feasible}\nno fit",
                         ha="center", va="top", fontsize=7, color="C3")
         ax.axhline(1.0, color="k", linewidth=0.6)
         ax.set_xticks(range(len(ablations)))
         ax.set_xticklabels([capability(p) for p in ablations], rotation=35, ha="right",
                            fontsize=7)
-        ax.set_ylim(0.95, top)
+        ax.set_ylim(0.98, top)
         ax.set_ylabel(f"T(capability off) / T({reference})", fontsize=8)
         ax.set_title(f"{cluster} ({len(sizes)} sizes)", fontsize=9)
         ax.grid(axis="y", alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
     uniq = dict(zip(labels, handles))
-    axes[0][-1].legend(uniq.values(), uniq.keys(), fontsize=7, loc="upper right",
-                       bbox_to_anchor=(1.0, 0.85))
-    fig.suptitle(title or "NEST's gain decomposed: one capability off at a time (bar: mean)",
-                 fontsize=10)
-    fig.tight_layout()
+    fig.legend(uniq.values(), uniq.keys(), fontsize=7, loc="outside lower center",
+               ncol=max(len(uniq), 1), frameon=False)
+    note = [f"axis cut at {top:.2f}x, larger values written"] if hi > edge else []
+    if "max_ratio_tied" in table and (table.points_tied > 0).any():
+        note.append("thin line: up to the worst placement the ablation's objective tied")
+    fig.suptitle(title or "NEST's gain decomposed: one capability off at a time (bar: mean"
+                 + "".join(f"; {x}" for x in note) + ")", fontsize=9, wrap=True)
     save_figure(fig, png, pdf)
 
 
@@ -233,7 +294,11 @@ def comm_share(evaluation) -> float | None:
 CODESIGN_SCHEMA = "nest.codesign_point/v1"  # a cached point; the key covers schema and columns
 CODESIGN_COLUMNS = ["model", "cluster", "num_devices", "inter_node_bandwidth_GBps",
                     "oversubscription", "nest_time_s", "flat_time_s", "gain", "nest_plan",
-                    "flat_plan", "nest_comm_share", "flat_comm_share", "reason"]
+                    "flat_plan", "nest_comm_share", "flat_comm_share", "flat_tied_placements",
+                    "flat_time_tied_max_s", "reason"]
+# flat_tied_placements: placements the flat planner's objective tied (nest.ties; its plan is the
+# Megatron-order one); flat_time_tied_max_s: the worst of them on the cell's network (each with
+# the flat plan's cuts and options), what another tie-break would have reported
 
 
 def codesign_sweep(model: str, cluster: str, sizes, bandwidths, oversubscriptions,
@@ -249,6 +314,7 @@ def codesign_sweep(model: str, cluster: str, sizes, bandwidths, oversubscription
     from nest.evaluate import evaluate, make_problem
     from nest.network.collectives import flattened
     from nest.planners import planner_entry, run_planner
+    from nest.ties import with_placement
 
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -283,6 +349,8 @@ def codesign_sweep(model: str, cluster: str, sizes, bandwidths, oversubscription
                                                  out.solve_time_s)
                     if flat_is_blind:
                         flat_plans[blind_key] = (plan, out.reason)
+                tied = (plan.extra.get("tied") or {}).get("placements", []) if plan else []
+                worst = [evaluate(with_placement(plan, pl), pr) for pl in tied[1:]]
                 a_ok = aware.evaluation is not None and aware.evaluation.feasible
                 f_ok = ev is not None and ev.feasible
                 ta = aware.evaluation.time_per_batch_s if a_ok else None
@@ -294,6 +362,9 @@ def codesign_sweep(model: str, cluster: str, sizes, bandwidths, oversubscription
                        "nest_plan": plan_desc(aware.plan), "flat_plan": plan_desc(plan),
                        "nest_comm_share": comm_share(aware.evaluation),
                        "flat_comm_share": comm_share(ev),
+                       "flat_tied_placements": max(len(tied), 1) if plan else None,
+                       "flat_time_tied_max_s": max([tf, *(w.time_per_batch_s for w in worst
+                                                          if w.feasible)]) if f_ok else None,
                        "reason": "; ".join(r for r in (
                            "" if a_ok else f"{planner}: {aware.reason}",
                            "" if f_ok else f"{flat_planner}: {ev.reason if ev else reason}")
@@ -373,6 +444,14 @@ def codesign_markdown(df: pd.DataFrame, threshold: float = 1.05) -> str:
              "the cell (inter-node bandwidth per device in GB/s x oversubscription of the "
              "outermost level).", ""]
     bws = sorted(set(df.inter_node_bandwidth_GBps))
+    if "flat_tied_placements" in df:
+        tied = df[pd.to_numeric(df.flat_tied_placements, errors="coerce").fillna(1) > 1]
+        if len(tied):
+            worst = (tied.flat_time_tied_max_s.astype(float) / tied.nest_time_s.astype(float))
+            lines += [f"In {len(tied)} of {len(df)} cells the flat planner's own objective tied "
+                      f"placements; its plan is then the one in Megatron-LM's default rank "
+                      f"order (nest.ties). Another tie-break would have given a gain of up to "
+                      f"{worst.max():.2f}x there.", ""]
     for n in sorted(set(df.num_devices)):
         sub = df[df.num_devices == n]
         lines += [f"## {n} devices", "",

@@ -1,18 +1,24 @@
-"""Results CSV (`nest.results/v3`) -> the paper's bar figures (PNG + PDF) and their data table.
+"""Results CSV (`nest.results/v4`) -> the paper's bar figures (PNG + PDF) and their data table.
 
 Two kinds of figure, told apart by the data (`figure_kind`):
 
 * "scale" (Figures 5 and 7): bars grouped by device count, one micro-batch size;
 * "sweep" (Figures 6 and 11): bars grouped by micro-batch size, one device count.
 
-One panel per model (per model and cluster when a figure holds several clusters), in the paper's
-order (`MODEL_ORDER`); in each group one bar per planner, each planner in one fixed colour on every
-figure (`planner_color`). y is `normalized_throughput` (throughput over Manual's at its smallest
-micro-batch and smallest feasible device count, `nest.results._normalize`), or samples/s in a
-panel where it is empty. A point that has no throughput is marked at its bar's place on the
-baseline: 'x' with 'OOM' (infeasible: the plan does not fit) or 'none' (no_plan: the planner found
-no plan), a red '!' (crashed); not_applicable points are left blank and a planner whose points in
-a panel are all not_applicable has no bar slot there. One legend for the whole figure.
+One column of two panels per model (per model and cluster when a figure holds several clusters),
+in the paper's order (`MODEL_ORDER`). Top: one bar per planner in each group, each planner in one
+fixed colour on every figure (`planner_color`); y is `normalized_throughput` (throughput over
+Manual's at its smallest micro-batch and smallest feasible device count, `nest.results.
+_normalize`), or samples/s in a panel where it is empty, said in the axis label and the title.
+A bar scored on the batch its plan processes rather than the configured one (`batch_adjusted`,
+baselines.manual.on_processed_batch) is hatched. A point without a throughput is marked at its
+bar's place on the baseline by the letter of its reason class (`MARKS`: M memory, B batch, D
+devices, N none found, a red ! crash); not_applicable points are left blank and a planner whose
+points in a panel are all not_applicable has no bar slot there. Bottom (`_gain_panel`): NEST's
+throughput over each planner's at every group, on a log scale, so a gain at the largest device
+count reads as well as one at the smallest; where the paper states NEST's average gain over that
+planner (config/paper/claims.yaml `nest_gain_over`, passed as `paper_gains`), a dashed line in
+the planner's colour. One legend for the whole figure; titles wrap instead of being clipped.
 
 The table (`figure_table`) is the figure's data, one row per (model, cluster, num_devices, mbs,
 planner), with `nest_gain` = NEST's throughput / the planner's where both are feasible, written at
@@ -21,6 +27,7 @@ planner), with `nest_gain` = NEST's throughput / the planner's where both are fe
 
 from __future__ import annotations
 
+import textwrap
 import zlib
 from pathlib import Path
 
@@ -51,9 +58,18 @@ PLANNER_COLORS = {
 FALLBACK_CMAP = "tab20b"  # planners without an entry: a colour fixed by a CRC of the name
 
 TABLE_COLUMNS = ["model", "cluster", "num_devices", "mbs", "planner", "status",
-                 "normalized_throughput", "throughput_samples_per_s", "time_per_batch_s",
-                 "nest_gain"]
-NO_BAR = {"infeasible": "OOM", "no_plan": "none"}  # status -> label under its 'x'
+                 "reason_class", "batch_adjusted", "normalized_throughput",
+                 "throughput_samples_per_s", "time_per_batch_s", "nest_gain"]
+# reason class (nest.results.REASON_CLASSES) of a point without a bar -> (letter, legend text)
+MARKS = {"memory": ("M", "does not fit in memory"),
+         "batch": ("B", "mbs x dp x ep does not divide the global batch"),
+         "devices": ("D", "needs more devices than the point has"),
+         "none_found": ("N", "the planner found no plan"),
+         "crash": ("!", "the planner crashed")}
+# results without a reason_class column (older CSVs, hand-made tables): from the status
+STATUS_CLASS = {"feasible": "fits", "infeasible": "memory", "no_plan": "none_found",
+                "crashed": "crash", "not_applicable": "not_applicable"}
+GAIN_GID = "gain"  # the gid of the gain panels (tests tell the two kinds apart by it)
 X_LABEL = {"num_devices": "devices", "mbs": "micro-batch size"}
 FONT = 7
 
@@ -99,6 +115,13 @@ def _prepare(df: pd.DataFrame) -> pd.DataFrame:
     missing = status.isna()
     status[missing] = np.where(feasible[missing], "feasible", "infeasible")
     d["status"] = status.astype(str)
+    cls = d["reason_class"].astype(object) if "reason_class" in d else pd.Series(
+        [None] * len(d), index=d.index, dtype=object)
+    missing = cls.isna()
+    cls[missing] = d.status[missing].map(STATUS_CLASS).fillna("none_found")
+    d["reason_class"] = cls.astype(str)
+    adj = d["batch_adjusted"] if "batch_adjusted" in d else pd.Series(False, index=d.index)
+    d["batch_adjusted"] = adj.astype("boolean").fillna(False).astype(bool)
     d["num_devices"] = d["num_devices"].astype(int)
     d["mbs"] = d["mbs"].astype(int)
     return d
@@ -139,10 +162,12 @@ def save_figure(fig, png: str | Path, pdf: str | Path, dpi: int = 120) -> None:
 
 
 def plot_figure(df: pd.DataFrame, png: str | Path, pdf: str | Path, table: str | Path | None,
-                title: str, x: str | None = None) -> pd.DataFrame:
+                title: str, x: str | None = None,
+                paper_gains: dict | None = None) -> pd.DataFrame:
     """Results -> bar figure (PNG and PDF) and its data table (CSV; skipped when `table` is None).
     `x` forces the kind ('scale'/'num_devices' or 'sweep'/'mbs'); by default it is read from the
-    data (`figure_kind`). Returns the table."""
+    data (`figure_kind`). `paper_gains`: {planner: the paper's average NEST gain over it}, drawn
+    on the gain panels (also for the paper_<planner> replay). Returns the table."""
     tab = figure_table(df)
     if table is not None:
         write_table(tab, table)
@@ -167,49 +192,84 @@ def plot_figure(df: pd.DataFrame, png: str | Path, pdf: str | Path, table: str |
     nrows = -(-n // ncols)
     group_in = max(0.45, 0.085 * n_bars)  # inches per group: ~6 pt per bar
     panel_w = max(2.4, 0.75 + n_groups * group_in)
+    width_in = ncols * panel_w
     with plt.rc_context({"font.size": FONT, "axes.titlesize": FONT + 1,
                          "axes.labelsize": FONT, "xtick.labelsize": FONT,
                          "ytick.labelsize": FONT, "legend.fontsize": FONT}):
-        fig, axes = plt.subplots(nrows, ncols, figsize=(ncols * panel_w, 2.1 * nrows + 0.7),
-                                 squeeze=False, layout="constrained")
-        flat = list(axes.flat)
+        fig, axes = plt.subplots(2 * nrows, ncols, figsize=(width_in, 3.4 * nrows + 1.0),
+                                 squeeze=False, layout="constrained",
+                                 gridspec_kw={"height_ratios": [1.6, 1.0] * nrows})
+        bar_axes = [axes[2 * (i // ncols), i % ncols] for i in range(nrows * ncols)]
+        gain_axes = [axes[2 * (i // ncols) + 1, i % ncols] for i in range(nrows * ncols)]
         marks: set[str] = set()
-        for ax, key in zip(flat, panels):
-            _panel(ax, tab, key, groups[key], gcols, several, clusters, marks)
-        for ax in flat[len(panels):]:
+        adjusted = False
+        for ax, gax, key in zip(bar_axes, gain_axes, panels):
+            adjusted |= _panel(ax, tab, key, groups[key], gcols, several, clusters, marks)
+            _gain_panel(gax, tab, key, groups[key], gcols, several, paper_gains or {})
+        for ax in bar_axes[len(panels):] + gain_axes[len(panels):]:
             ax.set_axis_off()
         if not panels:
-            flat[0].text(0.5, 0.5, "no results", ha="center", va="center",
-                         transform=flat[0].transAxes)
+            bar_axes[0].text(0.5, 0.5, "no results", ha="center", va="center",
+                             transform=bar_axes[0].transAxes)
         handles = [Patch(facecolor=planner_color(p), label=p) for p in legend_planners]
-        if marks & {"infeasible", "no_plan"}:
-            handles.append(Line2D([], [], color="k", marker="x", linestyle="none",
-                                  label="no plan: does not fit (OOM) / none found"))
-        if "crashed" in marks:
-            handles.append(Line2D([], [], color="red", marker="$!$", linestyle="none",
-                                  label="crashed"))
+        if adjusted:
+            handles.append(Patch(facecolor="white", edgecolor="0.3", hatch="////",
+                                 label="scored on the batch it processes (throughput)"))
+        for cls, (letter, text) in MARKS.items():
+            if cls in marks:
+                handles.append(Line2D([], [], color="red" if cls == "crash" else "k",
+                                      marker=f"${letter}$", linestyle="none",
+                                      label=f"{letter}: {text}"))
+        if paper_gains:
+            handles.append(Line2D([], [], color="0.3", linestyle="--",
+                                  label="paper: NEST's average gain over that planner"))
         if handles:  # as few rows as the width allows, the entries spread evenly over them
-            rows = -(-len(handles) // max(4, int(ncols * panel_w / 1.1)))
+            rows = -(-len(handles) // max(3, int(width_in / 1.6)))
             fig.legend(handles=handles, loc="outside lower center", frameon=False,
                        ncol=-(-len(handles) // rows))
-        fig.suptitle(title, fontsize=FONT + 2)
+        fig.suptitle(wrap(title, width_in, FONT + 2), fontsize=FONT + 2)
         save_figure(fig, png, pdf, dpi=150)
     return tab
 
 
+def wrap(text: str, width_in: float, size: float) -> str:
+    """`text` broken into lines that fit `width_in` inches at `size` points (about 0.55 em per
+    character), so a title is never clipped."""
+    chars = max(20, int(width_in * 72 / (0.55 * size)))
+    return "\n".join(textwrap.wrap(text, chars)) if text else text
+
+
+def _xpos(groups: list[tuple]) -> dict:
+    return {g: i for i, g in enumerate(groups)}
+
+
+def _xticks(ax, groups: list[tuple], gcols: list[str], several: bool) -> None:
+    ax.set_xticks(range(len(groups)))
+    if several:  # both device count and micro-batch size vary
+        ax.set_xticklabels([f"{g[0]}\n{'mbs ' if gcols[1] == 'mbs' else 'n='}{g[1]}"
+                            for g in groups])
+    else:
+        ax.set_xticklabels([str(g[0]) for g in groups])
+    ax.set_xlim(-0.5, len(groups) - 0.5)
+    ax.set_xlabel(X_LABEL[gcols[0]])
+    ax.tick_params(axis="x", length=0)
+
+
 def _panel(ax, tab: pd.DataFrame, key: tuple, groups: list[tuple], gcols: list[str],
-           several: bool, clusters: bool, marks: set[str]) -> None:
+           several: bool, clusters: bool, marks: set[str]) -> bool:
+    """The throughput bars of one panel; True if a bar is batch-adjusted (hatched)."""
     model, cluster = key
     sub = tab[(tab.model == model) & (tab.cluster == cluster)]
     planners = sorted(set(sub.planner[sub.status != "not_applicable"]), key=planner_rank)
     norm = sub.normalized_throughput.notna().any()
     ycol = "normalized_throughput" if norm else "throughput_samples_per_s"
     width = 0.84 / max(len(planners), 1)
-    pos = {g: i for i, g in enumerate(groups)}
+    pos = _xpos(groups)
+    adjusted = False
     for j, planner in enumerate(planners):
         offset = (j - (len(planners) - 1) / 2) * width
         rows = sub[sub.planner == planner]
-        xs, ys = [], []
+        xs, ys, hatch = [], [], []
         for r in rows.itertuples(index=False):
             g = tuple(getattr(r, c) for c in gcols)
             if g not in pos:  # only not_applicable points there
@@ -219,36 +279,82 @@ def _panel(ax, tab: pd.DataFrame, key: tuple, groups: list[tuple], gcols: list[s
             if r.status == "feasible" and not np.isnan(y):
                 xs.append(xc)
                 ys.append(y)
-            elif r.status in NO_BAR:
-                marks.add(r.status)
-                ax.plot([xc], [0], marker="x", markersize=3.5, markeredgewidth=0.9,
-                        color=planner_color(planner), linestyle="none", clip_on=False,
-                        zorder=3, label=f"_{r.status}:{planner}")
-                ax.annotate(NO_BAR[r.status], (xc, 0), xytext=(0, 3),
-                            textcoords="offset points", ha="center", va="bottom",
-                            rotation=90, fontsize=FONT - 2.5, color="0.3")
-            elif r.status == "crashed":
-                marks.add("crashed")
-                ax.plot([xc], [0], marker="$!$", markersize=5, color="red",
-                        linestyle="none", clip_on=False, zorder=3, label=f"_crashed:{planner}")
+                hatch.append(bool(r.batch_adjusted))
+            elif r.reason_class in MARKS:
+                cls = r.reason_class
+                marks.add(cls)
+                ax.plot([xc], [0], marker=f"${MARKS[cls][0]}$", markersize=6,
+                        color="red" if cls == "crash" else planner_color(planner),
+                        markeredgecolor="k" if cls != "crash" else "red", markeredgewidth=0.2,
+                        linestyle="none", clip_on=False, zorder=3, label=f"_{cls}:{planner}")
         if xs:
-            ax.bar(xs, ys, width=width, color=planner_color(planner), linewidth=0, zorder=2,
-                   label=planner)
+            bars = ax.bar(xs, ys, width=width, color=planner_color(planner), linewidth=0,
+                          zorder=2, label=planner)
+            for patch, h in zip(bars, hatch):
+                if h:
+                    patch.set_hatch("////")
+                    patch.set_edgecolor("0.3")
+                    adjusted = True
     if norm:
         ax.axhline(1.0, color="k", linewidth=0.5, linestyle="--", zorder=1)
-    ax.set_xticks(range(len(groups)))
-    if several:  # both device count and micro-batch size vary
-        ax.set_xticklabels([f"{g[0]}\n{'mbs ' if gcols[1] == 'mbs' else 'n='}{g[1]}"
-                            for g in groups])
-    else:
-        ax.set_xticklabels([str(g[0]) for g in groups])
-    ax.set_xlim(-0.5, len(groups) - 0.5)
+    _xticks(ax, groups, gcols, several)
+    ax.set_xlabel("")
     ax.set_ylim(bottom=0)
-    ax.set_xlabel(X_LABEL[gcols[0]])
-    ax.set_ylabel("throughput / Manual" if norm else "samples/s")
-    ax.set_title(f"{model} ({cluster})" if clusters else model)
+    ax.set_ylabel("throughput / Manual" if norm else "samples/s (no Manual point)")
+    name = f"{model} ({cluster})" if clusters else model
+    ax.set_title(name if norm else f"{name}: samples/s")
     ax.grid(axis="y", alpha=0.3, linewidth=0.5, zorder=0)
-    ax.tick_params(axis="x", length=0)
+    return adjusted
+
+
+GAIN_TICKS = (0.25, 0.5, 0.67, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 2, 3, 5, 10, 20, 50, 100)
+
+
+def _gain_panel(ax, tab: pd.DataFrame, key: tuple, groups: list[tuple], gcols: list[str],
+                several: bool, paper_gains: dict) -> None:
+    """NEST's throughput over each planner's per group (log scale), one line per planner; the
+    paper's average gain over a planner as a dashed line of its colour."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    ax.set_gid(GAIN_GID)
+    model, cluster = key
+    panel = tab[(tab.model == model) & (tab.cluster == cluster)]
+    slots = sorted(set(panel.planner[panel.status != "not_applicable"]), key=planner_rank)
+    width = 0.84 / max(len(slots), 1)  # each planner's points above its bar (none hidden)
+    sub = panel[panel.planner != "nest"]
+    pos = _xpos(groups)
+    values = [1.0]
+    for planner in sorted(set(sub.planner), key=planner_rank):
+        rows = sub[(sub.planner == planner) & sub.nest_gain.notna()]
+        off = (slots.index(planner) - (len(slots) - 1) / 2) * width if planner in slots else 0
+        pts = sorted((pos[g] + off, r.nest_gain) for r in rows.itertuples(index=False)
+                     if (g := tuple(getattr(r, c) for c in gcols)) in pos)
+        paper = paper_gains.get(planner, paper_gains.get(planner.removeprefix("paper_")))
+        if pts:
+            x, y = zip(*pts)
+            ax.plot(x, y, marker="o", markersize=2.5, linewidth=0.8,
+                    color=planner_color(planner), label=f"_gain:{planner}", zorder=3)
+            values += list(y)
+        if paper is not None and (pts or planner in set(sub.planner)):
+            ax.axhline(float(paper), color=planner_color(planner), linestyle="--",
+                       linewidth=0.8, zorder=2, label=f"_paper:{planner}")
+            values.append(float(paper))
+    ax.axhline(1.0, color="k", linewidth=0.5, zorder=1)
+    ax.set_yscale("log")
+    lo, hi = min(values) / 1.08, max(values) * 1.08
+    lo, hi = min(lo, 0.92), max(hi, 1.1)
+    ax.set_ylim(lo, hi)
+    ticks, gap = [], 0.1 * np.log(hi / lo)  # ticks at least a tenth of the axis apart
+    for t in sorted(GAIN_TICKS, key=lambda t: (t != 1, abs(np.log(t)))):  # 1 first, outwards
+        if lo <= t <= hi and all(abs(np.log(t / u)) >= gap for u in ticks):
+            ticks.append(t)
+    ticks.sort()
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.set_yticklabels([f"{t:g}x" for t in ticks])
+    _xticks(ax, groups, gcols, several)
+    ax.set_ylabel("NEST / planner")
+    ax.grid(axis="y", alpha=0.3, linewidth=0.5, zorder=0)
 
 
 def plot_throughput(df: pd.DataFrame, png: str | Path, pdf: str | Path, title: str,

@@ -116,6 +116,22 @@ def expressible(tp: int, cp: int, ep: int, dp: int, pp: int, order: str) -> bool
     return True
 
 
+def launch_rank(placement: str) -> tuple[int, int]:
+    """How far a placement is from what a Megatron-LM user launches (smaller: closer), the tie
+    rule of nest.ties: (0, 0) Megatron-LM's default order tp-cp-ep-dp-pp (`replica_major`),
+    (1, 0) the other order its CLI offers (tp-cp-ep-pp-dp, --use-tp-pp-dp-mapping:
+    `stage_major`), then (2, k) any other order with k pairs out of the default, (3, 0) a custom
+    device list (not an order)."""
+    if not is_order(placement):
+        return (3, 0)
+    o = canonical_order(placement)
+    if o == DEFAULT_ORDER:
+        return (0, 0)
+    if o in CLI_ORDERS:
+        return (1, 0)
+    return (2, _inversions(o))
+
+
 def _inversions(order: str) -> int:
     pos = [DIMS.index(n) for n in order.split("-")]
     return sum(a > b for i, a in enumerate(pos) for b in pos[i + 1:])

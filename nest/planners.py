@@ -19,7 +19,13 @@ from nest.specs import config_dir, read_yaml, validate
 
 
 class NoPlan(Exception):
-    """The planner found no feasible plan; the message says why."""
+    """The planner found no feasible plan; the message says why, and `kind` its class
+    (nest.results.REASON_CLASSES: memory, devices, batch or none_found; None: the results
+    CSV classifies the message, nest.results.reason_class)."""
+
+    def __init__(self, message: str = "", kind: str | None = None):
+        super().__init__(message)
+        self.kind = kind
 
 
 class NotApplicable(NoPlan):
@@ -39,6 +45,7 @@ class Outcome:
     reason: str
     solve_time_s: float
     status: str = "no_plan"  # one of STATUSES
+    kind: str | None = None  # NoPlan.kind of a no-plan outcome
 
 
 def merged_settings(planner: str, settings: dict | None, defaults: dict,
@@ -98,7 +105,7 @@ def run_planner(name: str, problem: Problem, overrides: dict | None = None,
     if gb % mbs:  # nest.space.splits_batch: no data-parallel degree can split it
         return Outcome(name, None, None, f"no feasible plan: global batch {gb} is not a multiple "
                        f"of mbs={mbs}, so no plan processes exactly the global batch (choose an "
-                       f"mbs dividing it)", 0.0, "no_plan")
+                       f"mbs dividing it)", 0.0, "no_plan", "batch")
     t0 = time.perf_counter()
     try:
         plan = load_entry(entry)(problem, settings)  # an import error is this planner's crash
@@ -107,7 +114,7 @@ def run_planner(name: str, problem: Problem, overrides: dict | None = None,
                        "not_applicable")
     except NoPlan as e:
         return Outcome(name, None, None, f"no feasible plan: {e}", time.perf_counter() - t0,
-                       "no_plan")
+                       "no_plan", e.kind)
     except SpecError:
         raise
     except Exception as e:  # noqa: BLE001 - reported, not hidden
@@ -122,6 +129,17 @@ def run_planner(name: str, problem: Problem, overrides: dict | None = None,
         return Outcome(name, None, None, f"planner crashed: {entry} returned "
                        f"{type(plan).__name__}, not a Plan", solve, "crashed")
     plan = plan.with_(planner=name, solve_time_s=solve)
-    # a planner may search the micro-batch size
-    ev = evaluate(plan, with_mbs(problem, plan.mbs), simulated=simulated)
+    ev = evaluate(plan, scored_problem(problem, plan), simulated=simulated)
     return Outcome(name, plan, ev, ev.reason, solve, "feasible" if ev.feasible else "infeasible")
+
+
+def scored_problem(problem: Problem, plan: Plan) -> Problem:
+    """The problem the shared evaluator scores `plan` on: at the plan's micro-batch size (a
+    planner may search it) and, where the planner scored a replayed plan on the batch it
+    processes (plan.extra["batch_configured"] is the problem's global batch: baselines.manual.
+    on_processed_batch), at that batch."""
+    out = with_mbs(problem, plan.mbs)
+    if (plan.extra.get("batch_configured") == problem.training.global_batch
+            and plan.global_batch != problem.training.global_batch):
+        out = out.with_training(global_batch=plan.global_batch)
+    return out

@@ -25,7 +25,7 @@ def plan_point(planner: str, problem: Problem, model: str, cluster: str) -> tupl
     out = run_planner(planner, problem, simulated=True)
     if out.plan is None:
         rec = no_plan_record(planner, model, cluster, problem.num_devices, problem.mbs,
-                             out.reason, out.solve_time_s, out.status)
+                             out.reason, out.solve_time_s, out.status, out.kind)
         return rec, no_plan_evaluation(rec)
     d = json.loads(json.dumps(out.plan.to_dict()))
     if Plan.from_dict(d, f"{planner}'s plan") != out.plan:

@@ -8,6 +8,7 @@ machine). `normalized_throughput` is the paper's normalisation (`_normalize`).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,22 +17,80 @@ if TYPE_CHECKING:  # pandas is imported where used: a plan job starts without it
 
 from nest.errors import SpecError
 
-SCHEMA = "nest.results/v3"  # v3: + status, placement, zero, recompute, budget, fallback
+SCHEMA = "nest.results/v4"  # v4: + reason_class, batch_processed / _adjusted, tied range
 NO_PLAN_SCHEMA = "nest.no_plan/v1"
 KEY = ["model", "cluster", "num_devices", "mbs", "planner"]
-COLUMNS = KEY + ["status", "feasible", "time_per_batch_s", "throughput_samples_per_s",
+COLUMNS = KEY + ["status", "reason_class", "feasible", "time_per_batch_s",
+                 "throughput_samples_per_s", "batch_processed", "batch_adjusted",
                  "solve_time_s", "normalized_throughput", "mfu", "pp", "dp", "tp", "sp", "ep",
-                 "cp", "placement", "zero", "recompute", "budget_exhausted", "fallback",
-                 "max_peak_memory_bytes", "time_per_batch_simulated_s", "reason"]
+                 "cp", "placement", "tied_candidates", "time_per_batch_tied_min_s",
+                 "time_per_batch_tied_max_s", "zero", "recompute", "budget_exhausted",
+                 "fallback", "max_peak_memory_bytes", "time_per_batch_simulated_s", "reason"]
 # status: feasible | infeasible (a plan that does not fit) | no_plan (the planner found none) |
 # not_applicable (the planner does not cover the point) | crashed (never counted as a gain)
+# reason_class: why, in one word (REASON_CLASSES, `reason_class`).
+# batch_processed: the global batch the plan is scored on; batch_adjusted: true where that is not
+# the configured batch (a replayed plan whose mbs x dp x ep does not divide it, scored on the
+# batch it processes: baselines.manual.on_processed_batch; compare its throughput, not its time).
+# tied_candidates: how many placements the planner's objective could not tell apart (nest.ties;
+# 1: none tied), time_per_batch_tied_min_s / _max_s: the range of their times on the real
+# cluster (the row's own time where nothing tied).
+REASON_CLASSES = {
+    "fits": "the plan fits and is scored",
+    "memory": "the plan (or every plan the planner could make) exceeds the device memory",
+    "devices": "the plan needs more devices than the point has",
+    "batch": "mbs x dp x ep cannot split the global batch into whole micro-batches",
+    "none_found": "the planner's search ended without a plan, for another reason",
+    "crash": "the planner raised an error or ran out of its runtime",
+    "not_applicable": "the planner does not cover the point (no stored plan, no config)",
+}
 
 
 def no_plan_record(planner: str, model: str, cluster: str, num_devices: int, mbs: int,
-                   reason: str, solve_time_s: float, status: str = "no_plan") -> dict:
-    return {"schema": NO_PLAN_SCHEMA, "planner": planner, "model": model, "cluster": cluster,
-            "num_devices": num_devices, "mbs": mbs, "reason": reason,
-            "solve_time_s": solve_time_s, "status": status}
+                   reason: str, solve_time_s: float, status: str = "no_plan",
+                   kind: str | None = None) -> dict:
+    """kind: the planner's reason class (nest.planners.NoPlan.kind), if it gave one."""
+    rec = {"schema": NO_PLAN_SCHEMA, "planner": planner, "model": model, "cluster": cluster,
+           "num_devices": num_devices, "mbs": mbs, "reason": reason,
+           "solve_time_s": solve_time_s, "status": status}
+    if kind is not None:
+        rec["reason_class"] = kind
+    return rec
+
+
+# the planners' own no-plan messages (baselines/*.py, nest.solver.infeasibility_reason), by class
+_BATCH = re.compile(r"not a multiple of|must split global_batch|exceeds the global batch")
+_DEVICES = re.compile(r"needs? \d+ devices|more than the \d+ devices|needs more devices")
+_MEMORY = re.compile(r"memory|HBM|fits? in [\d.]+ GB|does not fit")
+
+
+def reason_class(status: str, reason: str, evaluation: dict | None = None,
+                 plan: dict | None = None) -> str:
+    """The row's REASON_CLASSES entry. A plan the evaluator rejected: `batch` where mbs x dp x ep
+    does not divide the batch it was scored on and no stage is out of memory (the evaluator's
+    'out of memory:' verdict), else `memory`. No plan: the class the planner gave
+    (NoPlan.kind), else read from its message (the patterns above: a batch split -> batch, a
+    device count it lacks -> devices, a memory verdict -> memory, anything else ->
+    none_found)."""
+    if status == "feasible":
+        return "fits"
+    if status == "crashed":
+        return "crash"
+    if status == "not_applicable":
+        return "not_applicable"
+    if status == "infeasible" and evaluation is not None and plan is not None:
+        split = plan["mbs"] * plan["dp"] * plan["ep"]
+        batch_bad = bool(evaluation.get("global_batch", 0) % split)
+        return "batch" if batch_bad and "out of memory" not in reason else "memory"
+    if plan is not None and plan.get("reason_class") in REASON_CLASSES:
+        return plan["reason_class"]
+    if _BATCH.search(reason):
+        return "batch"
+    if _DEVICES.search(reason):
+        return "devices"
+    if _MEMORY.search(reason):
+        return "memory"
+    return "none_found"
 
 
 def runs(values) -> str:
@@ -74,6 +133,17 @@ def row(evaluation: dict, plan: dict) -> dict:
                                     if ok else None),
         reason=" ".join(str(evaluation["reason"]).split()),  # one line
     )
+    r["reason_class"] = reason_class(r["status"], r["reason"], evaluation if has_plan else None,
+                                     plan)
+    configured = extra.get("batch_configured")
+    r["batch_processed"] = plan["global_batch"] if has_plan else None
+    r["batch_adjusted"] = bool(has_plan and configured is not None
+                               and configured != plan["global_batch"])
+    tied = extra.get("tied") or {}
+    r["tied_candidates"] = max(len(tied.get("placements", ())), 1) if has_plan else None
+    own = r["time_per_batch_s"]
+    r["time_per_batch_tied_min_s"] = tied.get("time_per_batch_min_s", own) if ok else None
+    r["time_per_batch_tied_max_s"] = tied.get("time_per_batch_max_s", own) if ok else None
     for k in ("pp", "dp", "tp", "sp", "ep", "cp"):
         r[k] = plan[k] if has_plan else None
     return r

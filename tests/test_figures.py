@@ -60,6 +60,15 @@ def _sweep_df():
     return pd.DataFrame(rows, columns=COLUMNS), tput
 
 
+def bar_axes(fig):
+    """The throughput panels (the gain panels carry figures.GAIN_GID)."""
+    return [ax for ax in fig.axes if ax.axison and ax.get_gid() != figures.GAIN_GID]
+
+
+def gain_axes(fig):
+    return [ax for ax in fig.axes if ax.axison and ax.get_gid() == figures.GAIN_GID]
+
+
 @pytest.fixture
 def captured(monkeypatch):
     """The figures plot_figure draws, kept open for inspection (closed afterwards)."""
@@ -130,7 +139,7 @@ def test_table_floats_at_nine_significant_digits(tmp_path):
     assert b"\r\n" not in text
     line = next(ln for ln in text.decode().splitlines()
                 if ln.startswith("llama2_7b,tpuv4_fattree,64,1,manual,"))
-    assert line.split(",")[7] == "33.3333333"
+    assert line.split(",")[TABLE_COLUMNS.index("throughput_samples_per_s")] == "33.3333333"
 
 
 def test_two_runs_give_identical_bytes(tmp_path):
@@ -147,11 +156,10 @@ def test_two_runs_give_identical_bytes(tmp_path):
 def test_panels_bars_marks_and_legend(tmp_path, captured):
     _plot(_scale_df(), tmp_path)
     (fig,) = captured
-    axes = [ax for ax in fig.axes if ax.axison]
+    axes = bar_axes(fig)
     assert [ax.get_title() for ax in axes] == ["bert_large", "llama2_7b"]
     for ax in axes:
         assert [t.get_text() for t in ax.get_xticklabels()] == ["64", "128"]
-        assert ax.get_xlabel() == "devices"
         assert ax.get_ylabel() == "throughput / Manual"
         assert any(list(ln.get_ydata()) == [1.0, 1.0] for ln in ax.lines)  # the y = 1 line
     bars = {ax.get_title(): {c.get_label(): len(c) for c in ax.containers} for ax in axes}
@@ -160,10 +168,9 @@ def test_panels_bars_marks_and_legend(tmp_path, captured):
     marks = {ax.get_title(): sorted(ln.get_label() for ln in ax.lines
                                     if ln.get_label().startswith("_") and ":" in ln.get_label())
              for ax in axes}
-    assert marks == {"bert_large": ["_crashed:phaze", "_infeasible:manual", "_infeasible:nest"],
-                     "llama2_7b": ["_infeasible:phaze", "_no_plan:mcmc"]}
-    texts = {t.get_text() for ax in axes for t in ax.texts}
-    assert texts == {"OOM", "none"}
+    # no reason_class column in this table: classes from the status (figures.STATUS_CLASS)
+    assert marks == {"bert_large": ["_crash:phaze", "_memory:manual", "_memory:nest"],
+                     "llama2_7b": ["_memory:phaze", "_none_found:mcmc"]}
     # bars of a group stay within it, in the fixed planner order
     ax = axes[0]
     xs = {c.get_label(): [p.get_x() for p in c] for c in ax.containers}
@@ -176,7 +183,9 @@ def test_panels_bars_marks_and_legend(tmp_path, captured):
     (legend,) = fig.legends
     labels = [t.get_text() for t in legend.get_texts()]
     assert labels[:4] == ["manual", "mcmc", "phaze", "nest"]
-    assert "exhaustive" not in labels and "crashed" in labels and len(labels) == 6
+    assert "exhaustive" not in labels and len(labels) == 7
+    assert labels[4:] == ["M: does not fit in memory", "N: the planner found no plan",
+                          "!: the planner crashed"]
     colours = {h.get_label(): mcolors.to_hex(h.get_facecolor()) for h in legend.legend_handles
                if h.get_label() in ("manual", "nest")}
     assert colours == {"manual": planner_color("manual"), "nest": planner_color("nest")}
@@ -190,11 +199,11 @@ def test_not_applicable_planner_loses_its_slot_only_where_all_na(tmp_path, captu
     df.loc[na, ["throughput_samples_per_s", "normalized_throughput", "time_per_batch_s"]] = None
     _plot(df, tmp_path)
     (fig,) = captured
-    bert, llama = [ax for ax in fig.axes if ax.axison]
+    bert, llama = bar_axes(fig)
     assert "phaze" not in {c.get_label() for c in bert.containers}
     assert "phaze" in {c.get_label() for c in llama.containers}
     assert {t.get_text() for t in fig.legends[0].get_texts()} >= {"phaze"}
-    assert "crashed" not in {t.get_text() for t in fig.legends[0].get_texts()}
+    assert "!: the planner crashed" not in {t.get_text() for t in fig.legends[0].get_texts()}
     # three planners share bert_large's groups: wider bars than llama2_7b's four
     assert bert.containers[0][0].get_width() == pytest.approx(0.84 / 3)
     assert llama.containers[0][0].get_width() == pytest.approx(0.84 / 4)
@@ -203,8 +212,9 @@ def test_not_applicable_planner_loses_its_slot_only_where_all_na(tmp_path, captu
 def test_throughput_fallback_when_normalization_is_empty(tmp_path, captured):
     _plot(_scale_df(normalized=False), tmp_path)
     (fig,) = captured
-    for ax in [ax for ax in fig.axes if ax.axison]:
-        assert ax.get_ylabel() == "samples/s"
+    for ax in bar_axes(fig):  # the unit is said, never switched silently
+        assert ax.get_ylabel() == "samples/s (no Manual point)"
+        assert ax.get_title().endswith(": samples/s")
         assert max(p.get_height() for c in ax.containers for p in c) > 10
 
 
@@ -226,9 +236,10 @@ def test_sweep_kind_groups_by_micro_batch(tmp_path, captured):
         else:
             assert r.nest_gain == pytest.approx(nest / mine, rel=1e-8)
     (fig,) = captured
-    axes = [ax for ax in fig.axes if ax.axison]
-    for ax in axes:
+    axes = bar_axes(fig)
+    for ax in gain_axes(fig):
         assert ax.get_xlabel() == "micro-batch size"
+    for ax in axes:
         assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "4", "8"]
     assert {c.get_label(): len(c) for c in axes[1].containers} == \
         {"manual": 3, "mist": 3, "nest": 4}
@@ -237,7 +248,7 @@ def test_sweep_kind_groups_by_micro_batch(tmp_path, captured):
 def test_explicit_x_overrides_detection(tmp_path, captured):
     df, _ = _sweep_df()
     _plot(df, tmp_path, x="scale")  # one device count: one group per (devices, mbs) pair
-    ax = captured[0].axes[0]
+    ax = gain_axes(captured[0])[0]
     assert ax.get_xlabel() == "devices"
     assert [t.get_text() for t in ax.get_xticklabels()][0] == "256\nmbs 1"
     assert figure_kind(df, "sweep") == "mbs"
@@ -269,7 +280,7 @@ def test_unknown_models_follow_the_paper_order_alphabetically():
 def test_several_clusters_give_a_panel_per_model_and_cluster(tmp_path, captured):
     df = _scale_df()
     _plot(pd.concat([df.assign(cluster="h100_spineleaf"), df]), tmp_path)
-    titles = [ax.get_title() for ax in captured[0].axes if ax.axison]
+    titles = [ax.get_title() for ax in bar_axes(captured[0])]
     assert titles == ["bert_large (h100_spineleaf)", "bert_large (tpuv4_fattree)",
                       "llama2_7b (h100_spineleaf)", "llama2_7b (tpuv4_fattree)"]
 
@@ -277,3 +288,88 @@ def test_several_clusters_give_a_panel_per_model_and_cluster(tmp_path, captured)
 def test_plot_throughput_alias(tmp_path):
     plot_throughput(_scale_df(), tmp_path / "f.png", tmp_path / "f.pdf", "t")
     assert (tmp_path / "f.png").exists() and (tmp_path / "f.pdf").exists()
+
+
+def _classed_df():
+    """The scale table with the results' reason classes (nest.results.REASON_CLASSES) and one
+    batch-adjusted bar."""
+    df = _scale_df()
+    cls = {("llama2_7b", 64, "phaze"): ("infeasible", "batch"),
+           ("llama2_7b", 128, "mcmc"): ("no_plan", "devices"),
+           ("bert_large", 64, "manual"): ("infeasible", "memory"),
+           ("bert_large", 64, "phaze"): ("crashed", "crash"),
+           ("bert_large", 128, "nest"): ("no_plan", "none_found")}
+    df["reason_class"] = ["fits" if f else None for f in df.feasible]
+    df["batch_adjusted"] = False
+    for (m, n, p), (status, c) in cls.items():
+        i = (df.model == m) & (df.num_devices == n) & (df.planner == p)
+        df.loc[i, ["status", "reason_class"]] = [status, c]
+    df.loc[df.planner == "exhaustive", "reason_class"] = "not_applicable"
+    df.loc[(df.model == "llama2_7b") & (df.num_devices == 128) & (df.planner == "phaze"),
+           "batch_adjusted"] = True
+    return df, cls
+
+
+def test_marks_carry_the_reason_class(tmp_path, captured):
+    df, cls = _classed_df()
+    tab, paths = _plot(df, tmp_path)
+    table = pd.read_csv(paths[2])
+    for (m, n, p), (_, c) in cls.items():
+        row = table[(table.model == m) & (table.num_devices == n) & (table.planner == p)]
+        assert list(row.reason_class) == [c]
+    (fig,) = captured
+    marks = sorted(ln.get_label() for ax in bar_axes(fig) for ln in ax.lines
+                   if ln.get_label().startswith("_") and ":" in ln.get_label())
+    assert marks == sorted(f"_{c}:{p}" for (_, _, p), (_, c) in cls.items())
+    # one letter per class, as the marker and in the legend
+    letters = {ln.get_label(): ln.get_marker() for ax in bar_axes(fig) for ln in ax.lines
+               if ln.get_label().startswith("_")}
+    assert letters["_batch:phaze"] == "$B$" and letters["_devices:mcmc"] == "$D$"
+    assert letters["_memory:manual"] == "$M$" and letters["_none_found:nest"] == "$N$"
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert [t[0] for t in legend if t[1:3] == ": "] == ["M", "B", "D", "N", "!"]
+    assert not any("OOM" in t for t in legend)
+    # the batch-adjusted bar is hatched, the others not; the legend says what hatching means
+    llama = bar_axes(fig)[1]
+    hatched = {(c.get_label(), round(p.get_x() + p.get_width() / 2)) for c in llama.containers
+               for p in c if p.get_hatch()}
+    assert hatched == {("phaze", 1)}
+    assert "scored on the batch it processes (throughput)" in legend
+
+
+def test_gain_panel_is_nest_over_each_planner_on_a_log_scale(tmp_path, captured):
+    _plot(_scale_df(), tmp_path, paper_gains={"mcmc": 1.71, "phaze": 1.19, "alpa_e": 2.43})
+    (fig,) = captured
+    bert, llama = gain_axes(fig)
+    assert llama.get_yscale() == "log" and llama.get_xlabel() == "devices"
+    lines = {ln.get_label(): list(zip(ln.get_xdata(), ln.get_ydata())) for ln in llama.lines}
+    # NEST / planner throughput at each device count where both fit (SCALE, by hand), each
+    # planner's point above its own bar
+    bars = {c.get_label(): [p.get_x() + p.get_width() / 2 for p in c]
+            for c in bar_axes(fig)[1].containers}
+    assert lines["_gain:manual"] == [(pytest.approx(bars["manual"][0]), pytest.approx(1.5)),
+                                     (pytest.approx(bars["manual"][1]), pytest.approx(300 / 180))]
+    assert lines["_gain:mcmc"] == [(pytest.approx(bars["mcmc"][0]), pytest.approx(150 / 120))]
+    assert lines["_gain:phaze"] == [(pytest.approx(bars["phaze"][0]), pytest.approx(1.2))]
+    # the paper's average gains as horizontal lines; alpa_e is not on this figure
+    assert [y for _, y in lines["_paper:mcmc"]] == [1.71, 1.71]
+    assert [y for _, y in lines["_paper:phaze"]] == [1.19, 1.19]
+    assert not any("alpa_e" in k for k in lines)
+    lo, hi = llama.get_ylim()
+    assert lo < 1 < 1.71 < hi  # every line inside the panel
+    assert "paper: NEST's average gain over that planner" in [
+        t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_long_titles_wrap_inside_the_figure(tmp_path, captured):
+    title = ("Figure 7: H100 spine-leaf (2:1 over the spine), global batch 4096, mbs 1, with a "
+             "title long enough to run past the edge of a two-panel figure")
+    df = _scale_df()
+    plot_figure(df[df.model == "bert_large"], tmp_path / "t.png", tmp_path / "t.pdf", None,
+                title)
+    (fig,) = captured
+    text = fig._suptitle
+    assert "\n" in text.get_text() and text.get_text().replace("\n", " ") == title
+    fig.canvas.draw()
+    box = text.get_window_extent()
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.width

@@ -73,6 +73,7 @@ from nest.solver.overlap import solve_fixed_overlap
 from nest import progress
 from nest.solver.tight import FORM as TIGHT_FORM
 from nest.solver.tight import solve_fixed_tight
+from nest.ties import tie_record, tied_candidates
 from nest.space import SearchSpace, declare, make_plan, pp_dp_options
 
 
@@ -183,11 +184,15 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
                 O = space.options.size
                 stages = [(a, b, o % O) for a, b, o in res[1]]
                 variants = [cls[o // O] for _, _, o in res[1]]
-                best_T, best = res[0], (variants, p, d, placement, stages)
+                best_T, best, best_ci = res[0], (variants, p, d, placement, stages), ci
                 if log:
                     log(f"  better: T={best_T:.6g} s  {'/'.join(v.key for v in variants)} p={p} "
                         f"d={d} {placement}")
-    stats = {"candidates": num_candidates, "visited": visited}
+    stats = {"candidates": num_candidates, "visited": visited, "tied": []}
+    if best is not None:  # ties go to the placement its user launches (nest.ties)
+        stats["tied"] = tied_candidates(problem, space, space.classes[best_ci], lts[best_ci],
+                                        best, best_T, form, even_cuts)
+        best_T, best = stats["tied"][0]
     return best_T, best, stats
 
 
@@ -244,14 +249,18 @@ def plan(problem: Problem, settings: dict):
     for mbs in settings.get("mbs_options") or ():  # search the micro-batch size when asked
         other = with_mbs(seen, int(mbs))
         T, found, st = search(other, declare(other, settings.get("space")), even_cuts=even)
-        stats = {k: stats[k] + st[k] for k in stats}
+        stats = {k: stats[k] + st[k] for k in ("candidates", "visited")} | {
+            "tied": stats["tied"]}
         if found is not None and T < best_T:
             best_T, best, seen, space = T, found, other, declare(other, settings.get("space"))
+            stats["tied"] = st["tied"]
     if best is None:
         raise NoPlan(infeasibility_reason(seen, space, even))
     if seen.mbs != real.mbs:
         real = with_mbs(real, seen.mbs)
     out = plan_of(real, space, "nest", best)
+    if len(stats["tied"]) > 1:  # the range over the tied plans, scored on the real cluster
+        out = out.with_(extra={"tied": tie_range(real, space, stats["tied"])})
     notes = (f"visited {stats['visited']} of {stats['candidates']} (variant, p, d) candidates"
              f" x placements")
     if flat:
@@ -260,8 +269,23 @@ def plan(problem: Problem, settings: dict):
                  f"{best_T:.6g} s there; " + notes)
     if even:
         notes = "even cuts; " + notes
+    if len(stats["tied"]) > 1:
+        notes += (f"; placements {', '.join(b[3] for _, b in stats['tied'])} tied under the "
+                  f"objective (nest.ties): the first kept")
     return out.with_(predicted_time_per_batch_s=best_T, solve_time_s=time.perf_counter() - t0,
                      notes=notes)
+
+
+def tie_range(real: Problem, space: SearchSpace, tied) -> dict:
+    """plan.extra["tied"] (nest.ties.tie_record): every tied plan scored by the shared evaluator
+    on the real cluster."""
+    from nest.evaluate import evaluate
+
+    scored = []
+    for _, b in tied:
+        ev = evaluate(plan_of(real, space, "nest", b), real)
+        scored.append((b[3], ev.time_per_batch_s if ev.feasible else None))
+    return tie_record(scored)
 
 
 def infeasibility_reason(problem: Problem, space: SearchSpace, even_cuts: bool = False) -> str:
