@@ -33,11 +33,16 @@ def test_table_covers_sizes_hardware_and_precisions():
         assert r["source"].strip() and set(r.get("assumed", [])) <= set(r) | {"flops"}
 
 
-@pytest.mark.parametrize("r", ROWS, ids=IDS)
+MEMBERS = [m for r in ROWS for m in published.band_members(r)]
+MEMBER_IDS = [f"{m['id']}-{'-'.join(f'{k}{v}' for k, v in m['band_values'].items())}"
+              for m in MEMBERS]
+
+
+@pytest.mark.parametrize("r", MEMBERS, ids=MEMBER_IDS)
 def test_parallel_settings_compose(r):
     """Megatron-LM's rules: tp x pp x dp x cp = GPUs (dp with expert parallelism folded inside:
     ep divides dp); the global batch splits into micro-batches of mbs x dp; the interleaved
-    schedule needs micro-batches in multiples of pp; sp needs tp > 1."""
+    schedule needs micro-batches in multiples of pp; sp needs tp > 1. Every member of a band."""
     assert r["tp"] * r["pp"] * r["dp"] * r["cp"] == r["num_devices"]
     assert r["dp"] % r["ep"] == 0 and published.plan_dp(r) * r["ep"] == r["dp"]
     per_step = r["mbs"] * r["dp"]
@@ -52,7 +57,34 @@ def test_parallel_settings_compose(r):
     assert not r["sp"] or r["tp"] > 1
     mod = _model(r)
     assert mod.num_heads % r["tp"] == 0 and r["seq_len"] % r["cp"] == 0
-    assert r["pp"] * r["virtual_stages"] <= mod.num_layers
+    ends = 2 if r.get("cuts") == "even_layers" else 0  # embedding and head count as blocks
+    assert r["pp"] * r["virtual_stages"] <= mod.num_layers + ends
+    if ends:
+        assert (mod.num_layers + ends) % (r["pp"] * r["virtual_stages"]) == 0
+
+
+def test_bands_are_shown_and_scored_as_bands():
+    """A band row lists every member; its error is 0 when the measurement lies inside the band
+    of the members that fit, else the distance to the nearest end (computed here by hand)."""
+    from nest.published import Member, RowResult
+
+    def res(times, fits=(True, True)):
+        ms = tuple(Member({"virtual_stages": i}, t, f, "" if f else "out of memory", 0.4, 70.0)
+                   for i, (t, f) in enumerate(zip(times, fits)))
+        return RowResult("x", {"precision": "bf16"}, 10.0, "", ms, None)
+
+    assert res((9.0, 11.0)).error == 0.0
+    assert res((11.0, 12.0)).error == pytest.approx(0.1)
+    assert res((8.0, 9.5)).error == pytest.approx(-0.05)
+    assert res((8.0, 9.5)).error_ends == pytest.approx((-0.2, -0.05))
+    # a member out of memory leaves the band; no member fitting: the row is OOM, band over all
+    assert res((9.0, 12.0), (True, False)).error == pytest.approx(-0.1)
+    r = res((9.0, 12.0), (False, False))
+    assert not r.feasible and r.error == 0.0
+    row = next(x for x in ROWS if x["id"] == "nemo2407_gpt3_175b_128gpu_fp8")
+    assert [m["virtual_stages"] for m in published.band_members(row)] == [6, 12]
+    with pytest.raises(SpecError, match="key 'band.measured'"):
+        published.band_members({**row, "band": {"measured": [1]}})
 
 
 def _flops_per_token(mod, seq, vocab, causal_half):
