@@ -510,7 +510,10 @@ def main(argv: list[str] | None = None) -> int:
                     "published_runs.yaml)")
     ap.add_argument("-o", "--out", default=DEFAULT_OUT, help=f"Markdown file to write (default "
                     f"{DEFAULT_OUT}; '-' writes nothing)")
-    ap.add_argument("--only", nargs="+", help="run ids to evaluate")
+    ap.add_argument("--only", nargs="+", help="run ids to evaluate (writes no residuals)")
+    ap.add_argument("--residuals", default=None, help="residuals YAML to write (default "
+                    "config/validation/residuals.yaml: the uncertainty bands, nest.uncertainty; "
+                    "'-' writes none)")
     a = ap.parse_args(argv)
     try:
         rows = load_runs(a.table)
@@ -519,8 +522,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if a.only:
         rows = [r for r in rows if r["id"] in a.only]
-    md = render(run(rows))
+    results = run(rows)
+    md = render(results)
     print(md, end="")
+    if not a.only and a.residuals != "-":
+        from nest.uncertainty import write_residuals
+
+        print(f"residuals written to {write_residuals(results, a.residuals)}")
     if a.out != "-":
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(md)

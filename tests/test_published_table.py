@@ -169,6 +169,11 @@ def test_runner_evaluates_every_row(tmp_path):
     assert all(i in md for i in IDS) and "mean |error|" in md
     s = published.summary(results)
     assert s["n"] == sum(r.priced for r in results) and s["max_abs"] >= s["mean_abs"]
+    # the committed residuals (nest.uncertainty) are what this run computes
+    from nest.uncertainty import dump, residuals_doc, residuals_path
+
+    assert residuals_path().read_text() == dump(residuals_doc(results)), (
+        "config/validation/residuals.yaml is stale: regenerate with `nest validate --published`")
 
 
 def test_cli_validate_published_writes_markdown(tmp_path, capsys):
