@@ -134,7 +134,7 @@ def band_for(time_s: float, mfu: float, hardware: str, precision: str, moe: bool
     lo, hi = min(p[0] for p in parts), max(p[1] for p in parts)
     lo, hi = min(lo, 0.0), max(hi, 0.0)  # the prediction itself is always inside its band
     return Band(name, level, sum(p[2] for p in parts), time_s / (1 + hi), time_s / (1 + lo),
-                mfu * (1 + lo), mfu * (1 + hi))
+                mfu * (1 + lo), min(mfu * (1 + hi), 1.0))  # MFU cannot pass the peak
 
 
 def band_of(ev, problem, residuals: dict | None = None) -> Band | None:

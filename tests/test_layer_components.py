@@ -1,72 +1,78 @@
 """Per-layer components before end-to-end rows: one transformer layer's forward and backward time
-as the stage kernel prices it (nest.costs.layers compute + nest.costs.groups tensor-parallel
-collectives + the recomputed forward) against a published per-layer measurement, term by term.
+as the stage kernel prices it (nest.costs.table.layer_times: operators and the recomputed
+forward; nest.costs.groups: the tensor-parallel collectives) against a published per-layer
+measurement, term by term (nest.profiling.layer_fit).
 
-Source: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+A100 source: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
 Models", Table 4 ("Time to complete the forward and backward pass of a single transformer layer
-of the 22B model"): 22B GPT (h 6144, 64 heads, s 2048), t = 8 on one DGX A100 (Selene),
-micro-batch 4 (Table 3's batch of the 22B run; the same layer as korthikanti_22b_* in
-config/validation/published_runs.yaml), FP16, Megatron-LM's unfused attention core.
+of the 22B model"): 22B GPT (h 6144, 64 heads, s 2048), t = 8 on one DGX A100, batch 4, FP16,
+Megatron-LM's unfused attention core; profiles/a100_sxm/published_layer_times.csv.
 
-No constant is fitted to this table. The check records where the A100 pricing stands: every
-term is fast, the forward 13-15% and the backward 8-10% (the memory-bound kernels 2022 Megatron
-ran unfused -- bias adds, bias-gradient reductions, the attention permute / contiguous copies --
-and the FP32 main-gradient accumulation of the weight gradients are not priced; issue 26). The
-bounds below fail if the pricing moves away from the measurement or becomes slower than it.
+The A100 hardware file's `elementwise_efficiency` is a disclosed calibration to this table (the
+only constant fitted to it; the end-to-end rows stay out of sample). Before it, with the
+streaming memory_efficiency 0.85 for every memory-bound operator, every term was fast: forward
+13-15%, backward 8-10%. No published H100 per-layer breakdown is recorded here yet.
 """
+
+from dataclasses import replace
 
 import pytest
 
-from nest import published
-from nest.costs.groups import group_terms
-from nest.costs.layers import layer_table
-from nest.graph.layer_graph import Variant
+from nest.profiling.layer_fit import fit_elementwise, layer_problem, layer_time_s
+from nest.profiling.layer_fit import published_layer_times as rows_of
 
-# Korthikanti et al. 2022, Table 4: (sequence parallel, recompute) -> (forward ms, backward ms)
-TABLE4_MS = {
-    "baseline no recompute": ((False, "none"), (7.7, 11.9)),
-    "sequence parallelism": ((True, "none"), (7.2, 11.8)),
-    "baseline with recompute": ((False, "full"), (7.7, 19.5)),
-    "selective recompute": ((False, "selective"), (7.7, 13.2)),
-    "selective + sequence": ((True, "selective"), (7.2, 13.1)),
-}
-BLOCK = 5  # any transformer block of the layer graph (they are identical)
+ROWS = rows_of("a100_sxm")
 
 
-def layer_ms(sp: bool, mode: str) -> tuple[float, float]:
-    """(forward, backward) ms of one 22B block on the 8 GPUs of one DGX A100: compute + tp
-    collectives of the phase; backward adds the recomputed forward (full: also its
-    collectives)."""
-    row = next(r for r in published.load_runs() if r["id"] == "korthikanti_22b_full")
-    pr = published.problem_for(row)
-    lt = layer_table(pr, Variant(8, sp), ("none", "selective", "full"))
-    gt = group_terms(pr, lt, list(range(8)), 1)
-    x = gt.cum_LK[BLOCK + 1] - gt.cum_LK[BLOCK]
-    comm_f, comm_b = x[gt.fwd_K].sum(), x[~gt.fwd_K].sum()
-    r = lt.modes.index(mode)
-    fwd = lt.fwd_L[BLOCK] + comm_f
-    bwd = lt.bwd_L[BLOCK] + comm_b + lt.rec_LR[BLOCK, r] + (comm_f if mode == "full" else 0.0)
-    return 1e3 * fwd, 1e3 * bwd
+@pytest.fixture(scope="module")
+def problem():
+    return layer_problem(ROWS[0], "dgx_a100")
 
 
-@pytest.mark.parametrize("name", list(TABLE4_MS))
-def test_22b_layer_against_korthikanti_table4(name):
-    (sp, mode), (f_ms, b_ms) = TABLE4_MS[name]
-    fwd, bwd = layer_ms(sp, mode)
-    ef, eb = fwd / f_ms - 1, bwd / b_ms - 1
-    assert -0.16 <= ef <= 0.0, f"{name}: forward {fwd:.2f} ms vs {f_ms} ms ({100 * ef:+.1f}%)"
-    assert -0.11 <= eb <= 0.0, f"{name}: backward {bwd:.2f} ms vs {b_ms} ms ({100 * eb:+.1f}%)"
+def test_table_is_the_papers():
+    """Korthikanti et al. 2022, Table 4, as printed (ms)."""
+    got = {r.experiment: (round(r.fwd_s * 1e3, 1), round(r.bwd_s * 1e3, 1)) for r in ROWS}
+    assert got == {"baseline no recompute": (7.7, 11.9), "sequence parallelism": (7.2, 11.8),
+                   "baseline with recompute": (7.7, 19.5), "selective recompute": (7.7, 13.2),
+                   "selective + sequence": (7.2, 13.1)}
 
 
-def test_22b_layer_differences_follow_table4():
-    """The differences between rows isolate single terms: sequence parallelism saves forward
-    time (7.7 -> 7.2 ms: layer norm and dropout on 1/t of the tokens), full recomputation adds
-    about one forward to the backward (11.9 -> 19.5 ms), selective recomputation adds the
-    attention core only (11.9 -> 13.2 ms)."""
-    base_f, base_b = layer_ms(False, "none")
-    sp_f, _ = layer_ms(True, "none")
-    _, full_b = layer_ms(False, "full")
-    _, sel_b = layer_ms(False, "selective")
-    assert base_f - sp_f == pytest.approx(7.7 - 7.2, abs=0.15)
-    assert full_b - base_b == pytest.approx(19.5 - 11.9, rel=0.15)
-    assert sel_b - base_b == pytest.approx(13.2 - 11.9, abs=0.3)
+@pytest.mark.parametrize("row", ROWS, ids=[r.experiment for r in ROWS])
+def test_22b_layer_against_korthikanti_table4(problem, row):
+    fwd, bwd = layer_time_s(problem, row)
+    ef, eb = fwd / row.fwd_s - 1, bwd / row.bwd_s - 1
+    assert abs(ef) <= 0.07, f"{row.experiment}: forward {fwd * 1e3:.2f} ms ({100 * ef:+.1f}%)"
+    assert abs(eb) <= 0.06, f"{row.experiment}: backward {bwd * 1e3:.2f} ms ({100 * eb:+.1f}%)"
+
+
+def test_uncalibrated_pricing_was_uniformly_fast(problem):
+    """The miss the calibration closes: with memory_efficiency for the memory-bound operators,
+    every forward is 12-16% and every backward 7-11% below the table."""
+    hw = replace(problem.cluster.hardware, elementwise_efficiency=None)
+    for row in ROWS:
+        fwd, bwd = layer_time_s(problem, row, hw)
+        assert -0.16 <= fwd / row.fwd_s - 1 <= -0.12
+        assert -0.11 <= bwd / row.bwd_s - 1 <= -0.07
+
+
+def test_22b_layer_differences_follow_table4(problem):
+    """Row differences isolate single terms: sequence parallelism saves forward time (layer norm
+    and dropout on 1/t of the tokens), full recomputation adds about one forward to the
+    backward, selective recomputation the attention core only. The sequence-parallel saving is
+    priced about twice the measured 0.5 ms (0.97 ms): the calibrated elementwise_efficiency
+    also stands for kernels on tensor-parallel-sharded tensors that sequence parallelism does
+    not shrink (bias adds, permute copies), which the layer graph does not list; pricing those
+    kernels by name would bring this difference down (issue 26, not done)."""
+    t = {r.experiment: layer_time_s(problem, r) for r in ROWS}
+    base, sp = t["baseline no recompute"], t["sequence parallelism"]
+    assert 0.5 <= (base[0] - sp[0]) * 1e3 <= 1.1
+    assert (t["baseline with recompute"][1] - base[1]) * 1e3 == pytest.approx(19.5 - 11.9,
+                                                                              rel=0.1)
+    assert (t["selective recompute"][1] - base[1]) * 1e3 == pytest.approx(13.2 - 11.9, abs=0.3)
+
+
+def test_hardware_file_holds_the_fit(problem):
+    """The A100 file's elementwise_efficiency is the least-squares fit to Table 4."""
+    e, rms = fit_elementwise(ROWS)
+    assert problem.cluster.hardware.elementwise_efficiency == e
+    assert rms < 0.05
