@@ -234,3 +234,20 @@ def test_recipe_overlap_settings_are_checked_and_reach_the_training_settings():
         with pytest.raises(SpecError, match=rf"run 'nemo2407_gpt3_175b_128gpu_fp8': key "
                                             rf"'overlap\.{key}'"):
             training_for({**row, "overlap": bad})
+
+
+def test_mosaic_rows_models_have_the_tables_parameter_counts():
+    """The MPT models of the llm-foundry rows: the closed-form graph counts the table's NumParams
+    exactly (sequence 2048: learned position embeddings grow with the sequence)."""
+    from nest.graph import build_graph
+
+    mosaic = [r for r in ROWS if r["id"].startswith("mosaic_")]
+    assert len(mosaic) >= 6
+    table = {"mpt_1b": 1315950592, "mpt_3b": 2651837440, "mpt_7b": 6658859008,
+             "mpt_13b": 12853954560, "mpt_30b": 29975214080}
+    for name, n in table.items():
+        m = published.load_model(str(published.config_dir() / "validation" / "models"
+                                     / f"{name}.yaml"))
+        assert build_graph(m, 1, "closed_form").num_params == n
+    for r in mosaic:
+        assert r["zero_stage"] == 3 and r["tp"] == r["pp"] == 1 and r["num_devices"] == 8
