@@ -122,8 +122,18 @@ def _moe_flops(m: ModelSpec, b: int, s: int, v: int, c: float) -> float:
     return b * s * (l * per_layer + 6 * h * v)
 
 
+def megatron_hardware_flops(m: ModelSpec, batch: int, seq: int, vocab: int | None = None
+                            ) -> float:
+    """Narayanan et al. 2021 (SC21), Eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh), the GEMM FLOPs of
+    an iteration with full activation recomputation (the extra forward pass counted), which is
+    how their Table 1 and Table 2 count "achieved teraFLOP/s per GPU"."""
+    b, s, l, h, v = batch, seq, m.num_layers, m.hidden_size, vocab or m.vocab_size
+    return 96 * b * s * l * h**2 * (1 + s / (6 * h) + v / (16 * l * h))
+
+
 FLOP_FORMULAS = {
     "megatron_model": megatron_model_flops,
+    "megatron_hardware": megatron_hardware_flops,
     "nemo_noncausal": lambda m, b, s, v=None: nemo_flops(m, b, s, v, causal_half=False),
     "nemo_causal": lambda m, b, s, v=None: nemo_flops(m, b, s, v, causal_half=True),
 }
@@ -212,9 +222,19 @@ def plan_spec(row: dict, num_layers: int | None = None) -> dict:
 def band_members(row: dict) -> list[dict]:
     """The settings a row stands for: the row itself, or one row per combination of the values
     under `band:` (a setting the source leaves open, e.g. Meta's interleaving depth V, or a
-    launcher's VP where a summary prints another), each with its `band_values`."""
+    launcher's VP where a summary prints another), each with its `band_values`; `band:` may also
+    be a list of alternative settings, each a mapping of keys set together (e.g. {schedule:
+    1f1b, virtual_stages: 1} or {schedule: interleaved, virtual_stages: 2})."""
     band = row.get("band") or {}
     where = f"{table_path().name}: run '{row['id']}': key 'band"
+    if isinstance(band, list):  # alternatives that set several keys together (schedule + V)
+        out = []
+        for i, alt in enumerate(band):
+            if not isinstance(alt, dict) or not alt or any(
+                    k not in REQUIRED or k in ("id", "measured", "source", "flops") for k in alt):
+                raise SpecError(f"{where}.{i}': expected a mapping of run settings")
+            out.append(dict(row, **alt, band_values=dict(alt)))
+        return out
     members = [dict(row, band_values={})]
     for key, values in band.items():
         if key not in REQUIRED or key in ("id", "measured", "source", "flops") \
@@ -452,8 +472,11 @@ def render(results: list[RowResult]) -> str:
         flag = "" if r.priced else " (priced as bf16)"
         band = w.get("band") or {}
         vpp = w["virtual_stages"] if w["schedule"] == "interleaved" else "-"
-        if "virtual_stages" in band:
+        if isinstance(band, dict) and "virtual_stages" in band:
             vpp = "{" + ", ".join(str(x) for x in band["virtual_stages"]) + "}"
+        elif isinstance(band, list):  # alternatives: V of each (1: no interleaving)
+            vpp = "{" + ", ".join(str(a.get("virtual_stages", w["virtual_stages"]))
+                                  for a in band) + "}"
         lines.append(
             f"| {r.id} | {Path(str(w['model'])).stem} | {_hw(w)} | {w['num_devices']} | {w['tp']}/{w['pp']}/"
             f"{w['dp']}/{w['cp']}/{w['ep']} | {'y' if w['sp'] else 'n'} | {vpp} | "
