@@ -251,3 +251,19 @@ def test_mosaic_rows_models_have_the_tables_parameter_counts():
         assert build_graph(m, 1, "closed_form").num_params == n
     for r in mosaic:
         assert r["zero_stage"] == 3 and r["tp"] == r["pp"] == 1 and r["num_devices"] == 8
+
+
+@pytest.mark.parametrize("rid,days", [("narayanan_175b_384gpu", 84), ("narayanan_175b_768gpu", 43),
+                                      ("narayanan_530b_560gpu", 156),
+                                      ("narayanan_530b_1120gpu", 80)])
+def test_narayanan_rows_reproduce_the_papers_training_days(rid, days):
+    """Narayanan et al. 2021, Table 2 also prints the training time for 300B tokens: iterations
+    300e9 / (B s) x the step time that Eq. 3 FLOPs over the achieved TFLOP/s imply
+    (nest.published.measured_step_s, flops: megatron_hardware) gives the same days."""
+    r = next(x for x in ROWS if x["id"] == rid)
+    m = _model(r)
+    b, s, l, h, v = r["global_batch"], r["seq_len"], m.num_layers, m.hidden_size, 51200
+    f = 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))  # Eq. 3, by hand
+    assert published.flops_per_step(r, m) == pytest.approx(f, rel=1e-12)
+    step, _ = published.measured_step_s(r, m)
+    assert 300e9 / (b * s) * step / 86400 == pytest.approx(days, abs=1.0)
