@@ -147,8 +147,8 @@ def band_of(ev, problem, residuals: dict | None = None) -> Band | None:
 
 def mfu_ceiling_note(ev, problem) -> str:
     """'' or a line saying the predicted MFU is above the best published run of its hardware
-    class, architecture and size (16-bit rows; nest.report.mfu_ceiling), in that row's FLOP
-    convention."""
+    class, architecture and size (nest.report.mfu_ceiling), in that row's FLOP convention:
+    16-bit predictions against the 16-bit rows, FP8 predictions against the FP8 rows."""
     from nest.report import _model_facts, load_best_published_mfu, mfu_ceiling
 
     if not ev.feasible or ev.mfu is None:
@@ -156,8 +156,14 @@ def mfu_ceiling_note(ev, problem) -> str:
     facts = _model_facts(ev.plan.model)
     if facts is None:
         return ""
-    level, rows = mfu_ceiling(load_best_published_mfu(), problem.cluster.hardware.name,
-                              facts["architecture"], facts["params_B"])
+    table = load_best_published_mfu()
+    if problem.training.precision.compute == "fp8":  # held to the FP8 runs of its class only
+        table = {**table, "runs": [{**r, "precision": "bf16"} for r in table["runs"]
+                                   if r["precision"] == "fp8"]}
+        if not table["runs"]:
+            return ""
+    level, rows = mfu_ceiling(table, problem.cluster.hardware.name, facts["architecture"],
+                              facts["params_B"])
     if not rows:
         return ""
     best = max(rows, key=lambda r: r["mfu"] - ev.mfu * facts["factor"][r["convention"]])

@@ -73,3 +73,18 @@ def test_evaluate_prints_the_band(capsys):
     assert main(["evaluate", str(plan)]) == 0
     out = capsys.readouterr().out
     assert "uncertainty (a100_sxm/fp16/dense, 12 published runs, other 16-bit)" in out
+
+
+def test_mfu_ceiling_by_precision(capsys):
+    """A BF16 prediction above every BF16 run of its class is flagged; an FP8 prediction is held
+    to the FP8 runs (NeMo's GPT-3 175B at 85.1% of the BF16 peak), not to the BF16 ones."""
+    from pathlib import Path
+
+    from nest.cli import main
+
+    ex = Path(__file__).resolve().parents[1] / "examples"
+    assert main(["evaluate", str(ex / "llama3_70b_h100_bf16_bridge.yaml")]) == 0
+    assert "ABOVE the best published MFU of its class" in capsys.readouterr().out
+    assert main(["evaluate", str(ex / "llama3_70b_h100_fp8_bridge.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "uncertainty (h100_sxm/fp8/dense" in out and "ABOVE" not in out
