@@ -79,7 +79,7 @@ def _fmt_bytes(x: float) -> str:
     return f"{x / 1e9:.2f} GB"
 
 
-def summarize(plan, ev) -> str:
+def summarize(plan, ev, problem=None) -> str:
     lines = [f"{plan.planner}: {plan.model} on {plan.cluster} ({plan.num_devices} devices), "
              f"mbs={plan.mbs}, global batch {plan.global_batch}",
              f"  pp={plan.pp} dp={plan.dp} tp={plan.tp} sp={plan.sp} ep={plan.ep} cp={plan.cp}"
@@ -108,6 +108,10 @@ def summarize(plan, ev) -> str:
                      f"{ev.throughput_samples_per_s:.2f} samples/s, MFU {ev.mfu:.1%} "
                      f"({ev.mfu_full_attention:.1%} counting causal attention in full)"
                      f"  (pipeline_time={ev.pipeline_time}, dp_overlap={ev.dp_overlap})")
+        if problem is not None:  # band from the published residuals of its class
+            from nest.uncertainty import lines_for
+
+            lines += lines_for(ev, problem)
         if ev.time_per_batch_simulated_s:
             sim = ev.time_per_batch_simulated_s
             lines.append(f"  simulated schedule (nest.simulate): {sim:.4f} s per batch "
@@ -140,7 +144,7 @@ def cmd_plan(a) -> int:
     if out.plan is None:
         print(f"{a.planner}: {out.reason}", file=sys.stderr)
         return EXIT_CRASH if out.status == "crashed" else EXIT_INFEASIBLE
-    print(summarize(out.plan, out.evaluation))
+    print(summarize(out.plan, out.evaluation, problem))
     if a.seq_len is not None:  # `nest evaluate` / `nest export` rebuild the model with it
         out.plan.extra["seq_len"] = a.seq_len
     if a.output:
@@ -179,7 +183,7 @@ def cmd_evaluate(a) -> int:
             ev = evaluate(plan, problem, simulated=True)
     except SpecError as e:
         raise SpecError(f"{a.plan}: {e}") from None
-    print(summarize(plan, ev))
+    print(summarize(plan, ev, problem))
     hbm = problem.cluster.hardware.hbm_bytes
     if a.memory:
         from nest.viz import memory_table

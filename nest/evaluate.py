@@ -36,7 +36,7 @@ from pathlib import Path
 
 
 from nest.costs.layers import layer_table
-from nest.costs.memory import with_overheads
+from nest.costs.memory import interleaved_peak_activations, with_overheads
 from nest.costs.stage import Options, buckets, stage_cost
 from nest.errors import PlanError
 from nest.plan import Plan, check_structure
@@ -157,7 +157,7 @@ def evaluate(plan: Plan, problem: Problem, simulated: bool = False) -> Evaluatio
         stash = [min(p - j, m) for j in range(n)]  # 1F1B: Narayanan et al. 2021a
     results = [_stage(plan, problem, j, m, stash[j]) for j in range(n)]
     if plan.schedule == "interleaved":
-        results = _per_device(results, p, problem.cluster.hardware)
+        results = _per_device(results, p, problem.cluster.hardware, m, stash)
     t_max = max(s.time_per_microbatch_s for s in results[:p])
     sim = None
     if simulated or tr.pipeline_time == "simulated":
@@ -307,11 +307,12 @@ def stage_label(plan: Plan, j: int) -> str:
             f"totals over its chunks)")
 
 
-def _per_device(chunks: list[StageResult], p: int, hw) -> list[StageResult]:
+def _per_device(chunks: list[StageResult], p: int, hw, m: int, stash) -> list[StageResult]:
     """Interleaved 1F1B: device group d runs chunks d, d + p, ...; its time per micro-batch, sync,
     optimizer step and memory are the sums over its chunks (working set and the framework's
-    overhead once). The first p results become the devices' totals; every chunk reports its
-    device's peak memory."""
+    overhead once; activations as the schedule holds them, chunk by chunk:
+    nest.costs.memory.interleaved_peak_activations). The first p results become the devices'
+    totals; every chunk reports its device's peak memory."""
     out = list(chunks)
     for d in range(p):
         mine = chunks[d::p]
@@ -319,6 +320,8 @@ def _per_device(chunks: list[StageResult], p: int, hw) -> list[StageResult]:
         mem = {k: sum(c.memory_bytes.get(k, 0.0) for c in mine)
                for k in mine[0].memory_bytes if k not in per_chunk}
         mem["working"] = max(c.memory_bytes["working"] for c in mine)
+        mem["activations"] = interleaved_peak_activations(
+            [c.memory_bytes["activations"] / stash[d] for c in mine], p, m, d)
         mem = with_overheads(mem, hw)
         bd: dict[str, float] = {}
         sb: dict[str, float] = {}

@@ -30,6 +30,8 @@ from pathlib import Path
 import jsonschema
 
 from nest.errors import SpecError
+from nest.published_flops import (FLOP_FORMULAS, megatron_hardware_flops,  # noqa: F401
+                                  megatron_model_flops, nemo_flops)
 from nest.specs import ModelSpec, config_dir, load_cluster, load_model, load_schema, read_yaml
 
 SCHEMA = "nest.published_runs/v1"
@@ -71,62 +73,6 @@ def load_runs(path: str | Path | None = None) -> list[dict]:
             raise SpecError(f"{path}: key 'runs.{i}.flops': '{r['flops']}' is none of "
                             f"{sorted(FLOP_FORMULAS)}")
     return runs
-
-
-# --------------------------------------------------------------------------------------------
-# FLOP formulas of the sources (per global batch). B: sequences, s: sequence, l: layers, h: hidden,
-# V: vocabulary, a: heads, g: key/value heads, f: FFN hidden size.
-# --------------------------------------------------------------------------------------------
-
-
-def megatron_model_flops(m: ModelSpec, batch: int, seq: int, vocab: int | None = None) -> float:
-    """Korthikanti et al. 2022 (section 6): model FLOPs per iteration 72 B s l h^2 (1 + s/6h +
-    V/12lh), i.e. Narayanan et al. 2021's 96 B s l h^2 (1 + s/6h + V/16lh) without the recomputed
-    forward pass (3 passes, not 4; the logit GEMM is never recomputed). Full s x s attention."""
-    b, s, l, h, v = batch, seq, m.num_layers, m.hidden_size, vocab or m.vocab_size
-    return 72 * b * s * l * h**2 * (1 + s / (6 * h) + v / (12 * l * h))
-
-
-def nemo_flops(m: ModelSpec, batch: int, seq: int, vocab: int | None = None,
-               causal_half: bool = False) -> float:
-    """NeMo's "Model TFLOP/sec/GPU" formulas (NVIDIA/NeMo nemo/utils/flops_formulas.py):
-    GPT-3 (GELU MLP, f = 4h): (24 B s h^2 + 4 B s^2 h c) 3 l + 6 B s h V;
-    Llama (SwiGLU): B s l h^2 (12 + 12 g/a + 18 f/h + 12 (s/h) c + 6 V/(l h));
-    MoE (routed SwiGLU experts): Megatron-Bridge's formula, `_moe_flops`;
-    c = 1/2 when causal attention counts half (Megatron-Bridge 25.x), 1 in NeMo 24.07's tables."""
-    b, s, l, h, v = batch, seq, m.num_layers, m.hidden_size, vocab or m.vocab_size
-    c = 0.5 if causal_half else 1.0
-    if m.ffn_type == "gelu":
-        return (24 * b * s * h * h + 4 * b * s * s * h * c) * 3 * l + 6 * b * s * h * v
-    if m.ffn_type != "swiglu":
-        raise SpecError(f"{m.source_file}: key 'ffn_type': no NeMo FLOP formula for {m.ffn_type}")
-    if m.is_moe:
-        return _moe_flops(m, b, s, v, c)
-    g, a, f = m.num_kv_heads, m.num_heads, m.ffn_hidden_size
-    return b * s * l * h * h * (12 + 12 * g / a + 18 * f / h + 12 * s / h * c + 6 * v / (l * h))
-
-
-def _moe_flops(m: ModelSpec, b: int, s: int, v: int, c: float) -> float:
-    """Megatron-Bridge's MoE "Model TFLOP/sec/GPU" (src/megatron/bridge/training/utils/
-    flop_utils.py, transformer_flops, GQA branch): per token 3 x 2 x [h (q + 2 kv) + q h
-    (projections) + q s c (QK^T and AV: 2 x q s c, c = 1/2 when causal half) ] per layer +
-    3 x 2 x 3 h f k (the k routed SwiGLU experts; the router is not counted) + 3 x 2 h V,
-    with q = heads x head_dim, kv = kv_heads x head_dim. Refuses what that branch prices
-    differently (sliding windows, shared experts, dense first blocks, MLA)."""
-    if m.sliding_window or m.shared_ffn_hidden_size or m.num_dense_layers or m.is_mla:
-        raise SpecError(f"{m.source_file}: the MoE FLOP formula here covers uniform GQA MoE "
-                        "blocks only (no sliding window, shared expert, dense blocks or MLA)")
-    h, l, f, k = m.hidden_size, m.num_layers, m.ffn_hidden_size, m.top_k
-    q, kv = m.q_hidden_size, m.kv_hidden_size
-    per_layer = 6 * (h * (q + 2 * kv) + q * h + 2 * q * s * c) + 6 * 3 * h * f * k
-    return b * s * (l * per_layer + 6 * h * v)
-
-
-FLOP_FORMULAS = {
-    "megatron_model": megatron_model_flops,
-    "nemo_noncausal": lambda m, b, s, v=None: nemo_flops(m, b, s, v, causal_half=False),
-    "nemo_causal": lambda m, b, s, v=None: nemo_flops(m, b, s, v, causal_half=True),
-}
 
 
 def flops_per_step(row: dict, m: ModelSpec) -> float:
@@ -176,16 +122,64 @@ def plan_dp(row: dict) -> int:
     return dp // ep
 
 
-def plan_spec(row: dict) -> dict:
-    """The row as a compact plan (nest.plan_spec; examples/*.yaml), Megatron's rank order."""
+CUT_RULES = ("megatron", "even_layers")
+
+
+def plan_spec(row: dict, num_layers: int | None = None) -> dict:
+    """The row as a compact plan (nest.plan_spec; examples/*.yaml), Megatron's rank order.
+    `cuts: even_layers` (needs the layer graph's `num_layers`): every chunk the same number of
+    layer-graph layers, the embedding and the head counting one block each (Meta's Llama 3
+    layout: "we reduce one Transformer layer each from the first and the last stages ... the
+    first model chunk on the first stage has only the embedding", Grattafiori et al. 2024,
+    section 3.3.2); the default `megatron` spreads the blocks and adds the ends."""
     d = {k: row[k] for k in PLAN_KEYS}
     d["dp"] = plan_dp(row)
     d["model"] = model_ref(row)
+    v = row["virtual_stages"] if row["schedule"] == "interleaved" else 1
     if row["schedule"] == "interleaved":
-        d["virtual_stages"] = row["virtual_stages"]
+        d["virtual_stages"] = v
+    rule = row.get("cuts", "megatron")
+    if rule not in CUT_RULES:
+        raise SpecError(f"{table_path().name}: run '{row['id']}': key 'cuts': '{rule}' is none "
+                        f"of {CUT_RULES}")
+    if rule == "even_layers":
+        chunks = row["pp"] * v
+        if num_layers is None or num_layers % chunks:
+            raise SpecError(f"{table_path().name}: run '{row['id']}': key 'cuts': even_layers "
+                            f"needs pp x virtual_stages = {chunks} to divide the layer graph's "
+                            f"{num_layers} layers")
+        k = num_layers // chunks
+        d["cuts"] = [[i * k, (i + 1) * k - 1] for i in range(chunks)]
     d["planner"] = "published"
     d["placement"] = "replica_major"
     return d
+
+
+def band_members(row: dict) -> list[dict]:
+    """The settings a row stands for: the row itself, or one row per combination of the values
+    under `band:` (a setting the source leaves open, e.g. Meta's interleaving depth V, or a
+    launcher's VP where a summary prints another), each with its `band_values`; `band:` may also
+    be a list of alternative settings, each a mapping of keys set together (e.g. {schedule:
+    1f1b, virtual_stages: 1} or {schedule: interleaved, virtual_stages: 2})."""
+    band = row.get("band") or {}
+    where = f"{table_path().name}: run '{row['id']}': key 'band"
+    if isinstance(band, list):  # alternatives that set several keys together (schedule + V)
+        out = []
+        for i, alt in enumerate(band):
+            if not isinstance(alt, dict) or not alt or any(
+                    k not in REQUIRED or k in ("id", "measured", "source", "flops") for k in alt):
+                raise SpecError(f"{where}.{i}': expected a mapping of run settings")
+            out.append(dict(row, **alt, band_values=dict(alt)))
+        return out
+    members = [dict(row, band_values={})]
+    for key, values in band.items():
+        if key not in REQUIRED or key in ("id", "measured", "source", "flops") \
+                or not isinstance(values, list) or not values:
+            raise SpecError(f"{where}.{key}': expected a non-empty list of values of a run "
+                            f"setting")
+        members = [dict(m, **{key: x}, band_values={**m["band_values"], key: x})
+                   for m in members for x in values]
+    return members
 
 
 def model_ref(row: dict) -> str:
@@ -246,63 +240,164 @@ def problem_for(row: dict):
 
 
 @dataclass(frozen=True)
-class RowResult:
-    id: str
-    row: dict
-    measured_s: float
-    how: str
+class Member:
+    """One setting of a row (a band member): its open values and what the cost model says."""
+    values: dict
     predicted_s: float
     feasible: bool
     reason: str
     mfu: float
     peak_memory_GB: float
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """A row's prediction: one member, or a band over the members that fit in memory (all of
+    them, flagged OOM, when none fits)."""
+    id: str
+    row: dict
+    measured_s: float
+    how: str
+    members: tuple
     measured_memory_GB: float | None
 
     @property
+    def fitting(self) -> tuple:
+        return tuple(x for x in self.members if x.feasible) or self.members
+
+    @property
+    def feasible(self) -> bool:
+        return any(x.feasible for x in self.members)
+
+    @property
+    def reason(self) -> str:
+        return "" if self.feasible else self.members[0].reason
+
+    @property
+    def band(self) -> bool:
+        return len(self.members) > 1
+
+    @property
+    def predicted_lo_s(self) -> float:
+        return min(x.predicted_s for x in self.fitting)
+
+    @property
+    def predicted_hi_s(self) -> float:
+        return max(x.predicted_s for x in self.fitting)
+
+    @property
+    def predicted_s(self) -> float:
+        """The band's middle (one member: its prediction)."""
+        return (self.predicted_lo_s + self.predicted_hi_s) / 2
+
+    @property
+    def mfu(self) -> float:
+        return max(x.mfu for x in self.fitting)
+
+    @property
+    def peak_memory_GB(self) -> float:
+        return min(x.peak_memory_GB for x in self.fitting)
+
+    @property
     def error(self) -> float:
-        """Signed relative error of the predicted step time (negative: predicted too fast)."""
-        return self.predicted_s / self.measured_s - 1
+        """Signed relative error of the predicted step time (negative: predicted too fast). A
+        band counts 0 when the measurement lies inside it, else the distance to its nearest end:
+        the source allows every member, so only a miss of all of them is the model's."""
+        lo, hi, me = self.predicted_lo_s, self.predicted_hi_s, self.measured_s
+        if lo <= me <= hi:
+            return 0.0
+        return (lo if me < lo else hi) / me - 1
+
+    @property
+    def error_ends(self) -> tuple[float, float]:
+        """Signed errors of the band's two ends (both the same for one member)."""
+        return (self.predicted_lo_s / self.measured_s - 1,
+                self.predicted_hi_s / self.measured_s - 1)
 
     @property
     def priced(self) -> bool:
         return self.row["precision"] in PRICED_PRECISIONS
 
 
-def evaluate_row(row: dict) -> RowResult:
+def evaluate_member(row: dict) -> Member:
     from nest.evaluate import evaluate
     from nest.plan_spec import expand
 
     pr = problem_for(row)
-    plan = expand(plan_spec(row), pr, f"{table_path().name}: run '{row['id']}'")
+    plan = expand(plan_spec(row, pr.graph.num_layers), pr,
+                  f"{table_path().name}: run '{row['id']}'")
     ev = evaluate(plan, pr)
-    meas, how = measured_step_s(row, pr.model)
     peak = max(s.peak_memory_bytes for s in ev.stages) / 1e9
-    return RowResult(row["id"], row, meas, how, ev.time_per_batch_s, ev.feasible, ev.reason,
-                     ev.mfu, peak, row["measured"].get("peak_memory_GB"))
+    return Member(row.get("band_values", {}), ev.time_per_batch_s, ev.feasible, ev.reason,
+                  ev.mfu, peak)
+
+
+def evaluate_row(row: dict) -> RowResult:
+    meas, how = measured_step_s(row)
+    members = tuple(evaluate_member(m) for m in band_members(row))
+    return RowResult(row["id"], row, meas, how, members, row["measured"].get("peak_memory_GB"))
 
 
 def run(rows: list[dict] | None = None) -> list[RowResult]:
     return [evaluate_row(r) for r in (rows if rows is not None else load_runs())]
 
 
+def row_class(row: dict) -> str:
+    """The row's class for the statistics and the uncertainty bands (nest.uncertainty):
+    hardware / precision / dense or moe."""
+    kind = "moe" if model_for(row).is_moe else "dense"
+    return f"{_hw(row)}/{row['precision']}/{kind}"
+
+
+def _stats(errs: list[float]) -> dict:
+    a = [abs(e) for e in errs]
+    return {"n": len(a), "mean_abs": sum(a) / len(a) if a else math.nan,
+            "max_abs": max(a) if a else math.nan,
+            "mean_signed": sum(errs) / len(errs) if errs else math.nan,
+            "min_signed": min(errs) if errs else math.nan,
+            "max_signed": max(errs) if errs else math.nan}
+
+
 def summary(results: list[RowResult]) -> dict:
-    """Mean / max |error| of the step time over the rows the cost model prices."""
-    errs = [abs(r.error) for r in results if r.priced]
+    """Mean / max |error| of the step time over the rows the cost model prices (a band row's
+    error is 0 inside the band, else the distance to its nearest end: RowResult.error), overall,
+    for dense and MoE rows, and per class (`row_class`)."""
+    priced = [r for r in results if r.priced]
     other = [abs(r.error) for r in results if not r.priced]
-    return {"n": len(errs), "mean_abs": sum(errs) / len(errs) if errs else math.nan,
-            "max_abs": max(errs) if errs else math.nan, "n_unpriced": len(other),
-            "mean_abs_unpriced": sum(other) / len(other) if other else math.nan}
+    out = _stats([r.error for r in priced])
+    out.update({"n_unpriced": len(other),
+                "mean_abs_unpriced": sum(other) / len(other) if other else math.nan,
+                "n_oom": sum(not r.feasible for r in results)})
+    kinds: dict = {}
+    classes: dict = {}
+    for r in priced:
+        c = row_class(r.row)
+        kinds.setdefault(c.rsplit("/", 1)[1], []).append(r.error)
+        classes.setdefault(c, []).append(r.error)
+    out["kinds"] = {k: _stats(v) for k, v in sorted(kinds.items())}
+    out["classes"] = {k: _stats(v) for k, v in sorted(classes.items())}
+    return out
 
 
 def _hw(row: dict) -> str:
     return load_cluster(row["cluster"], row["num_devices"]).hardware.name
 
 
+def _pred(r: RowResult) -> str:
+    if not r.band:
+        return f"{r.predicted_s:.3f}"
+    return f"{r.predicted_lo_s:.3f}-{r.predicted_hi_s:.3f} (band)"
+
+
 def render(results: list[RowResult]) -> str:
     """The Markdown table, one row per run, then the mean / max error and the assumptions."""
     lines = ["# Predicted vs published measured training runs", "",
              f"Source table: config/validation/published_runs.yaml ({len(results)} runs). "
-             "Error = predicted / measured - 1 (negative: the cost model is too fast).", "",
+             "Error = predicted / measured - 1 (negative: the cost model is too fast). A row "
+             "whose source leaves a setting open is a band over its plausible values (`band:`; "
+             "members that do not fit in memory are left out of the band and listed below): its "
+             "error is 0 when the measurement lies inside the band, else the distance to the "
+             "nearest end; both ends are listed below.", "",
              "| run | model | hw | GPUs | tp/pp/dp/cp/ep | sp | vpp | mbs/gbs | seq | recompute "
              "| zero | prec | measured as reported | measured step (s) | how | predicted (s) "
              "| error | pred. MFU | pred. peak mem (GB) | meas. mem (GB) |",
@@ -311,22 +406,47 @@ def render(results: list[RowResult]) -> str:
         w = r.row
         me = ", ".join(f"{k} {v}" for k, v in w["measured"].items())
         flag = "" if r.priced else " (priced as bf16)"
+        band = w.get("band") or {}
         vpp = w["virtual_stages"] if w["schedule"] == "interleaved" else "-"
+        if isinstance(band, dict) and "virtual_stages" in band:
+            vpp = "{" + ", ".join(str(x) for x in band["virtual_stages"]) + "}"
+        elif isinstance(band, list):  # alternatives: V of each (1: no interleaving)
+            vpp = "{" + ", ".join(str(a.get("virtual_stages", w["virtual_stages"]))
+                                  for a in band) + "}"
         lines.append(
             f"| {r.id} | {Path(str(w['model'])).stem} | {_hw(w)} | {w['num_devices']} | {w['tp']}/{w['pp']}/"
             f"{w['dp']}/{w['cp']}/{w['ep']} | {'y' if w['sp'] else 'n'} | {vpp} | "
             f"{w['mbs']}/{w['global_batch']} | {w['seq_len']} | {w['recompute']} | "
             f"{w['zero_stage']} | {w['precision']}{flag} | {me} | {r.measured_s:.3f} | {r.how} | "
-            f"{r.predicted_s:.3f} | {100 * r.error:+.1f}% | {100 * r.mfu:.1f}% | "
+            f"{_pred(r)} | {100 * r.error:+.1f}% | {100 * r.mfu:.1f}% | "
             f"{r.peak_memory_GB:.1f}{'' if r.feasible else ' (OOM)'} | "
             f"{'n/p' if r.measured_memory_GB is None else r.measured_memory_GB} |")
     s = summary(results)
     lines += ["", f"Step time over the {s['n']} runs in {'/'.join(PRICED_PRECISIONS)}: mean "
-              f"|error| {100 * s['mean_abs']:.1f}%, max |error| {100 * s['max_abs']:.1f}%."]
+              f"|error| {100 * s['mean_abs']:.1f}%, max |error| {100 * s['max_abs']:.1f}%; "
+              f"runs predicted out of memory: {s['n_oom']}.", "",
+              "| class | runs | mean |error| | max |error| | mean signed | signed range |",
+              "|---|---|---|---|---|---|"]
+    for name, c in list(s["kinds"].items()) + list(s["classes"].items()):
+        lines.append(f"| {name} | {c['n']} | {100 * c['mean_abs']:.1f}% | "
+                     f"{100 * c['max_abs']:.1f}% | {100 * c['mean_signed']:+.1f}% | "
+                     f"{100 * c['min_signed']:+.1f}% .. {100 * c['max_signed']:+.1f}% |")
     if s["n_unpriced"]:
         lines.append(f"Runs in a precision the cost model does not price ({s['n_unpriced']}, "
                      f"priced as BF16, not in the statistics): mean |error| "
                      f"{100 * s['mean_abs_unpriced']:.1f}%.")
+    bands = [r for r in results if r.band]
+    if bands:
+        lines += ["", "Bands (each member: the open values, predicted step, error, peak memory):",
+                  ""]
+        for r in bands:
+            lo, hi = r.error_ends
+            parts = [f"{', '.join(f'{k} {v}' for k, v in x.values.items())}: "
+                     f"{x.predicted_s:.3f} s ({100 * (x.predicted_s / r.measured_s - 1):+.1f}%), "
+                     f"{x.peak_memory_GB:.1f} GB{'' if x.feasible else ' OOM'}"
+                     for x in r.members]
+            lines.append(f"- {r.id} (ends {100 * lo:+.1f}% / {100 * hi:+.1f}%): "
+                         + "; ".join(parts))
     over = [r for r in results if r.row.get("tp_comm_overlap")]
     if over:  # perfect overlap is optimistic: the same runs without it bracket the measurement
         lines += ["", "Runs priced with tensor-parallel communication overlap (perfect overlap, "
@@ -349,7 +469,10 @@ def main(argv: list[str] | None = None) -> int:
                     "published_runs.yaml)")
     ap.add_argument("-o", "--out", default=DEFAULT_OUT, help=f"Markdown file to write (default "
                     f"{DEFAULT_OUT}; '-' writes nothing)")
-    ap.add_argument("--only", nargs="+", help="run ids to evaluate")
+    ap.add_argument("--only", nargs="+", help="run ids to evaluate (writes no residuals)")
+    ap.add_argument("--residuals", default=None, help="residuals YAML to write (default "
+                    "config/validation/residuals.yaml: the uncertainty bands, nest.uncertainty; "
+                    "'-' writes none)")
     a = ap.parse_args(argv)
     try:
         rows = load_runs(a.table)
@@ -358,8 +481,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if a.only:
         rows = [r for r in rows if r["id"] in a.only]
-    md = render(run(rows))
+    results = run(rows)
+    md = render(results)
     print(md, end="")
+    if not a.only and a.residuals != "-":
+        from nest.uncertainty import write_residuals
+
+        print(f"residuals written to {write_residuals(results, a.residuals)}")
     if a.out != "-":
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(md)

@@ -364,6 +364,9 @@ class HardwareSpec:
     # the floor under a host-bound layer's time (nest.costs.table.layer_times); 0: none
     host_fwd_s_per_op: float = 0.0
     host_bwd_s_per_op: float = 0.0
+    # share of the HBM bandwidth the memory-bound operators (norms, softmax, dropout, residual
+    # adds, activations; nest.costs.roofline) reach; None: memory_efficiency
+    elementwise_efficiency: float | None = None
 
 
 def _profile_dir(name: str, where: str) -> str:
@@ -408,6 +411,7 @@ def hardware_from_dict(d: dict, where: str) -> HardwareSpec:
         hbm_source=d.get("hbm_source", ""),
         attention_implementation=d.get("attention_implementation", "flash"),
         host_fwd_s_per_op=d.get("host_fwd_us_per_op", 0.0) * US,
+        elementwise_efficiency=d.get("elementwise_efficiency"),
         host_bwd_s_per_op=d.get("host_bwd_us_per_op", 0.0) * US,
     )
 

@@ -241,3 +241,29 @@ def test_fp8_keeps_gemm_inputs_in_fp8():
     assert pr.graph.fp8_activations
     ev = evaluate(plan, pr)
     assert ev.feasible, ev.reason
+
+
+def test_interleaved_stash_is_weighed_chunk_by_chunk():
+    """nest.costs.memory.interleaved_peak_activations walks Megatron's interleaved order. With
+    equal chunks it is Korthikanti et al. 2022's p (1 + (p - 1) / (p v)) stage micro-batches on
+    the first device (section 4.2.3) and nest.schedule's closed form on every device; with
+    Meta's Llama 3 layout (only the embedding in the first chunk of device 0, Grattafiori et al.
+    2024, section 3.3.2) the first device's extra warm-up micro-batches cost nothing: 7 block
+    chunks x p micro-batches."""
+    from nest.costs.memory import interleaved_order, interleaved_peak_activations
+    from nest.schedule import stash_microbatches
+
+    for p, v, m in ((4, 2, 8), (16, 4, 32), (8, 3, 16), (16, 8, 16)):
+        closed = stash_microbatches("interleaved", p, m, v)
+        for d in range(p):
+            got = interleaved_peak_activations([1.0] * v, p, m, d) / v
+            assert got == pytest.approx(closed[d])
+        if m > p:
+            assert interleaved_peak_activations([1.0] * v, p, m, 0) / v == pytest.approx(
+                p * (1 + (p - 1) / (p * v)))
+        ops = list(interleaved_order(p, m, v, 0))  # each (chunk, mb) once forward, then back
+        fw = [o[1:] for o in ops if o[0] == "F"]
+        bw = [o[1:] for o in ops if o[0] == "B"]
+        assert sorted(fw) == sorted(bw) == sorted((c, b) for c in range(v) for b in range(m))
+        assert all(ops.index(("F",) + x) < ops.index(("B",) + x) for x in fw)
+    assert interleaved_peak_activations([0.0] + [1.0] * 7, 16, 32, 0) == 7 * 16

@@ -257,3 +257,26 @@ def test_validation_against_measured_blocks(tmp_path):
     assert V.main(["-o", str(out)]) == 0
     text = out.read_text()
     assert "| llama2_7b | 4096 |" in text and "Why it misses" in text
+
+
+def test_sustained_measurement_runs_on_cpu_and_records_provenance(tmp_path):
+    """nest.profiling.sustained (scripts/gpu_measure.sh; prepared for a lent GPU, not run here):
+    the CPU path writes one row per test and shape with the call counts and FLOP rate that its
+    time implies, and the metadata with its method and schema."""
+    import csv
+    import json
+
+    from nest.profiling import sustained
+
+    assert sustained.main(["--tiny", "--out", str(tmp_path), "--tests", "gemm,wgrad"]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "cpu" / "sustained.csv")))
+    gemm = [r for r in rows if r["test"] == "gemm"]
+    assert len(gemm) == len(sustained.TINY_GEMMS) and gemm[0]["calls"] == "5"
+    m, n, k = (int(gemm[0][c]) for c in "mnk")
+    assert float(gemm[0]["tflops"]) == pytest.approx(
+        2 * m * n * k / float(gemm[0]["seconds_per_call"]) / 1e12)
+    assert {r["variant"] for r in rows if r["test"] == "wgrad"} >= {"bf16_wgrad_only",
+                                                                    "bf16_wgrad_then_fp32_add"}
+    meta = json.load(open(tmp_path / "cpu" / "sustained_meta.json"))
+    assert meta["schema"] == sustained.SCHEMA and meta["timed_calls"] == 5
+    assert set(meta["states"]) == {"gemm", "wgrad"}

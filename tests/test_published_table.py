@@ -33,11 +33,16 @@ def test_table_covers_sizes_hardware_and_precisions():
         assert r["source"].strip() and set(r.get("assumed", [])) <= set(r) | {"flops"}
 
 
-@pytest.mark.parametrize("r", ROWS, ids=IDS)
+MEMBERS = [m for r in ROWS for m in published.band_members(r)]
+MEMBER_IDS = [f"{m['id']}-{'-'.join(f'{k}{v}' for k, v in m['band_values'].items())}"
+              for m in MEMBERS]
+
+
+@pytest.mark.parametrize("r", MEMBERS, ids=MEMBER_IDS)
 def test_parallel_settings_compose(r):
     """Megatron-LM's rules: tp x pp x dp x cp = GPUs (dp with expert parallelism folded inside:
     ep divides dp); the global batch splits into micro-batches of mbs x dp; the interleaved
-    schedule needs micro-batches in multiples of pp; sp needs tp > 1."""
+    schedule needs micro-batches in multiples of pp; sp needs tp > 1. Every member of a band."""
     assert r["tp"] * r["pp"] * r["dp"] * r["cp"] == r["num_devices"]
     assert r["dp"] % r["ep"] == 0 and published.plan_dp(r) * r["ep"] == r["dp"]
     per_step = r["mbs"] * r["dp"]
@@ -52,7 +57,34 @@ def test_parallel_settings_compose(r):
     assert not r["sp"] or r["tp"] > 1
     mod = _model(r)
     assert mod.num_heads % r["tp"] == 0 and r["seq_len"] % r["cp"] == 0
-    assert r["pp"] * r["virtual_stages"] <= mod.num_layers
+    ends = 2 if r.get("cuts") == "even_layers" else 0  # embedding and head count as blocks
+    assert r["pp"] * r["virtual_stages"] <= mod.num_layers + ends
+    if ends:
+        assert (mod.num_layers + ends) % (r["pp"] * r["virtual_stages"]) == 0
+
+
+def test_bands_are_shown_and_scored_as_bands():
+    """A band row lists every member; its error is 0 when the measurement lies inside the band
+    of the members that fit, else the distance to the nearest end (computed here by hand)."""
+    from nest.published import Member, RowResult
+
+    def res(times, fits=(True, True)):
+        ms = tuple(Member({"virtual_stages": i}, t, f, "" if f else "out of memory", 0.4, 70.0)
+                   for i, (t, f) in enumerate(zip(times, fits)))
+        return RowResult("x", {"precision": "bf16"}, 10.0, "", ms, None)
+
+    assert res((9.0, 11.0)).error == 0.0
+    assert res((11.0, 12.0)).error == pytest.approx(0.1)
+    assert res((8.0, 9.5)).error == pytest.approx(-0.05)
+    assert res((8.0, 9.5)).error_ends == pytest.approx((-0.2, -0.05))
+    # a member out of memory leaves the band; no member fitting: the row is OOM, band over all
+    assert res((9.0, 12.0), (True, False)).error == pytest.approx(-0.1)
+    r = res((9.0, 12.0), (False, False))
+    assert not r.feasible and r.error == 0.0
+    row = next(x for x in ROWS if x["id"] == "nemo2407_gpt3_175b_128gpu_fp8")
+    assert [m["virtual_stages"] for m in published.band_members(row)] == [6, 12]
+    with pytest.raises(SpecError, match="key 'band.measured'"):
+        published.band_members({**row, "band": {"measured": [1]}})
 
 
 def _flops_per_token(mod, seq, vocab, causal_half):
@@ -137,6 +169,11 @@ def test_runner_evaluates_every_row(tmp_path):
     assert all(i in md for i in IDS) and "mean |error|" in md
     s = published.summary(results)
     assert s["n"] == sum(r.priced for r in results) and s["max_abs"] >= s["mean_abs"]
+    # the committed residuals (nest.uncertainty) are what this run computes
+    from nest.uncertainty import dump, residuals_doc, residuals_path
+
+    assert residuals_path().read_text() == dump(residuals_doc(results)), (
+        "config/validation/residuals.yaml is stale: regenerate with `nest validate --published`")
 
 
 def test_cli_validate_published_writes_markdown(tmp_path, capsys):
@@ -197,3 +234,36 @@ def test_recipe_overlap_settings_are_checked_and_reach_the_training_settings():
         with pytest.raises(SpecError, match=rf"run 'nemo2407_gpt3_175b_128gpu_fp8': key "
                                             rf"'overlap\.{key}'"):
             training_for({**row, "overlap": bad})
+
+
+def test_mosaic_rows_models_have_the_tables_parameter_counts():
+    """The MPT models of the llm-foundry rows: the closed-form graph counts the table's NumParams
+    exactly (sequence 2048: learned position embeddings grow with the sequence)."""
+    from nest.graph import build_graph
+
+    mosaic = [r for r in ROWS if r["id"].startswith("mosaic_")]
+    assert len(mosaic) >= 6
+    table = {"mpt_1b": 1315950592, "mpt_3b": 2651837440, "mpt_7b": 6658859008,
+             "mpt_13b": 12853954560, "mpt_30b": 29975214080}
+    for name, n in table.items():
+        m = published.load_model(str(published.config_dir() / "validation" / "models"
+                                     / f"{name}.yaml"))
+        assert build_graph(m, 1, "closed_form").num_params == n
+    for r in mosaic:
+        assert r["zero_stage"] == 3 and r["tp"] == r["pp"] == 1 and r["num_devices"] == 8
+
+
+@pytest.mark.parametrize("rid,days", [("narayanan_175b_384gpu", 84), ("narayanan_175b_768gpu", 43),
+                                      ("narayanan_530b_560gpu", 156),
+                                      ("narayanan_530b_1120gpu", 80)])
+def test_narayanan_rows_reproduce_the_papers_training_days(rid, days):
+    """Narayanan et al. 2021, Table 2 also prints the training time for 300B tokens: iterations
+    300e9 / (B s) x the step time that Eq. 3 FLOPs over the achieved TFLOP/s imply
+    (nest.published.measured_step_s, flops: megatron_hardware) gives the same days."""
+    r = next(x for x in ROWS if x["id"] == rid)
+    m = _model(r)
+    b, s, l, h, v = r["global_batch"], r["seq_len"], m.num_layers, m.hidden_size, 51200
+    f = 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))  # Eq. 3, by hand
+    assert published.flops_per_step(r, m) == pytest.approx(f, rel=1e-12)
+    step, _ = published.measured_step_s(r, m)
+    assert 300e9 / (b * s) * step / 86400 == pytest.approx(days, abs=1.0)

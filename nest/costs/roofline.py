@@ -6,7 +6,8 @@ Matmul efficiency grows with the size of one GEMM and saturates (small GEMMs und
 tensor cores / MXUs): eff(F) = matmul_efficiency * F / (F + F_half), F_half from the hardware file.
 Each GEMM of a matmul (forward; dgrad and wgrad backward) is priced on its own shape; a batched
 GEMM (shape m, n, k, batch: the unfused attention core) is one kernel over all its matrices.
-Attention runs at `attention_efficiency`; elementwise/norm operators are bandwidth-bound.
+Attention runs at `attention_efficiency`; elementwise/norm operators are bandwidth-bound, at
+`elementwise_efficiency` of the HBM bandwidth (default: memory_efficiency).
 A hardware file that names measured profiles (`profile:`, e.g. H100) prices operators from them
 instead (nest.costs.profiled), with this roofline as the fallback for shapes not measured;
 nest.costs.table sums the operators of each layer into the cost table.
@@ -46,11 +47,20 @@ def gemm_time(hw: HardwareSpec, m, n, k, batch=1, peak: float | None = None, *,
     return float(out) if np.ndim(out) == 0 else out
 
 
+def elementwise_efficiency(hw: HardwareSpec) -> float:
+    """The HBM share a memory-bound operator reaches: the hardware file's elementwise_efficiency
+    (A100: fitted to Korthikanti et al. 2022's per-layer times, nest.profiling.layer_fit), else
+    its streaming memory_efficiency."""
+    e = hw.elementwise_efficiency
+    return hw.memory_efficiency if e is None else e
+
+
 def _compute_time(hw: HardwareSpec, op: Op, flops: float, nbytes: float, kernels: int) -> float:
     """An attention or memory-bound operator (GEMMs: `gemm_time`)."""
     eff = hw.attention_efficiency if op.kind == "attention" else 1.0
     t_flops = flops / (hw.peak_flops_per_s * eff) if flops > 0 else 0.0
-    t_bytes = nbytes / (hw.hbm_bytes_per_s * hw.memory_efficiency)
+    mem_eff = hw.memory_efficiency if op.kind == "attention" else elementwise_efficiency(hw)
+    t_bytes = nbytes / (hw.hbm_bytes_per_s * mem_eff)
     return max(t_flops, t_bytes) + kernels * hw.kernel_overhead_s
 
 

@@ -1,0 +1,78 @@
+"""Per-layer components before end-to-end rows: one transformer layer's forward and backward time
+as the stage kernel prices it (nest.costs.table.layer_times: operators and the recomputed
+forward; nest.costs.groups: the tensor-parallel collectives) against a published per-layer
+measurement, term by term (nest.profiling.layer_fit).
+
+A100 source: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+Models", Table 4 ("Time to complete the forward and backward pass of a single transformer layer
+of the 22B model"): 22B GPT (h 6144, 64 heads, s 2048), t = 8 on one DGX A100, batch 4, FP16,
+Megatron-LM's unfused attention core; profiles/a100_sxm/published_layer_times.csv.
+
+The A100 hardware file's `elementwise_efficiency` is a disclosed calibration to this table (the
+only constant fitted to it; the end-to-end rows stay out of sample). Before it, with the
+streaming memory_efficiency 0.85 for every memory-bound operator, every term was fast: forward
+13-15%, backward 8-10%. No published H100 per-layer breakdown is recorded here yet.
+"""
+
+from dataclasses import replace
+
+import pytest
+
+from nest.profiling.layer_fit import fit_elementwise, layer_problem, layer_time_s
+from nest.profiling.layer_fit import published_layer_times as rows_of
+
+ROWS = rows_of("a100_sxm")
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return layer_problem(ROWS[0], "dgx_a100")
+
+
+def test_table_is_the_papers():
+    """Korthikanti et al. 2022, Table 4, as printed (ms)."""
+    got = {r.experiment: (round(r.fwd_s * 1e3, 1), round(r.bwd_s * 1e3, 1)) for r in ROWS}
+    assert got == {"baseline no recompute": (7.7, 11.9), "sequence parallelism": (7.2, 11.8),
+                   "baseline with recompute": (7.7, 19.5), "selective recompute": (7.7, 13.2),
+                   "selective + sequence": (7.2, 13.1)}
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.experiment for r in ROWS])
+def test_22b_layer_against_korthikanti_table4(problem, row):
+    fwd, bwd = layer_time_s(problem, row)
+    ef, eb = fwd / row.fwd_s - 1, bwd / row.bwd_s - 1
+    assert abs(ef) <= 0.07, f"{row.experiment}: forward {fwd * 1e3:.2f} ms ({100 * ef:+.1f}%)"
+    assert abs(eb) <= 0.06, f"{row.experiment}: backward {bwd * 1e3:.2f} ms ({100 * eb:+.1f}%)"
+
+
+def test_uncalibrated_pricing_was_uniformly_fast(problem):
+    """The miss the calibration closes: with memory_efficiency for the memory-bound operators,
+    every forward is 12-16% and every backward 7-11% below the table."""
+    hw = replace(problem.cluster.hardware, elementwise_efficiency=None)
+    for row in ROWS:
+        fwd, bwd = layer_time_s(problem, row, hw)
+        assert -0.16 <= fwd / row.fwd_s - 1 <= -0.12
+        assert -0.11 <= bwd / row.bwd_s - 1 <= -0.07
+
+
+def test_22b_layer_differences_follow_table4(problem):
+    """Row differences isolate single terms: sequence parallelism saves forward time (layer norm
+    and dropout on 1/t of the tokens), full recomputation adds about one forward to the
+    backward, selective recomputation the attention core only. The sequence-parallel saving is
+    priced about twice the measured 0.5 ms (0.97 ms): the calibrated elementwise_efficiency
+    also stands for kernels on tensor-parallel-sharded tensors that sequence parallelism does
+    not shrink (bias adds, permute copies), which the layer graph does not list; pricing those
+    kernels by name would bring this difference down (issue 26, not done)."""
+    t = {r.experiment: layer_time_s(problem, r) for r in ROWS}
+    base, sp = t["baseline no recompute"], t["sequence parallelism"]
+    assert 0.5 <= (base[0] - sp[0]) * 1e3 <= 1.1
+    assert (t["baseline with recompute"][1] - base[1]) * 1e3 == pytest.approx(19.5 - 11.9,
+                                                                              rel=0.1)
+    assert (t["selective recompute"][1] - base[1]) * 1e3 == pytest.approx(13.2 - 11.9, abs=0.3)
+
+
+def test_hardware_file_holds_the_fit(problem):
+    """The A100 file's elementwise_efficiency is the least-squares fit to Table 4."""
+    e, rms = fit_elementwise(ROWS)
+    assert problem.cluster.hardware.elementwise_efficiency == e
+    assert rms < 0.05
