@@ -450,6 +450,10 @@ class NetworkLevel:
     bytes_per_s: float  # per device, per direction
     latency_s: float
     oversubscription: float = 1.0
+    # per device, what a ring collective over one whole group of this level reaches when it
+    # uses more links than the level's bandwidth counts (a torus block's rings along every
+    # dimension: nest.network.topology.torus_levels); 0: none (bytes_per_s prices it)
+    ring_bytes_per_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -464,6 +468,8 @@ class ClusterSpec:
     network: str = "levels"
     # where the reduction of that network to levels approximates it (nest.network.fabric)
     notes: tuple[str, ...] = ()
+    # files the network section reads besides the cluster file (a graph file), as resolved paths
+    network_files: tuple[str, ...] = ()
 
     @property
     def max_devices(self) -> int:
@@ -480,12 +486,12 @@ class ClusterSpec:
 
 
 def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSpec:
-    network, notes = "levels", ()
+    network, notes, files = "levels", (), ()
     if isinstance(d, dict) and "network" in d:  # a named builder or a graph file
         from nest.network.fabric import expand_network
 
         network = d["network"].get("kind", "?") if isinstance(d["network"], dict) else "?"
-        d, notes = expand_network(d, where)
+        d, notes, files = expand_network(d, where)
     validate(d, "cluster", where)
     levels = tuple(
         NetworkLevel(
@@ -495,6 +501,7 @@ def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSp
             bytes_per_s=lv["bandwidth_GBps"] * GB * lv.get("efficiency", 1.0),
             latency_s=lv["latency_us"] * US,
             oversubscription=lv.get("oversubscription", 1.0),
+            ring_bytes_per_s=lv.get("ring_bandwidth_GBps", 0.0) * GB * lv.get("efficiency", 1.0),
         )
         for lv in d["levels"]
     )
@@ -532,6 +539,7 @@ def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSp
         source=d["source"],
         network=network,
         notes=notes,
+        network_files=files,
     )
 
 

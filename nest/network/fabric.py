@@ -335,9 +335,9 @@ def _finite(x, path: str, where: str) -> None:
             _finite(v, f"{path}.{i}", where)
 
 
-def expand_network(d: dict, where: str) -> tuple[dict, tuple[str, ...]]:
-    """A cluster mapping with `network:` -> the same mapping with `levels:` (and the notes on
-    where the level reduction approximates the topology)."""
+def expand_network(d: dict, where: str) -> tuple[dict, tuple[str, ...], tuple[str, ...]]:
+    """A cluster mapping with `network:` -> the same mapping with `levels:`, the notes on where
+    the level reduction approximates the topology, and the files it read (a graph file)."""
     if "levels" in d:
         raise SpecError(f"{where}: keys 'levels' and 'network': give one of them, not both")
     net = d["network"]
@@ -347,4 +347,5 @@ def expand_network(d: dict, where: str) -> tuple[dict, tuple[str, ...]]:
     levels, notes = network_levels(net, where, base)
     out = {k: v for k, v in d.items() if k != "network"}
     out["levels"] = levels
-    return out, tuple(notes)
+    files = (str(resolve_graph_file(net["file"], where, base)),) if net["kind"] == "graph" else ()
+    return out, tuple(notes), files

@@ -26,7 +26,11 @@ Builders:
       bandwidth = min(links into the block per device x link, bisection share), the bisection
       share being bisection links x link / (n / 2) (uniform-traffic bound; Dally & Towles 2004,
       "Principles and Practices of Interconnection Networks", section 3.3); no switches, so
-      oversubscription 1 and the bandwidth is the share itself.
+      oversubscription 1 and the bandwidth is the share itself. A ring collective over a whole
+      block runs bidirectional rings along every dimension at once (each device drives all its
+      links in the block), which the bisection share does not limit: the level's
+      ring_bandwidth_GBps = links per device x link, which nest.network.collectives prices for
+      all-reduce / all-gather / reduce-scatter groups that are one whole block.
   graph (`graph_levels`): any networkx graph of devices and switches (node attribute
       kind="device"|"switch"; edge attributes bandwidth in bytes/s and latency in s). Routes
       are least-cost paths (cost = latency + message_bytes / bandwidth per link); devices are
@@ -222,7 +226,10 @@ def torus_levels(dims=(4, 4, 4), link_GBps: float = 46.875, *, block_shapes=None
         eff = min(links * link_GBps, bis)  # no switches: the share itself, oversubscription 1
         name = names[i] if names else f"hop{diam}"
         ocs = optical_latency_us if unit is not None and n > int(np.prod(unit)) else 0.0
-        levels.append(_level(name, n, eff, base_latency_us + diam * hop_latency_us + ocs))
+        lv = _level(name, n, eff, base_latency_us + diam * hop_latency_us + ocs)
+        if links * link_GBps > eff * (1 + 1e-9):  # rings over every link of the block
+            lv["ring_bandwidth_GBps"] = _r(links * link_GBps)
+        levels.append(lv)
         diams.append(diam)
     coords = sorted(itertools.product(*[range(d) for d in dims]),
                     key=lambda c: [tuple(x // k for x, k in zip(c, s)) for s in shapes[::-1]])
