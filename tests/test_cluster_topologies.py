@@ -277,3 +277,18 @@ def test_a_copied_h100_file_does_not_borrow_its_profiles(tmp_path):
     with pytest.raises(SpecError, match="measured on 'h100_sxm', not on 'h200_copy'"):
         load_hardware(p)
     assert load_hardware("h100_sxm").profile_dir is not None  # its own profile still loads
+
+
+def test_cli_plans_evaluates_exports_on_a_torus_cluster_file(tmp_path, capsys):
+    """`nest plan`, `evaluate`, `export` on a cluster whose network is a named builder
+    (config/clusters/tpuv4_torus.yaml); the output says the roofline prices the card and where
+    the torus's level reduction is a bound."""
+    from nest.cli import main
+
+    p = str(tmp_path / "p.json")
+    assert main(["plan", "--model", "tiny_gpt", "--cluster", "tpuv4_torus", "--num-devices",
+                 "64", "--planner", "nest", "-o", p]) == 0
+    out = capsys.readouterr().out
+    assert "priced by the roofline" in out and "note: network: torus 16x16x16" in out
+    assert main(["evaluate", p]) == 0 and "note: network: torus" in capsys.readouterr().out
+    assert main(["export", p]) == 0 and "64 ranks" in capsys.readouterr().out

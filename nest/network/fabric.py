@@ -217,8 +217,10 @@ def _torus(net: dict, key: str) -> tuple[list[dict], list[str]]:
     t = torus_levels(tuple(net["dims"]), **kw)
     notes = [f"torus {'x'.join(map(str, net['dims']))} reduced to {len(t.levels)} nested "
              f"blocks ({', '.join('x'.join(map(str, s)) for s in t.block_shapes)}; Appendix "
-             f"B.2): a group that is not one of these blocks is priced at the smallest block "
-             f"holding it (its hop diameter and bisection share), an upper bound on its time"]
+             f"B.2): an all-reduce / all-gather / reduce-scatter over one whole block runs "
+             f"rings on all of the block's links; any other group, and every all-to-all, is "
+             f"priced at the smallest block holding it (its hop diameter and bisection share), "
+             f"an upper bound on its time"]
     return _effs(t.levels, net.get("efficiency"), key), notes
 
 
