@@ -199,6 +199,7 @@ def test_graphml_file_plans_too(tmp_path):
     ({"kind": "graph", "file": "../outside.json"}, "key 'network.file'.*leaves"),
     ({"kind": "graph", "file": "missing.json"}, "key 'network.file'.*no such regular file"),
     ({"kind": "graph", "file": "/etc/hosts"}, "key 'network.file'.*relative"),
+    ({"kind": "torus", "dims": [4096, 4096], "link_GBps": 1}, "key 'network.dims'.*at most"),
     ({"kind": "fat_tree", "tiers": [
         {"name": "a", "fanout": 2, "bandwidth_GBps": 10, "latency_us": 1},
         {"name": "b", "fanout": 2, "latency_us": 1, "oversubscription": 2}]}, "non-blocking"),
@@ -232,6 +233,9 @@ def test_bad_graph_files(tmp_path, monkeypatch):
         bad = dict(data, links=[dict(edge, bandwidth=1e9)],
                    nodes=[{"id": "a", "kind": "gpu"}, {"id": "b", "kind": "device"}])
         load(json.dumps(bad))()
+    monkeypatch.setattr(fabric, "MAX_GRAPH_DEVICES", 1)
+    with pytest.raises(SpecError, match="at most 1 devices"):
+        load(json.dumps(dict(data, links=[dict(edge, bandwidth=1e9)])))()
     monkeypatch.setattr(fabric, "MAX_GRAPH_BYTES", 10)
     with pytest.raises(SpecError, match="the limit is 10"):
         load(json.dumps(data))()

@@ -50,6 +50,10 @@ from nest.network.topology import _bw_os, _level, graph_levels, torus_levels, tr
 GB, US = 1e9, 1e-6
 MAX_GRAPH_BYTES = 32 * 2**20  # a graph file larger than this is refused (a 16K-device fabric
 # in node-link JSON is ~5 MB)
+# graph_levels keeps route costs from every device to every node (devices x nodes floats, a few
+# such arrays): a graph with more is refused before any route is computed
+MAX_GRAPH_DEVICES, MAX_GRAPH_NODES = 4096, 16384
+MAX_TORUS_DEVICES = 65536  # torus_levels lists every coordinate (nest.specs.MAX_DEVICES)
 KINDS = ("tiered", "fat_tree", "spine_leaf", "scale_up", "rail_optimized", "multi_plane",
          "torus", "graph")
 
@@ -210,6 +214,9 @@ def rail_graph(devices_per_node: int, nodes_per_rail_group: int, num_rail_groups
 
 
 def _torus(net: dict, key: str) -> tuple[list[dict], list[str]]:
+    if math.prod(net["dims"]) > MAX_TORUS_DEVICES:
+        raise SpecError(f"{key}.dims': {net['dims']} holds {math.prod(net['dims'])} devices; "
+                        f"at most {MAX_TORUS_DEVICES}")
     kw = {k: net[k] for k in ("link_GBps", "wrap", "hop_latency_us", "base_latency_us",
                               "optical_block", "optical_latency_us", "names") if k in net}
     if "block_shapes" in net:
@@ -272,6 +279,12 @@ def read_graph(path: Path, key: str) -> nx.Graph:
                                 f"{d.get(attr)!r}; expected a finite number "
                                 f"{'> 0 (bytes/s)' if attr == 'bandwidth' else '>= 0 (s)'}")
             d[attr] = x
+    n_dev = sum(1 for _, d in G.nodes(data=True) if d.get("kind") == "device")
+    if n_dev > MAX_GRAPH_DEVICES or G.number_of_nodes() > MAX_GRAPH_NODES:
+        raise SpecError(f"{key}: {path.name}: {n_dev} devices, {G.number_of_nodes()} nodes; "
+                        f"a graph file may hold at most {MAX_GRAPH_DEVICES} devices and "
+                        f"{MAX_GRAPH_NODES} nodes (route costs are kept per device and node): "
+                        f"describe a larger fabric with a named builder")
     kinds = {d.get("kind") for _, d in G.nodes(data=True)}
     if not kinds <= {"device", "switch"}:
         raise SpecError(f"{key}: {path.name}: node attribute kind must be 'device' or "
