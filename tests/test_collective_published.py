@@ -9,7 +9,7 @@ The measurements are independent of the cluster files' inputs except where said.
 
 import pytest
 
-from nest.network.collectives import coefficients, collective_time
+from nest.network.collectives import coefficients, collective_time, flattened
 from nest.specs import load_cluster
 
 
@@ -98,3 +98,10 @@ def test_block_rings_only_for_whole_blocks():
     # all-to-all keeps the bisection share: a whole cube's traffic crosses its bisection
     (_, b2), = coefficients(c, "all_to_all", cube)
     assert b2 > 1 / 281.25e9
+    # the network-blind view has one flat bandwidth: no block prices faster than it
+    flat = flattened(c)
+    assert all(lv.ring_bytes_per_s == 0 for lv in flat.levels)
+    # (the multi-ring prices the pair hop and the hop out of each pair on their own links:
+    # 2 x 46.875 GB/s, a third of the block's six links)
+    assert min(x[1] for x in coefficients(flat, "all_reduce", cube)) == pytest.approx(
+        2 * 63 / 64 / (2 * c.levels[0].bytes_per_s), rel=0.01)

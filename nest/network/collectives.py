@@ -347,11 +347,12 @@ def _all_to_all(cluster: ClusterSpec, group: tuple[int, ...]) -> tuple[float, fl
 def flattened(cluster: ClusterSpec, bytes_per_s: float | None = None) -> ClusterSpec:
     """The network-blind view of a cluster (Phaze-style: one flat bandwidth, no hierarchy): every
     level gets the same per-device bandwidth (default: the innermost level's), the innermost
-    latency and no oversubscription."""
+    latency, no oversubscription and no faster ring bandwidth of its own (a torus block's)."""
     from dataclasses import replace
 
     bw = bytes_per_s or cluster.levels[0].bytes_per_s
     lat = cluster.levels[0].latency_s
-    levels = tuple(replace(lv, bytes_per_s=bw, latency_s=lat, oversubscription=1.0)
+    levels = tuple(replace(lv, bytes_per_s=bw, latency_s=lat, oversubscription=1.0,
+                           ring_bytes_per_s=0.0)
                    for lv in cluster.levels)
     return replace(cluster, name=f"{cluster.name}_flat", levels=levels)
