@@ -256,7 +256,12 @@ def derive_cluster(base: str, num_devices: int, bandwidth_GBps: float, oversubsc
 
     path = Path(base) if str(base).endswith((".yaml", ".yml")) else (
         config_dir() / "clusters" / f"{base}.yaml")
-    d = derive_cluster_dict(read_yaml(path), bandwidth_GBps, oversubscription)
+    base_d = read_yaml(path)
+    if "network" in base_d:  # a named builder or graph file: its levels (nest.network.fabric)
+        from nest.network.fabric import expand_network
+
+        base_d = expand_network(base_d, str(path))[0]
+    d = derive_cluster_dict(base_d, bandwidth_GBps, oversubscription)
     return cluster_from_dict(d, f"{path} (bandwidth {bandwidth_GBps:g} GB/s above the node, "
                                 f"oversubscription {oversubscription:g})", num_devices)
 

@@ -123,6 +123,18 @@ def summarize(plan, ev, problem=None) -> str:
     return "\n".join(lines)
 
 
+def model_notes(problem) -> list[str]:
+    """What the prices rest on, where the user should know it: a card priced by the roofline
+    alone (no measured operator profiles), a network reduced to levels approximately."""
+    hw = problem.cluster.hardware
+    out = []
+    if hw.profile_dir is None:
+        out.append(f"note: {hw.name} has no measured operator profiles: every operator is "
+                   f"priced by the roofline (config/hardware/{hw.name}.yaml's knobs)")
+    out += [f"note: network: {n}" for n in problem.cluster.notes]
+    return out
+
+
 def cmd_plan(a) -> int:
     from nest.evaluate import make_problem
     from nest.planners import planner_entry, run_planner
@@ -145,6 +157,8 @@ def cmd_plan(a) -> int:
         print(f"{a.planner}: {out.reason}", file=sys.stderr)
         return EXIT_CRASH if out.status == "crashed" else EXIT_INFEASIBLE
     print(summarize(out.plan, out.evaluation, problem))
+    for line in model_notes(problem):
+        print(line)
     if a.seq_len is not None:  # `nest evaluate` / `nest export` rebuild the model with it
         out.plan.extra["seq_len"] = a.seq_len
     if a.output:
@@ -184,6 +198,8 @@ def cmd_evaluate(a) -> int:
     except SpecError as e:
         raise SpecError(f"{a.plan}: {e}") from None
     print(summarize(plan, ev, problem))
+    for line in model_notes(problem):
+        print(line)
     hbm = problem.cluster.hardware.hbm_bytes
     if a.memory:
         from nest.viz import memory_table
@@ -271,6 +287,8 @@ def cmd_compare(a) -> int:
                              f"global batch {problem.training.global_batch}"))
     if skipped:
         print(f"not applicable here (left out): {', '.join(r.planner for r in skipped)}")
+    for line in model_notes(problem):
+        print(line)
     if a.output:
         write_csv(rows, a.output)
         print(f"table written to {a.output}")

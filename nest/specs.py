@@ -380,6 +380,27 @@ def _profile_dir(name: str, where: str) -> str:
                     f"profiles/{name}/matmul.csv beside {config_dir()})")
 
 
+def _own_profile_dir(d: dict, where: str) -> str | None:
+    """The measured profile of this card, or None (the roofline prices it). A profile measured
+    on another card is refused, not borrowed: its meta.json `hardware` (else its folder name)
+    must be this file's `name`."""
+    if not d.get("profile"):
+        return None
+    path = _profile_dir(d["profile"], where)
+    meta = Path(path) / "meta.json"
+    try:
+        measured_on = json.loads(meta.read_text()).get("hardware") if meta.is_file() else None
+    except (OSError, ValueError):
+        measured_on = None
+    measured_on = measured_on or Path(path).name
+    if measured_on != d["name"]:
+        raise SpecError(f"{where}: key 'profile': '{d['profile']}' was measured on "
+                        f"'{measured_on}', not on '{d['name']}'; a card never borrows another "
+                        f"card's operator profiles: remove 'profile' (the roofline prices it) or "
+                        f"measure this card (nest profile)")
+    return path
+
+
 def hbm_bytes_of(d: dict, where: str) -> float:
     """Usable HBM from exactly one of hbm_bytes (a device query: torch.cuda's total_memory),
     hbm_GiB (nvidia-smi's MiB / 1024, or a datasheet's binary GB) or hbm_GB (decimal)."""
@@ -406,7 +427,7 @@ def hardware_from_dict(d: dict, where: str) -> HardwareSpec:
         memory_overhead_bytes=d.get("framework_reserve_GB", 0.0) * GB,
         memory_fragmentation=d.get("allocator_fragmentation", 0.0),
         source=d["source"],
-        profile_dir=_profile_dir(d["profile"], where) if d.get("profile") else None,
+        profile_dir=_own_profile_dir(d, where),
         peak_fp8_flops_per_s=d.get("peak_fp8_TFLOPs", 0.0) * TFLOP,
         hbm_source=d.get("hbm_source", ""),
         attention_implementation=d.get("attention_implementation", "flash"),
@@ -433,6 +454,10 @@ class NetworkLevel:
     bytes_per_s: float  # per device, per direction
     latency_s: float
     oversubscription: float = 1.0
+    # per device, what a ring collective over one whole group of this level reaches when it
+    # uses more links than the level's bandwidth counts (a torus block's rings along every
+    # dimension: nest.network.topology.torus_levels); 0: none (bytes_per_s prices it)
+    ring_bytes_per_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -443,6 +468,12 @@ class ClusterSpec:
     num_devices: int
     sizes: tuple[int, ...] = ()
     source: str = ""
+    # how the cluster file gave its network: "levels" or a nest.network.fabric kind
+    network: str = "levels"
+    # where the reduction of that network to levels approximates it (nest.network.fabric)
+    notes: tuple[str, ...] = ()
+    # files the network section reads besides the cluster file (a graph file), as resolved paths
+    network_files: tuple[str, ...] = ()
 
     @property
     def max_devices(self) -> int:
@@ -459,6 +490,12 @@ class ClusterSpec:
 
 
 def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSpec:
+    network, notes, files = "levels", (), ()
+    if isinstance(d, dict) and "network" in d:  # a named builder or a graph file
+        from nest.network.fabric import expand_network
+
+        network = d["network"].get("kind", "?") if isinstance(d["network"], dict) else "?"
+        d, notes, files = expand_network(d, where)
     validate(d, "cluster", where)
     levels = tuple(
         NetworkLevel(
@@ -468,6 +505,7 @@ def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSp
             bytes_per_s=lv["bandwidth_GBps"] * GB * lv.get("efficiency", 1.0),
             latency_s=lv["latency_us"] * US,
             oversubscription=lv.get("oversubscription", 1.0),
+            ring_bytes_per_s=lv.get("ring_bandwidth_GBps", 0.0) * GB * lv.get("efficiency", 1.0),
         )
         for lv in d["levels"]
     )
@@ -503,6 +541,9 @@ def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSp
         num_devices=n,
         sizes=sizes,
         source=d["source"],
+        network=network,
+        notes=notes,
+        network_files=files,
     )
 
 

@@ -285,19 +285,21 @@ def _coefficients(cluster: ClusterSpec, kind: str, group: tuple[int, ...]
     if kind == "all_to_all":
         return (_all_to_all(cluster, group),)
     flat = _multi_ring(cluster, kind, group)
+    block = _block_rings(cluster, kind, group, top)
+    rings = [flat] if block is None else [flat, block]
     if top == 0:
-        return (flat,)
+        return _envelope(rings) if block is not None else (flat,)
     # hierarchical: sub-groups under the switches of the level below
     below = cluster.levels[top - 1].devices_per_group
     g = np.asarray(group, dtype=np.int64)  # sorted (coefficients): sub-groups are runs
     sub = g // below
     first = np.flatnonzero(np.insert(sub[1:] != sub[:-1], 0, True))
     sizes = np.diff(first, append=n)
-    if (sizes != sizes[0]).any():
-        return (flat,)  # uneven sub-groups: NCCL falls back to a flat ring
+    if (sizes != sizes[0]).any():  # uneven sub-groups: NCCL falls back to a flat ring
+        return _envelope(rings) if block is not None else (flat,)
     n_in = int(sizes[0])
     if n_in == 1:
-        return (flat,)
+        return _envelope(rings) if block is not None else (flat,)
     inner = tuple(g[:n_in].tolist())
     outer = tuple(g[first].tolist())
     if kind == "all_reduce":
@@ -310,7 +312,23 @@ def _coefficients(cluster: ClusterSpec, kind: str, group: tuple[int, ...]
     hier = [(0.0, 0.0)]
     for lines, scale in parts:  # sum of independent mins = min over combinations of sums
         hier = [(a0 + a, b0 + b * scale) for a0, b0 in hier for a, b in lines]
-    return _envelope([flat, *hier])
+    return _envelope([*rings, *hier])
+
+
+def _block_rings(cluster: ClusterSpec, kind: str, group: tuple[int, ...], top: int):
+    """A ring collective over one whole group of level `top` whose level gives a ring bandwidth
+    (a torus block: bidirectional rings along every dimension, each device driving all its
+    links in the block; nest.network.topology.torus_levels): the ring formula at that
+    bandwidth, steps x the level's latency (a bound: dimension-ordered rings take fewer
+    steps). None when the level has none or the group is not the whole block. A function of
+    the group's size and `patterns` (a sorted group inside one block is that block iff its
+    size is the block's), so the per-pattern caches stay exact."""
+    lv = cluster.levels[top]
+    if lv.ring_bytes_per_s <= 0 or len(group) != lv.devices_per_group:
+        return None
+    n = len(group)
+    steps = 2 * (n - 1) if kind == "all_reduce" else n - 1
+    return steps * lv.latency_s, steps / n / lv.ring_bytes_per_s
 
 
 def _all_to_all(cluster: ClusterSpec, group: tuple[int, ...]) -> tuple[float, float]:
@@ -329,11 +347,12 @@ def _all_to_all(cluster: ClusterSpec, group: tuple[int, ...]) -> tuple[float, fl
 def flattened(cluster: ClusterSpec, bytes_per_s: float | None = None) -> ClusterSpec:
     """The network-blind view of a cluster (Phaze-style: one flat bandwidth, no hierarchy): every
     level gets the same per-device bandwidth (default: the innermost level's), the innermost
-    latency and no oversubscription."""
+    latency, no oversubscription and no faster ring bandwidth of its own (a torus block's)."""
     from dataclasses import replace
 
     bw = bytes_per_s or cluster.levels[0].bytes_per_s
     lat = cluster.levels[0].latency_s
-    levels = tuple(replace(lv, bytes_per_s=bw, latency_s=lat, oversubscription=1.0)
+    levels = tuple(replace(lv, bytes_per_s=bw, latency_s=lat, oversubscription=1.0,
+                           ring_bytes_per_s=0.0)
                    for lv in cluster.levels)
     return replace(cluster, name=f"{cluster.name}_flat", levels=levels)

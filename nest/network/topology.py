@@ -26,7 +26,11 @@ Builders:
       bandwidth = min(links into the block per device x link, bisection share), the bisection
       share being bisection links x link / (n / 2) (uniform-traffic bound; Dally & Towles 2004,
       "Principles and Practices of Interconnection Networks", section 3.3); no switches, so
-      oversubscription 1 and the bandwidth is the share itself.
+      oversubscription 1 and the bandwidth is the share itself. A ring collective over a whole
+      block runs bidirectional rings along every dimension at once (each device drives all its
+      links in the block), which the bisection share does not limit: the level's
+      ring_bandwidth_GBps = links per device x link, which nest.network.collectives prices for
+      all-reduce / all-gather / reduce-scatter groups that are one whole block.
   graph (`graph_levels`): any networkx graph of devices and switches (node attribute
       kind="device"|"switch"; edge attributes bandwidth in bytes/s and latency in s). Routes
       are least-cost paths (cost = latency + message_bytes / bandwidth per link); devices are
@@ -180,13 +184,31 @@ def _default_blocks(dims: tuple[int, ...]) -> list[tuple[int, ...]]:
 
 def torus_levels(dims=(4, 4, 4), link_GBps: float = 46.875, *, block_shapes=None,
                  wrap: bool = True, hop_latency_us: float = 1.0, base_latency_us: float = 1.0,
-                 names=None) -> TorusLevels:
+                 names=None, optical_block=None, optical_latency_us: float = 0.0
+                 ) -> TorusLevels:
     """Levels of a k-D torus (or mesh, wrap=False) by hop-distance classes: nested blocks.
     Default link: TPU v4, 24 TB/s bisection per 16x16x16 pod (Cloud TPU v4 documentation) over
     2 x 16 x 16 = 512 cut links = 46.9 GB/s per link and direction (Jouppi et al. 2023 give
-    six ICI links per chip). Devices are numbered block-major so every block is contiguous."""
+    six ICI links per chip). Devices are numbered block-major so every block is contiguous.
+    optical_block: the shape of the electrically wired unit whose faces meet optical circuit
+    switches (TPU v4: 4x4x4 cubes; Jouppi et al. 2023, section 2): the unit is one of the
+    levels, and a block made of whole units is a slice the switches close into a torus (wrap
+    in every dimension longer than 2, whatever the full torus); levels above one unit cost
+    optical_latency_us more (the switch adds a fibre path, no packet hop)."""
     dims = tuple(int(d) for d in dims)
     shapes = [tuple(s) for s in (block_shapes or _default_blocks(dims))]
+    unit = tuple(int(c) for c in optical_block) if optical_block is not None else None
+    if unit is not None:
+        if len(unit) != len(dims) or any(d % c for c, d in zip(unit, dims)):
+            raise ValueError(f"torus_levels: optical_block {unit} must divide dims {dims}")
+        if block_shapes is None:  # grow to the unit, then double towards the full torus
+            shapes = _default_blocks(unit)
+            cur = list(unit)
+            while tuple(cur) != dims:
+                cur = [min(2 * c, d) for c, d in zip(cur, dims)]
+                shapes.append(tuple(cur))
+        elif unit not in shapes:
+            raise ValueError(f"torus_levels: block_shapes must include optical_block {unit}")
     if shapes[-1] != dims:
         shapes.append(dims)
     for lo, hi in zip(shapes, shapes[1:]):
@@ -195,14 +217,19 @@ def torus_levels(dims=(4, 4, 4), link_GBps: float = 46.875, *, block_shapes=None
     levels, diams = [], []
     for i, s in enumerate(shapes):
         n = int(np.prod(s))
-        ring = [wrap and k == d and k > 2 for k, d in zip(s, dims)]
+        sliced = unit is not None and all(k % c == 0 for k, c in zip(s, unit))
+        ring = [(sliced or (wrap and k == d)) and k > 2 for k, d in zip(s, dims)]
         diam = sum(k // 2 if r else k - 1 for k, r in zip(s, ring))
         links = sum((2 if r else 1) if k > 1 else 0 for k, r in zip(s, ring))  # per device
         cuts = [n // k * (2 if r else 1) for k, r in zip(s, ring) if k > 1 and k % 2 == 0]
         bis = min(cuts) * link_GBps / (n / 2) if cuts else links * link_GBps
         eff = min(links * link_GBps, bis)  # no switches: the share itself, oversubscription 1
         name = names[i] if names else f"hop{diam}"
-        levels.append(_level(name, n, eff, base_latency_us + diam * hop_latency_us))
+        ocs = optical_latency_us if unit is not None and n > int(np.prod(unit)) else 0.0
+        lv = _level(name, n, eff, base_latency_us + diam * hop_latency_us + ocs)
+        if links * link_GBps > eff * (1 + 1e-9):  # rings over every link of the block
+            lv["ring_bandwidth_GBps"] = _r(links * link_GBps)
+        levels.append(lv)
         diams.append(diam)
     coords = sorted(itertools.product(*[range(d) for d in dims]),
                     key=lambda c: [tuple(x // k for x, k in zip(c, s)) for s in shapes[::-1]])

@@ -153,4 +153,16 @@ def catalog(kind, name):
 
 def cluster_files(wildcards):
     c = load_cluster(wildcards.cluster)
-    return [catalog("clusters", wildcards.cluster), catalog("hardware", c.hardware.name)]
+    return [catalog("clusters", wildcards.cluster), catalog("hardware", c.hardware.name),
+            *network_files(c)]
+
+
+def network_files(c):
+    """Files a cluster's network section reads (a graph file), as `catalog` shows paths."""
+    out = []
+    for f in c.network_files:
+        try:
+            out.append(str(Path(f).relative_to(Path.cwd().resolve())))
+        except ValueError:
+            out.append(f)
+    return out

@@ -34,6 +34,7 @@ def codesign_inputs(wc):
     c = load_cluster(cs["cluster"])
     return {"graph": f"results/graphs/{cs['model']}/mbs1.json",
             "cluster": catalog("clusters", cs["cluster"]),
+            "network": network_files(c),
             "hardware": catalog("hardware", c.hardware.name),
             "registry": "config/planners.yaml",
             "space": "config/search_space.yaml",
@@ -48,7 +49,9 @@ def tables_cfg(name):
 
 
 def _cluster_files(cluster):
-    return [catalog("clusters", cluster), catalog("hardware", load_cluster(cluster).hardware.name)]
+    c = load_cluster(cluster)
+    return [catalog("clusters", cluster), catalog("hardware", c.hardware.name),
+            *network_files(c)]
 
 
 def _point_files(kind, points):

@@ -1,0 +1,298 @@
+"""Cluster files that describe their network by a named builder or a graph file
+(nest.network.fabric), the shipped topologies, and the cards without measured profiles."""
+
+import json
+import math
+
+import networkx as nx
+import pytest
+import yaml
+
+from nest.errors import SpecError
+from nest.network import fabric
+from nest.network.collectives import collective_time, p2p_time, path_bandwidth
+from nest.network.topology import graph_levels, torus_levels
+from nest.specs import cluster_from_dict, config_dir, load_cluster, load_hardware, read_yaml
+
+
+def _write(tmp_path, d, name="c.yaml"):
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(d, sort_keys=False))
+    return p
+
+
+def _line(levels):
+    return [{k: v for k, v in lv.items() if k != "efficiency"} for lv in levels]
+
+
+# -- level file vs the same cluster as a graph file ---------------------------------------------
+
+
+def test_graph_file_prices_as_its_level_file():
+    lv, gr = load_cluster("h100_spineleaf", 128), load_cluster("h100_spineleaf_graph", 128)
+    assert gr.network == "graph" and lv.network == "levels"
+    assert gr.levels == lv.levels and gr.num_devices == lv.num_devices
+    groups = [tuple(range(8)), tuple(range(0, 128, 8)), tuple(range(0, 128, 4)),
+              tuple(range(32)), tuple(range(16, 80))]
+    for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        for g in groups:
+            assert collective_time(gr, kind, g, 3e8) == collective_time(lv, kind, g, 3e8)
+    assert p2p_time(gr, 3, 100, 1e7) == p2p_time(lv, 3, 100, 1e7)
+
+
+def test_graph_file_plans_as_its_level_file(tmp_path):
+    from nest.network.topology import tree_graph
+    from nest.planners import run_planner
+    from nest.problem import make_problem
+
+    # tiny_cluster.yaml as a graph: 2 devices per node switch (50 GB/s), 2 nodes per rack
+    # (5 GB/s per device), 4 racks under a top switch at half the racks' downlink (2:1)
+    G = tree_graph([2, 2, 4], [50, 5, 2.5], [0.5, 2.0, 2.5])
+    G = nx.relabel_nodes(G, {n: "-".join(map(str, n)) for n in G})
+    (tmp_path / "tiny.json").write_text(json.dumps(nx.node_link_data(G, edges="links")))
+    d = {**read_yaml(config_dir() / "clusters" / "tiny_cluster.yaml"), "name": "tiny_graph"}
+    del d["levels"]
+    d["network"] = {"kind": "graph", "file": "tiny.json", "names": ["node", "rack", "top"]}
+    path = _write(tmp_path, d)
+    assert load_cluster(path, 8).levels == load_cluster("tiny_cluster", 8).levels
+    plans = []
+    for c in ("tiny_cluster", str(path)):
+        out = run_planner("nest", make_problem("tiny_gpt", c, 8), log_crash=False)
+        assert out.plan is not None, out.reason
+        d = out.plan.to_dict()
+        plans.append(({k: v for k, v in d.items() if k not in ("cluster", "solve_time_s")},
+                      out.evaluation.time_per_batch_s))
+    assert plans[0] == plans[1]
+
+
+# -- rail-optimised fabric: levels by PXN == the graph's own reduction ---------------------------
+
+
+@pytest.mark.parametrize("spine_os", [1.0, 2.0])
+def test_rail_levels_equal_the_rail_graph_reduction(spine_os):
+    # 8 GPUs per node, 4 nodes per rail group, 2 groups; NVLink 450, rail 50 GB/s; hop latencies
+    # 1 us into the NVSwitch, 2.5 into the rail switch, 1 into the spine
+    G = fabric.rail_graph(8, 4, 2, 450, 50, spine_oversubscription=spine_os)
+    r = graph_levels(G, names=["node", "rail_group", "spine"])
+    want = fabric.rail_levels(devices_per_node=8, node_GBps=450, node_latency_us=2.0,
+                              rail_GBps=50, nodes_per_rail_group=4, rail_latency_us=5.0,
+                              num_rail_groups=2, spine_latency_us=7.0,
+                              spine_oversubscription=spine_os)
+    got = r.levels
+    assert [lv["devices_per_group"] for lv in got] == [8, 32, 64]
+    for k in ("bandwidth_GBps", "oversubscription", "devices_per_group"):
+        assert [lv[k] for lv in got[1:]] == [lv[k] for lv in want[1:]]
+    # inside a node the graph also finds the detour over the NIC, rail, spine and back (NCCL
+    # keeps intra-node traffic on NVLink; the builder's node level is NVLink's 450 alone)
+    assert got[0]["bandwidth_GBps"] == 450 + 50 and want[0]["bandwidth_GBps"] == 450
+    # max-flow share per device across the spine: each rail switch's 4 x 50 GB/s downlinks
+    # share one uplink of 200 / spine_os
+    assert r.effective_GBps[2] == pytest.approx(50 / spine_os)
+    # latency: a rail-aligned pair meets at 2 x 2.5 = 5 us; a cross-rail pair (PXN: one NVLink
+    # hop, then the rail) at 2 + 5 = 7 us: the graph keeps the worst, the builder the rail's
+    assert got[0]["latency_us"] == 2.0 and got[1]["latency_us"] == 7.0
+    assert want[1]["latency_us"] == 5.0
+
+
+def test_rail_superpod_ships_and_says_where_it_approximates():
+    c = load_cluster("dgx_h100_rail_superpod")
+    assert c.network == "rail_optimized" and c.num_devices == 16384
+    assert [lv.devices_per_group for lv in c.levels] == [8, 256, 16384]
+    # a data-parallel group of GPU 3 of 32 nodes (one rail) runs at the rail's 50 GB/s x 0.96
+    assert path_bandwidth(c, 1) == pytest.approx(48e9)
+    assert any("PXN" in n for n in c.notes)
+
+
+# -- torus with optical-switch cubes -----------------------------------------------------------
+
+
+def test_tpu_v4_torus_cube_is_a_torus_slice():
+    c = load_cluster("tpuv4_torus")
+    sizes = [lv.devices_per_group for lv in c.levels]
+    assert 64 in sizes and sizes[-1] == 4096
+    cube = c.levels[sizes.index(64)]
+    # a 4x4x4 slice closed by the OCS: diameter 3 x 2 = 6 hops; bisection 2 x 16 links of
+    # 46.875 GB/s over 32 devices = 46.875 GB/s per device (Dally & Towles 2004, 3.3)
+    assert cube.latency_s == pytest.approx((1 + 6) * 1e-6)
+    assert cube.bytes_per_s == pytest.approx(2 * 16 * 46.875e9 / 32)
+    alone = torus_levels((4, 4, 4)).levels[-1]  # the cube as a whole torus of its own
+    assert cube.bytes_per_s == pytest.approx(alone["bandwidth_GBps"] * 1e9)
+    # without the OCS a 4x4x4 block inside the 16^3 torus is a mesh: diameter 9, half the cut
+    mesh = torus_levels((16, 16, 16), block_shapes=[(2, 1, 1), (4, 4, 4)]).levels[1]
+    assert mesh["latency_us"] == 1 + 9 and mesh["bandwidth_GBps"] == pytest.approx(46.875 / 2)
+    assert any("upper bound" in n for n in c.notes)
+
+
+def test_nvl72_domain_of_72():
+    c = load_cluster("gb200_nvl72", 144)
+    assert c.levels[0].devices_per_group == 72 and c.hardware.name == "gb200"
+    assert c.levels[0].bytes_per_s == pytest.approx(900e9 * 0.9)
+    assert c.level_of(0, 71) == 0 and c.level_of(71, 72) == 1
+    with pytest.raises(SpecError, match="multiple of 72"):
+        load_cluster("gb200_nvl72", 1024)
+
+
+# -- the builders through a cluster file --------------------------------------------------------
+
+
+def test_spine_leaf_builder_gives_the_paper_cluster(tmp_path):
+    d = {"name": "sl", "hardware": "h100_sxm", "source": "test", "network": {
+        "kind": "spine_leaf", "tiers": [
+            {"name": "node", "fanout": 8, "bandwidth_GBps": 450, "latency_us": 2.0,
+             "efficiency": 0.82},
+            {"name": "leaf", "fanout": 4, "bandwidth_GBps": 12.5, "latency_us": 5.0},
+            {"name": "spine", "fanout": 32, "latency_us": 7.0, "oversubscription": 2}]}}
+    c = load_cluster(_write(tmp_path, d), 128)
+    assert c.levels == load_cluster("h100_spineleaf", 128).levels
+
+
+def test_multi_plane_and_scale_up_builders(tmp_path):
+    d = {"name": "mp", "hardware": "h100_sxm", "source": "test", "network": {
+        "kind": "multi_plane", "devices_per_node": 8, "node_GBps": 450, "node_latency_us": 2,
+        "planes": 2, "plane_GBps": 25, "tiers": [
+            {"name": "pod", "devices_per_group": 512, "latency_us": 5},
+            {"name": "top", "devices_per_group": 4096, "latency_us": 8,
+             "oversubscription": 4}]}}
+    c = load_cluster(_write(tmp_path, d), 1024)
+    # two 25 GB/s planes striped: 50 GB/s per device; 4:1 above the pod
+    assert [path_bandwidth(c, k) for k in range(3)] == pytest.approx([450e9, 50e9, 12.5e9])
+    d = {"name": "su", "hardware": "h100_sxm", "source": "test", "network": {
+        "kind": "scale_up", "domain": {"devices": 36, "bandwidth_GBps": 900, "latency_us": 3},
+        "scale_out": [{"name": "ib", "devices_per_group": 360, "bandwidth_GBps": 50,
+                       "latency_us": 6}]}}
+    c = load_cluster(_write(tmp_path, d), 72)
+    assert [lv.devices_per_group for lv in c.levels] == [36, 360]
+
+
+def test_graphml_file_plans_too(tmp_path):
+    G = nx.Graph()
+    for i in range(4):
+        G.add_node(f"g{i}", kind="device")
+        G.add_edge(f"g{i}", f"s{i // 2}", bandwidth=100e9, latency=1e-6)
+    G.add_node("s0", kind="switch")
+    G.add_node("s1", kind="switch")
+    G.add_edge("s0", "top", bandwidth=40e9, latency=2e-6)
+    G.add_edge("s1", "top", bandwidth=40e9, latency=2e-6)
+    G.nodes["top"]["kind"] = "switch"
+    (tmp_path / "nets").mkdir()
+    nx.write_graphml(G, tmp_path / "nets" / "g.graphml")
+    d = {"name": "gml", "hardware": "tiny_accel", "source": "test",
+         "network": {"kind": "graph", "file": "nets/g.graphml"}}
+    c = load_cluster(_write(tmp_path, d), 4)
+    assert [lv.devices_per_group for lv in c.levels] == [2, 4]
+    # two devices of a leaf share its 40 GB/s uplink: 20 GB/s each across the top
+    assert path_bandwidth(c, 1) == pytest.approx(20e9)
+    assert c.levels[1].latency_s == pytest.approx(6e-6)
+
+
+# -- bad input names the file and key ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("net, msg", [
+    ({"kind": "ring"}, "key 'network.kind': 'ring'; expected one of"),
+    ({"kind": "torus", "dims": [4, 4], "link_GBps": 10, "tori": 1}, "key 'network'.*tori"),
+    ({"kind": "tiered", "tiers": [{"name": "a", "fanout": 1.5, "latency_us": 1}]},
+     "key 'network.tiers.0.fanout'"),
+    ({"kind": "torus", "dims": [4, 4], "link_GBps": math.nan}, "key 'network.link_GBps'"),
+    ({"kind": "torus", "dims": [4, 4], "link_GBps": 10, "optical_block": [3, 4]},
+     "optical_block"),
+    ({"kind": "graph", "file": "../outside.json"}, "key 'network.file'.*leaves"),
+    ({"kind": "graph", "file": "missing.json"}, "key 'network.file'.*no such regular file"),
+    ({"kind": "graph", "file": "/etc/hosts"}, "key 'network.file'.*relative"),
+    ({"kind": "torus", "dims": [4096, 4096], "link_GBps": 1}, "key 'network.dims'.*at most"),
+    ({"kind": "fat_tree", "tiers": [
+        {"name": "a", "fanout": 2, "bandwidth_GBps": 10, "latency_us": 1},
+        {"name": "b", "fanout": 2, "latency_us": 1, "oversubscription": 2}]}, "non-blocking"),
+])
+def test_bad_network_names_file_and_key(tmp_path, net, msg):
+    (tmp_path / "outside.json").write_text("{}")
+    sub = tmp_path / "clusters"
+    sub.mkdir()
+    p = _write(sub, {"name": "bad", "hardware": "tiny_accel", "source": "t", "network": net})
+    with pytest.raises(SpecError, match=msg) as e:
+        load_cluster(p)
+    assert str(p) in str(e.value)
+
+
+def test_bad_graph_files(tmp_path, monkeypatch):
+    def load(text, name="g.json"):
+        (tmp_path / name).write_text(text)
+        p = _write(tmp_path, {"name": "bad", "hardware": "tiny_accel", "source": "t",
+                              "network": {"kind": "graph", "file": name}})
+        return lambda: load_cluster(p)
+
+    edge = {"source": "a", "target": "b", "bandwidth": -1, "latency": 0}
+    data = {"directed": False, "multigraph": False, "graph": {},
+            "nodes": [{"id": "a", "kind": "device"}, {"id": "b", "kind": "device"}],
+            "links": [edge]}
+    with pytest.raises(SpecError, match="edge a-b: attribute bandwidth = -1"):
+        load(json.dumps(data))()
+    with pytest.raises(SpecError, match="not a readable graph"):
+        load("{not json")()
+    with pytest.raises(SpecError, match="kind must be 'device' or 'switch'"):
+        bad = dict(data, links=[dict(edge, bandwidth=1e9)],
+                   nodes=[{"id": "a", "kind": "gpu"}, {"id": "b", "kind": "device"}])
+        load(json.dumps(bad))()
+    monkeypatch.setattr(fabric, "MAX_GRAPH_DEVICES", 1)
+    with pytest.raises(SpecError, match="at most 1 devices"):
+        load(json.dumps(dict(data, links=[dict(edge, bandwidth=1e9)])))()
+    monkeypatch.setattr(fabric, "MAX_GRAPH_BYTES", 10)
+    with pytest.raises(SpecError, match="the limit is 10"):
+        load(json.dumps(data))()
+
+
+def test_levels_and_network_together_refused(tmp_path):
+    d = read_yaml(config_dir() / "clusters" / "tiny_cluster.yaml")
+    d["network"] = {"kind": "torus", "dims": [2, 2], "link_GBps": 1}
+    with pytest.raises(SpecError, match="give one of them"):
+        cluster_from_dict(d, "x.yaml", None)
+
+
+# -- cards without measured profiles --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, bf16, fp8, hbm, bw", [
+    ("h200_sxm", 989, 1978.9, 141, 4800),   # H200 datasheet (sparse / 2)
+    ("b200", 2250, 4500, 180, 7700),        # Blackwell datasheet, HGX B200 (sparse / 2)
+    ("gb200", 2500, 5000, 186, 8000),       # Blackwell datasheet, GB200 NVL72 (sparse / 2)
+])
+def test_new_cards_use_the_roofline_and_say_so(name, bf16, fp8, hbm, bw):
+    from nest.cli import model_notes
+    from nest.problem import make_problem
+
+    hw = load_hardware(name)
+    assert hw.profile_dir is None
+    assert (hw.peak_flops_per_s, hw.peak_fp8_flops_per_s) == (bf16 * 1e12, fp8 * 1e12)
+    assert (hw.hbm_bytes, hw.hbm_bytes_per_s) == (hbm * 1e9, bw * 1e9)
+    if name == "gb200":  # the rack totals of the datasheet: 720 PFLOP/s FP8 sparse, 576 TB/s
+        assert 72 * 2 * hw.peak_fp8_flops_per_s == 720e15
+        assert 72 * hw.hbm_bytes_per_s == 576e12
+        pr = make_problem("tiny_gpt", "gb200_nvl72", 72)
+        assert pr.costs.profile is None
+        assert {r["source"] for r in pr.costs.to_dict()["rows"]} == {"roofline"}
+        assert any("roofline" in n for n in model_notes(pr))
+
+
+def test_a_copied_h100_file_does_not_borrow_its_profiles(tmp_path):
+    d = yaml.safe_load((config_dir() / "hardware" / "h100_sxm.yaml").read_text())
+    d["name"] = "h200_copy"
+    p = tmp_path / "h200_copy.yaml"
+    p.write_text(yaml.safe_dump(d))
+    with pytest.raises(SpecError, match="measured on 'h100_sxm', not on 'h200_copy'"):
+        load_hardware(p)
+    assert load_hardware("h100_sxm").profile_dir is not None  # its own profile still loads
+
+
+def test_cli_plans_evaluates_exports_on_a_torus_cluster_file(tmp_path, capsys):
+    """`nest plan`, `evaluate`, `export` on a cluster whose network is a named builder
+    (config/clusters/tpuv4_torus.yaml); the output says the roofline prices the card and where
+    the torus's level reduction is a bound."""
+    from nest.cli import main
+
+    p = str(tmp_path / "p.json")
+    assert main(["plan", "--model", "tiny_gpt", "--cluster", "tpuv4_torus", "--num-devices",
+                 "64", "--planner", "nest", "-o", p]) == 0
+    out = capsys.readouterr().out
+    assert "priced by the roofline" in out and "note: network: torus 16x16x16" in out
+    assert main(["evaluate", p]) == 0 and "note: network: torus" in capsys.readouterr().out
+    assert main(["export", p]) == 0 and "64 ranks" in capsys.readouterr().out
