@@ -88,3 +88,67 @@ def comm_share_points():
         out += [pt for pt in figure_points(fig) if pt.planner == t["planner"]
                 and pt.model == t["model"]]
     return list(dict.fromkeys(out))
+
+
+# ---- robustness.smk ----
+
+
+def robustness_cfg():
+    """The config's `robustness` entry with the decomposition's ablations and reference."""
+    r = dict(config["robustness"])
+    d = config.get("decomposition") or {}
+    if r.get("decomposition") and d:
+        r["decomposition_planners"] = list(d["planners"])
+        r["reference"] = d.get("reference", "nest")
+    return r
+
+
+def robustness_scales():
+    from nest.robustness import perturbations, scale_name
+
+    return [scale_name(c, m) for c, m in perturbations(config["robustness"])]
+
+
+def robustness_points():
+    """(model, cluster, num_devices, batch) -> (figure planners, ablations) of every point of
+    the robustness figures (and of the decomposition's, when it is included)."""
+    r = robustness_cfg()
+    pts = {}
+    for fig in r.get("figures", []):
+        for pt in figure_points(fig):
+            pts.setdefault((pt.model, pt.cluster, pt.num_devices, pt.batch), ({}, {}))[0][
+                pt.planner] = None
+    if r.get("decomposition_planners"):
+        for fig in config["decomposition"]["figures"]:
+            for pt in figure_points(fig):
+                key = (pt.model, pt.cluster, pt.num_devices, pt.batch)
+                ablations = pts.setdefault(key, ({}, {}))[1]
+                for p in (r["reference"], *r["decomposition_planners"]):
+                    ablations[p] = None
+    return pts
+
+
+def robustness_planners(wc):
+    """([re-planned], [rescored]) at a point: the rescored ones keep their unperturbed plan."""
+    figs, abl = robustness_points()[(wc.model, wc.cluster, int(wc.num_devices), wc.batch)]
+    rescore = set(config["robustness"].get("rescore", []))
+    replan = [p for p in dict.fromkeys([*figs, *abl]) if p not in rescore]
+    return replan, [p for p in figs if p in rescore]
+
+
+def robustness_rescored_plans(wc):
+    pt = Point(None, wc.model, wc.cluster, wc.num_devices, None, wc.batch)
+    return [point_file("plans", pt._replace(planner=p)) for p in robustness_planners(wc)[1]]
+
+
+def robustness_inputs(wc):
+    r = robustness_cfg()
+    out = {"points": [f"results/robustness/{s}/{m}/{c}/{n}/{b}.json"
+                      for s in robustness_scales() for m, c, n, b in robustness_points()],
+           "figures": [f"results/{fig}.csv" for fig in r.get("figures", [])]}
+    if r.get("decomposition_planners"):
+        out["decomposition"] = "results/decomposition.csv"
+    if r.get("codesign_num_devices"):
+        out["codesign"] = [f"results/robustness/codesign/{s}.csv" for s in robustness_scales()]
+        out["codesign_base"] = "results/codesign.csv"
+    return out

@@ -1,0 +1,93 @@
+# The headline verdicts under the cost model's own error (nest/robustness.py): the figures' gains,
+# the decomposition and the co-design cells rerun with compute and communication times scaled
+# (training setting cost_scale). One wildcard per perturbation ({scale}: c<compute>_m<comm>), so
+# every point is cached per perturbation and an interrupted run resumes.
+from nest.robustness import SCALE_RE, parse_scale
+
+
+wildcard_constraints:
+    scale=SCALE_RE,
+
+
+rule robustness_point:
+    """One point under one perturbed cost model, every planner of it in one process: the fast
+    ones re-planned (nest.point, under the runtime guard), those in `robustness.rescore` keeping
+    their unperturbed plan (the figures' plan rule), scored by the perturbed evaluator."""
+    input:
+        graph=lambda wc: graph_file(wc.model, wc.batch),
+        cluster=cluster_files,
+        registry="config/planners.yaml",
+        space="config/search_space.yaml",
+        training="config/training.yaml",
+        manual="config/paper/manual_configs.yaml",
+        rescored=lambda wc: robustness_rescored_plans(wc),
+    output:
+        "results/robustness/{scale}/{model}/{cluster}/{num_devices}/{batch}.json",
+    log:
+        "logs/robustness/{scale}/{model}/{cluster}/{num_devices}/{batch}.log",
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=240,
+    conda:
+        "../envs/nest.yaml"
+    params:
+        scale=lambda wc: parse_scale(wc.scale),
+        replan=lambda wc: robustness_planners(wc)[0],
+        rescore=lambda wc: robustness_planners(wc)[1],
+        settings=lambda wc: batch_settings(wc.batch),
+        code=CODE,
+    script:
+        "../scripts/robustness_point.py"
+
+
+rule robustness_codesign:
+    """The co-design cells of `robustness.codesign_num_devices` under one perturbed cost model
+    (points cached under results/robustness/codesign/<scale>/, keyed by the inputs' digest)."""
+    input:
+        unpack(codesign_inputs),
+    output:
+        "results/robustness/codesign/{scale}.csv",
+    log:
+        "logs/robustness/codesign/{scale}.log",
+    threads: 1
+    resources:
+        mem_mb=6000,
+        runtime=240,
+    conda:
+        "../envs/nest.yaml"
+    params:
+        cfg=lambda wc: config["codesign"],
+        num_devices=lambda wc: config["robustness"]["codesign_num_devices"],
+        scale=lambda wc: parse_scale(wc.scale),
+        cache=lambda wc, output: os.path.splitext(output[0])[0],
+        code=CODE,
+    script:
+        "../scripts/robustness_codesign.py"
+
+
+rule robustness:
+    """The unperturbed run's CSVs and every perturbation's points and co-design sweeps ->
+    results/robustness.csv (experiment, quantity, compute_scale, comm_scale, value, points) and
+    results/robustness.md (per quantity its range and whether its direction holds)."""
+    input:
+        unpack(robustness_inputs),
+    output:
+        csv=report("results/robustness.csv", category="Robustness", subcategory="robustness"),
+        md="results/robustness.md",
+    log:
+        "logs/robustness/collect.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    conda:
+        "../envs/nest.yaml"
+    params:
+        cfg=lambda wc: robustness_cfg(),
+        code=CODE,
+    script:
+        "../scripts/robustness.py"
+
+
+EXPERIMENTS["robustness"] = lambda: list(rules.robustness.output)
