@@ -201,7 +201,8 @@ def summary(res: pd.DataFrame) -> pd.DataFrame:
         base = g[(g.compute_scale == 1.0) & (g.comm_scale == 1.0)]
         v0 = float(base.value.iloc[0]) if len(base) else float("nan")
         dirs = [direction(v) for v in g.value]
-        worst = g.loc[g.value.idxmin()] if g.value.notna().any() else None
+        spread = g.value.notna().any() and g.value.max() > g.value.min()
+        worst = g.loc[g.value.idxmin()] if spread else None  # ties everywhere: no lowest
         rows.append({"experiment": exp, "quantity": q, "unperturbed": v0,
                      "min": g.value.min(), "max": g.value.max(),
                      "points_min": int(g.points.min()), "points_max": int(g.points.max()),

@@ -184,8 +184,14 @@ def _check_robustness(rb, runs):
         if fig not in config["figures"]:
             config_error(["robustness", "figures", i], f"unknown figure '{fig}'")
     _planners(rb.get("rescore", []), ["robustness", "rescore"])
-    if rb.get("decomposition") and not config.get("decomposition"):
-        config_error(["robustness", "decomposition"], "true, but `decomposition` is missing")
+    if rb.get("decomposition"):
+        d = config.get("decomposition")
+        if not d:
+            config_error(["robustness", "decomposition"], "set, but `decomposition` is missing")
+        for i, p in enumerate(rb["decomposition"]):
+            if p not in d["planners"]:
+                config_error(["robustness", "decomposition", i],
+                             f"'{p}' is not an ablation of `decomposition.planners`")
     cs = config.get("codesign")
     if rb.get("codesign_num_devices"):
         if not cs:

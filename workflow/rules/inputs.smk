@@ -98,7 +98,7 @@ def robustness_cfg():
     r = dict(config["robustness"])
     d = config.get("decomposition") or {}
     if r.get("decomposition") and d:
-        r["decomposition_planners"] = list(d["planners"])
+        r["decomposition_planners"] = list(r["decomposition"])
         r["reference"] = d.get("reference", "nest")
     return r
 
@@ -128,23 +128,29 @@ def robustness_points():
     return pts
 
 
-def robustness_planners(wc):
-    """([re-planned], [rescored]) at a point: the rescored ones keep their unperturbed plan."""
-    figs, abl = robustness_points()[(wc.model, wc.cluster, int(wc.num_devices), wc.batch)]
-    rescore = set(config["robustness"].get("rescore", []))
-    replan = [p for p in dict.fromkeys([*figs, *abl]) if p not in rescore]
-    return replan, [p for p in figs if p in rescore]
+def robustness_jobs():
+    """(model, cluster, batch) -> [(num_devices, [re-planned], [rescored])]: one job per model
+    and cluster; the rescored planners keep their unperturbed plan."""
+    rb = config["robustness"]
+    rescore = set(rb.get("rescore", []))
+    out = {}
+    for (m, c, n, b), (figs, abl) in robustness_points().items():
+        replan = [p for p in dict.fromkeys([*figs, *abl]) if p not in rescore]
+        out.setdefault((m, c, b), []).append((n, replan, [p for p in figs if p in rescore]))
+    return out
 
 
 def robustness_rescored_plans(wc):
-    pt = Point(None, wc.model, wc.cluster, wc.num_devices, None, wc.batch)
-    return [point_file("plans", pt._replace(planner=p)) for p in robustness_planners(wc)[1]]
+    """The unperturbed plan files of a job's rescored planners, in its points' order."""
+    return [f"results/plans/{p}/{wc.model}/{wc.cluster}/{n}/{wc.batch}.json"
+            for n, _, rescored in robustness_jobs()[(wc.model, wc.cluster, wc.batch)]
+            for p in rescored]
 
 
 def robustness_inputs(wc):
     r = robustness_cfg()
-    out = {"points": [f"results/robustness/{s}/{m}/{c}/{n}/{b}.json"
-                      for s in robustness_scales() for m, c, n, b in robustness_points()],
+    out = {"points": [f"results/robustness/{s}/{m}/{c}/{b}.json"
+                      for s in robustness_scales() for m, c, b in robustness_jobs()],
            "figures": [f"results/{fig}.csv" for fig in r.get("figures", [])]}
     if r.get("decomposition_planners"):
         out["decomposition"] = "results/decomposition.csv"

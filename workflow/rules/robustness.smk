@@ -10,9 +10,11 @@ wildcard_constraints:
 
 
 rule robustness_point:
-    """One point under one perturbed cost model, every planner of it in one process: the fast
-    ones re-planned (nest.point, under the runtime guard), those in `robustness.rescore` keeping
-    their unperturbed plan (the figures' plan rule), scored by the perturbed evaluator."""
+    """One model on one cluster (every device count of the robustness figures) under one
+    perturbed cost model, in one process (a process start and the solver's first compile cost
+    more than most solves): the planners re-planned (nest.point, under the runtime guard) and
+    those of `robustness.rescore` keeping their unperturbed plan (the figures' plan rule),
+    scored by the perturbed evaluator."""
     input:
         graph=lambda wc: graph_file(wc.model, wc.batch),
         cluster=cluster_files,
@@ -22,9 +24,9 @@ rule robustness_point:
         manual="config/paper/manual_configs.yaml",
         rescored=lambda wc: robustness_rescored_plans(wc),
     output:
-        "results/robustness/{scale}/{model}/{cluster}/{num_devices}/{batch}.json",
+        "results/robustness/{scale}/{model}/{cluster}/{batch}.json",
     log:
-        "logs/robustness/{scale}/{model}/{cluster}/{num_devices}/{batch}.log",
+        "logs/robustness/{scale}/{model}/{cluster}/{batch}.log",
     threads: 1
     resources:
         mem_mb=4000,
@@ -33,8 +35,7 @@ rule robustness_point:
         "../envs/nest.yaml"
     params:
         scale=lambda wc: parse_scale(wc.scale),
-        replan=lambda wc: robustness_planners(wc)[0],
-        rescore=lambda wc: robustness_planners(wc)[1],
+        points=lambda wc: robustness_jobs()[(wc.model, wc.cluster, wc.batch)],
         settings=lambda wc: batch_settings(wc.batch),
         code=CODE,
     script:
