@@ -107,3 +107,19 @@ def test_bad_cost_scale_names_file_and_key(tmp_path, bad):
     p.write_text(text)
     with pytest.raises(SpecError, match=r"training\.yaml.*cost_scale"):
         load_training(p)
+
+
+def test_planners_own_network_views_follow_the_scale():
+    """Views built from the problem's cluster (flat network, Alpa's 2-D mesh, Phaze's explicit
+    flat bandwidth, given as described) carry the scale, never twice."""
+    from baselines.alpa_e_ilp import mesh_view
+    from nest.network.collectives import flattened, path_bandwidth
+
+    plain = make_problem("tiny_gpt", "tiny_cluster", 8, training=_tr()).cluster
+    cl = make_problem("tiny_gpt", "tiny_cluster", 8, training=_tr(1.0, 1.3)).cluster
+    for view in (lambda c: flattened(c), lambda c: flattened(c, 2e9), mesh_view):
+        a, b = view(plain), view(cl)
+        assert b.comm_scale == 1.3
+        for i in range(len(a.levels)):
+            assert math.isclose(path_bandwidth(b, i), path_bandwidth(a, i) / 1.3, rel_tol=REL)
+            assert math.isclose(b.levels[i].latency_s, a.levels[i].latency_s * 1.3, rel_tol=REL)
