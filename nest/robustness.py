@@ -237,9 +237,11 @@ def markdown(res: pd.DataFrame, modes: dict[str, set[str]], cfg: dict) -> str:
              "fit (the points columns).", ""]
     if modes:
         lines.append(f"Re-planned under every perturbed model: {', '.join(replanned) or 'none'}."
-                     + (f" Kept their unperturbed plans, scored by the perturbed evaluator "
-                        f"(too slow to re-plan at every perturbation): {', '.join(rescored)}."
-                        if rescored else ""))
+                     + (f" Rescored only (the config's `rescore`: their unperturbed plans, scored "
+                        f"by the perturbed evaluator): {', '.join(rescored)}. Only the "
+                        "re-planned planners adapt to a perturbed model, so a gain over a "
+                        "rescored planner whose choice depends on time may overstate NEST's "
+                        "advantage there." if rescored else ""))
         lines.append("")
     if len(s):
         known = s[s.same_direction.notna()]
