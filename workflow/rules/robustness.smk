@@ -10,11 +10,11 @@ wildcard_constraints:
 
 
 rule robustness_point:
-    """One model on one cluster (every device count of the robustness figures) under one
+    """One model on one cluster (every device count of the robustness figures) under every
     perturbed cost model, in one process (a process start and the solver's first compile cost
-    more than most solves): the planners re-planned (nest.point, under the runtime guard) and
-    those of `robustness.rescore` keeping their unperturbed plan (the figures' plan rule),
-    scored by the perturbed evaluator."""
+    more than most solves), one file per perturbation: the planners re-planned (nest.point,
+    under the runtime guard) and those of `robustness.rescore` keeping their unperturbed plan
+    (the figures' plan rule), scored by the perturbed evaluator."""
     input:
         graph=lambda wc: graph_file(wc.model, wc.batch),
         cluster=cluster_files,
@@ -24,9 +24,10 @@ rule robustness_point:
         manual="config/paper/manual_configs.yaml",
         rescored=lambda wc: robustness_rescored_plans(wc),
     output:
-        "results/robustness/{scale}/{model}/{cluster}/{batch}.json",
+        [f"results/robustness/{s}/{{model}}/{{cluster}}/{{batch}}.json"
+         for s in robustness_scales()],
     log:
-        "logs/robustness/{scale}/{model}/{cluster}/{batch}.log",
+        "logs/robustness/{model}/{cluster}/{batch}.log",
     threads: 1
     resources:
         mem_mb=4000,
@@ -34,7 +35,7 @@ rule robustness_point:
     conda:
         "../envs/nest.yaml"
     params:
-        scale=lambda wc: parse_scale(wc.scale),
+        scales=lambda wc: [parse_scale(s) for s in robustness_scales()],
         points=lambda wc: robustness_jobs()[(wc.model, wc.cluster, wc.batch)],
         settings=lambda wc: batch_settings(wc.batch),
         code=CODE,
@@ -43,14 +44,15 @@ rule robustness_point:
 
 
 rule robustness_codesign:
-    """The co-design cells of `robustness.codesign_num_devices` under one perturbed cost model
-    (points cached under results/robustness/codesign/<scale>/, keyed by the inputs' digest)."""
+    """The co-design cells of `robustness.codesign_num_devices` under every perturbed cost model,
+    in one process, one CSV per perturbation (points cached under
+    results/robustness/codesign/<scale>/, keyed by the inputs' digest, so a rerun resumes)."""
     input:
         unpack(codesign_inputs),
     output:
-        "results/robustness/codesign/{scale}.csv",
+        [f"results/robustness/codesign/{s}.csv" for s in robustness_scales()],
     log:
-        "logs/robustness/codesign/{scale}.log",
+        "logs/robustness/codesign.log",
     threads: 1
     resources:
         mem_mb=6000,
@@ -60,8 +62,7 @@ rule robustness_codesign:
     params:
         cfg=lambda wc: config["codesign"],
         num_devices=lambda wc: config["robustness"]["codesign_num_devices"],
-        scale=lambda wc: parse_scale(wc.scale),
-        cache=lambda wc, output: os.path.splitext(output[0])[0],
+        scales=lambda wc: [parse_scale(s) for s in robustness_scales()],
         code=CODE,
     script:
         "../scripts/robustness_codesign.py"
