@@ -23,6 +23,7 @@ include: "workflow/rules/plan.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/profile.smk"
 include: "workflow/rules/decomposition.smk"
+include: "workflow/rules/robustness.smk"
 include: "workflow/rules/tables.smk"
 
 

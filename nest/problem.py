@@ -46,6 +46,19 @@ class Problem:
         check(self.training.precision, f"training settings for {self.cluster.hardware.name}",
               self.training.optimizer, self.cluster.hardware)
         self._view_attention()
+        self._apply_cost_scale()
+
+    def _apply_cost_scale(self) -> None:
+        """The training settings' cost_scale (nest.settings.CostScale) on the cost table and the
+        cluster, whatever built this problem: every planner and the evaluator price through
+        these two, so each re-plans under the perturbed model (a no-op at 1.0 / 1.0)."""
+        cs = self.training.cost_scale
+        if self.costs.scale != cs.compute:
+            object.__setattr__(self, "costs", CostTable(self.graph, self.costs.hw,
+                                                        self.costs.profile, self.costs.compute,
+                                                        cs.compute))
+        if self.cluster.comm_scale != cs.communication:
+            object.__setattr__(self, "cluster", self.cluster.with_comm_scale(cs.communication))
 
     def _view_attention(self) -> None:
         """`graph` := the described graph viewed with this problem's attention implementation
@@ -65,7 +78,7 @@ class Problem:
         if g is not self.graph:
             object.__setattr__(self, "graph", g)
             object.__setattr__(self, "costs", CostTable(g, self.costs.hw, self.costs.profile,
-                                                        self.costs.compute))
+                                                        self.costs.compute, self.costs.scale))
 
     @property
     def attention(self) -> str:

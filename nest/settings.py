@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
+from nest.errors import SpecError
 from nest.precision import Precision, precision_from_dict
 from nest.specs import config_dir, read_yaml, validate
 
@@ -17,6 +19,39 @@ OPTIMIZER_STATE_BYTES = {"adam": 12, "sgd": 8}
 # momentum: reads param, grad, momentum, writes param, momentum (20) + 6 + 4 = 30. Measured on an
 # H100 block (profiles/h100_sxm/validation.md): PyTorch's Adam moves ~40 B/param.
 OPTIMIZER_STEP_BYTES = {"adam": 38, "sgd": 30}
+
+
+@dataclass(frozen=True)
+class CostScale:
+    """The cost model's own error as a knob (the `robustness` experiment, nest.robustness): every
+    compute time is multiplied by `compute`, every communication time by `communication`, where
+    they enter the cost tables, so every planner re-plans and the evaluator scores under the same
+    perturbed model. 1.0 / 1.0 leaves every number as it is (exactly: x * 1.0 == x).
+      compute: the layer table's forward, backward and recomputed forward (GEMMs, attention,
+               memory-bound kernels and the host floor alike; nest.costs.table.CostTable) and the
+               optimizer step (HBM-bound; nest.costs.memory.optimizer_step_s)
+      communication: every network transfer: tp / cp / ep collectives, the data-parallel and
+               ZeRO syncs, the tied-embedding all-reduce and pipeline point-to-point sends, by
+               scaling the cluster's per-level bandwidths by 1 / k and latencies by k
+               (nest.specs.ClusterSpec.with_comm_scale), so every alpha-beta line scales by k"""
+
+    compute: float = 1.0
+    communication: float = 1.0
+
+    @property
+    def unit(self) -> bool:
+        return self.compute == 1.0 and self.communication == 1.0
+
+
+def cost_scale_from_dict(d: dict | None, where: str) -> CostScale:
+    """A `cost_scale:` mapping (schema-checked) -> CostScale; finite and > 0 (a schema's minimum
+    lets NaN through)."""
+    d = dict(d or {})
+    for k, v in d.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or v <= 0:
+            raise SpecError(f"{where}: key 'cost_scale.{k}': {v!r} must be a finite number > 0")
+    return CostScale(**{k: float(v) for k, v in d.items()})
 
 
 @dataclass(frozen=True)
@@ -49,6 +84,9 @@ class TrainingSettings:
     # `overlap_param_sync`): only dp_sync_exposed_s(all-gather, first forward, buckets) stays
     # (nest.costs.stage.gather_exposed)
     param_gather_overlap: bool = False
+    # the cost model perturbed: compute and communication times scaled (CostScale; 1.0 / 1.0:
+    # the model as it is)
+    cost_scale: CostScale = CostScale()
 
     @property
     def weight_bytes_per_param(self) -> int:
@@ -82,4 +120,5 @@ def load_training(path=None) -> TrainingSettings:
     d = read_yaml(path)
     validate(d, "training", str(path))
     prec = precision_from_dict(d.pop("precision", None), str(path))
-    return TrainingSettings(**d, precision=prec)
+    scale = cost_scale_from_dict(d.pop("cost_scale", None), str(path))
+    return TrainingSettings(**d, precision=prec, cost_scale=scale)

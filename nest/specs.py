@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
@@ -474,6 +474,22 @@ class ClusterSpec:
     notes: tuple[str, ...] = ()
     # files the network section reads besides the cluster file (a graph file), as resolved paths
     network_files: tuple[str, ...] = ()
+    # the levels' bandwidths / comm_scale and latencies x comm_scale relative to the cluster as
+    # described (the training settings' cost_scale.communication; `with_comm_scale`)
+    comm_scale: float = 1.0
+
+    def with_comm_scale(self, k: float) -> "ClusterSpec":
+        """This cluster with every network time scaled by k relative to the cluster as described
+        (per-level bandwidth / k, latency x k, so every alpha-beta line of
+        nest.network.collectives scales by k); idempotent, the levels always derived from the
+        described ones."""
+        if k == self.comm_scale:
+            return self
+        r = k / self.comm_scale
+        levels = tuple(replace(lv, bytes_per_s=lv.bytes_per_s / r, latency_s=lv.latency_s * r,
+                               ring_bytes_per_s=lv.ring_bytes_per_s / r)
+                       for lv in self.levels)
+        return replace(self, levels=levels, comm_scale=k)
 
     @property
     def max_devices(self) -> int:

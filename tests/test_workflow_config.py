@@ -42,6 +42,17 @@ BAD = {
              "('num_device' was unexpected)"),
     "unknown experiment": ("run: [tiny, tiny_scalng]",
                            "config/bad.yaml: key 'run.1': unknown experiment 'tiny_scalng'"),
+    "robustness figure": ("robustness: {figures: [tiny_scalng]}",
+                          "config/bad.yaml: key 'robustness.figures.0': unknown figure "
+                          "'tiny_scalng'"),
+    "robustness ablation": ("robustness: {decomposition: [nest_no_recompute]}",
+                            "config/bad.yaml: key 'robustness.decomposition.0': "
+                            "'nest_no_recompute' is not an ablation of `decomposition.planners`"),
+    "robustness nan": ("robustness: {compute: [.nan]}",
+                       "config/bad.yaml: key 'robustness.compute.0': nan must be a finite "
+                       "number > 0"),
+    "robustness unit": ("robustness: {compute: [1], communication: [1.0]}",
+                        "config/bad.yaml: key 'robustness': no perturbation: every factor is 1"),
 }
 
 

@@ -95,9 +95,10 @@ def allocatable(hw) -> float:
 
 
 def optimizer_step_s(params_per_device, training, hw):
-    """The optimizer step: HBM-bound, optimizer_step_bytes moved per parameter it updates."""
+    """The optimizer step: HBM-bound, optimizer_step_bytes moved per parameter it updates
+    (compute time: x the training settings' cost_scale.compute)."""
     return (training.optimizer_step_bytes * params_per_device
-            / (hw.hbm_bytes_per_s * hw.memory_efficiency))
+            / (hw.hbm_bytes_per_s * hw.memory_efficiency)) * training.cost_scale.compute
 
 
 def optimizer_step_for(p_dense, p_expert, dp: int, ep: int, cp: int, z: int, training, hw):

@@ -11,7 +11,7 @@ Imports: roofline <- profiled <- table.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nest.costs.profiled import ProfileSet, price_op, profile_for
@@ -65,11 +65,14 @@ class CostTable:
     profile: AUTO (default) uses the measured profile the hardware file names (`profile:` key;
     H100 SXM has one), None forces the roofline, or an explicit nest.costs.profiled.ProfileSet.
     compute: the training's compute dtype (nest.precision.Precision.compute).
+    scale: every time multiplied by it (the training settings' cost_scale.compute, applied by
+    nest.problem.Problem; the one point where compute time enters every planner's costs).
     """
 
     def __init__(self, graph: LayerGraph, hw: HardwareSpec,
-                 profile: ProfileSet | None | str = AUTO, compute: str = "bf16"):
-        self.graph, self.hw, self.compute = graph, hw, compute
+                 profile: ProfileSet | None | str = AUTO, compute: str = "bf16",
+                 scale: float = 1.0):
+        self.graph, self.hw, self.compute, self.scale = graph, hw, compute, scale
         if isinstance(profile, str):
             if profile != AUTO:
                 raise ValueError(f"CostTable: profile must be a ProfileSet, None or {AUTO!r}")
@@ -81,7 +84,13 @@ class CostTable:
         cost = self.graph.layers[layer_index].costs[variant_key]
         key = id(cost)
         if key not in self._cache:
-            self._cache[key] = layer_times(self.hw, cost, self.profile, self.compute)
+            t = layer_times(self.hw, cost, self.profile, self.compute)
+            if self.scale != 1.0:
+                k = self.scale
+                t = replace(t, fwd_s=t.fwd_s * k, bwd_s=t.bwd_s * k,
+                            recompute_s={m: x * k for m, x in t.recompute_s.items()},
+                            gemm_fwd_s=t.gemm_fwd_s * k, gemm_bwd_s=t.gemm_bwd_s * k)
+            self._cache[key] = t
         return self._cache[key]
 
     def to_dict(self) -> dict:

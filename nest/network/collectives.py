@@ -347,10 +347,12 @@ def _all_to_all(cluster: ClusterSpec, group: tuple[int, ...]) -> tuple[float, fl
 def flattened(cluster: ClusterSpec, bytes_per_s: float | None = None) -> ClusterSpec:
     """The network-blind view of a cluster (Phaze-style: one flat bandwidth, no hierarchy): every
     level gets the same per-device bandwidth (default: the innermost level's), the innermost
-    latency, no oversubscription and no faster ring bandwidth of its own (a torus block's)."""
+    latency, no oversubscription and no faster ring bandwidth of its own (a torus block's); the
+    cluster's comm_scale kept and applied to bytes_per_s."""
     from dataclasses import replace
 
-    bw = bytes_per_s or cluster.levels[0].bytes_per_s
+    # an explicit bandwidth is as described: the cluster's comm_scale applies to it too
+    bw = bytes_per_s / cluster.comm_scale if bytes_per_s else cluster.levels[0].bytes_per_s
     lat = cluster.levels[0].latency_s
     levels = tuple(replace(lv, bytes_per_s=bw, latency_s=lat, oversubscription=1.0,
                            ring_bytes_per_s=0.0)

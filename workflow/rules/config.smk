@@ -103,6 +103,7 @@ def check_config():
              "search_time": ["search_time"], **{n: ["tables", n] for n in
                                                ("table2", "table6", "table7", "figure2",
                                                 "comm_share")}}
+    needs["robustness"] = ["robustness"]
     for name, keys in needs.items():
         c = config
         for k in keys:
@@ -124,6 +125,9 @@ def check_config():
         _planner(cs.get("flat_planner", "nest_flat_network"), ["codesign", "flat_planner"])
         for j, n in enumerate(cs["num_devices"]):
             _fits(cs["cluster"], n, ["codesign", "num_devices", j])
+    rb = config.get("robustness")
+    if "robustness" in runs:
+        _check_robustness(rb, runs)
     t = config.get("tables", {})
     if "table2" in runs and "table2" in t:
         if t["table2"]["figure"] not in config["figures"]:
@@ -164,3 +168,33 @@ def check_config():
         _planners(st.get("planners", []), ["search_time", "planners"])
 
 
+
+
+def _check_robustness(rb, runs):
+    """The robustness experiment's figures, planners and the experiments it reruns exist."""
+    import math
+
+    for key in ("compute", "communication"):
+        for i, x in enumerate(rb[key]):
+            if not math.isfinite(x):
+                config_error(["robustness", key, i], f"{x} must be a finite number > 0")
+    if {float(c) for c in rb["compute"]} | {float(m) for m in rb["communication"]} == {1.0}:
+        config_error(["robustness"], "no perturbation: every factor is 1")
+    for i, fig in enumerate(rb.get("figures", [])):
+        if fig not in config["figures"]:
+            config_error(["robustness", "figures", i], f"unknown figure '{fig}'")
+    _planners(rb.get("rescore", []), ["robustness", "rescore"])
+    if rb.get("decomposition"):
+        d = config.get("decomposition")
+        if not d:
+            config_error(["robustness", "decomposition"], "set, but `decomposition` is missing")
+        for i, p in enumerate(rb["decomposition"]):
+            if p not in d["planners"]:
+                config_error(["robustness", "decomposition", i],
+                             f"'{p}' is not an ablation of `decomposition.planners`")
+    cs = config.get("codesign")
+    if rb.get("codesign_num_devices"):
+        if not cs:
+            config_error(["robustness", "codesign_num_devices"], "set, but `codesign` is missing")
+        for j, n in enumerate(rb["codesign_num_devices"]):
+            _fits(cs["cluster"], n, ["robustness", "codesign_num_devices", j])

@@ -91,3 +91,73 @@ def comm_share_points():
         out += [pt for pt in figure_points(fig) if pt.planner == t["planner"]
                 and pt.model == t["model"]]
     return list(dict.fromkeys(out))
+
+
+# ---- robustness.smk ----
+
+
+def robustness_cfg():
+    """The config's `robustness` entry with the decomposition's ablations and reference."""
+    r = dict(config["robustness"])
+    d = config.get("decomposition") or {}
+    if r.get("decomposition") and d:
+        r["decomposition_planners"] = list(r["decomposition"])
+        r["reference"] = d.get("reference", "nest")
+    return r
+
+
+def robustness_scales():
+    from nest.robustness import perturbations, scale_name
+
+    return [scale_name(c, m) for c, m in perturbations(config["robustness"])]
+
+
+def robustness_points():
+    """(model, cluster, num_devices, batch) -> (figure planners, ablations) of every point of
+    the robustness figures (and of the decomposition's, when it is included)."""
+    r = robustness_cfg()
+    pts = {}
+    for fig in r.get("figures", []):
+        for pt in figure_points(fig):
+            pts.setdefault((pt.model, pt.cluster, pt.num_devices, pt.batch), ({}, {}))[0][
+                pt.planner] = None
+    if r.get("decomposition_planners"):
+        for fig in config["decomposition"]["figures"]:
+            for pt in figure_points(fig):
+                key = (pt.model, pt.cluster, pt.num_devices, pt.batch)
+                ablations = pts.setdefault(key, ({}, {}))[1]
+                for p in (r["reference"], *r["decomposition_planners"]):
+                    ablations[p] = None
+    return pts
+
+
+def robustness_jobs():
+    """(model, cluster, batch) -> [(num_devices, [re-planned], [rescored])]: one job per model
+    and cluster; the rescored planners keep their unperturbed plan."""
+    rb = config["robustness"]
+    rescore = set(rb.get("rescore", []))
+    out = {}
+    for (m, c, n, b), (figs, abl) in robustness_points().items():
+        replan = [p for p in dict.fromkeys([*figs, *abl]) if p not in rescore]
+        out.setdefault((m, c, b), []).append((n, replan, [p for p in figs if p in rescore]))
+    return out
+
+
+def robustness_rescored_plans(wc):
+    """The unperturbed plan files of a job's rescored planners, in its points' order."""
+    return [f"results/plans/{p}/{wc.model}/{wc.cluster}/{n}/{wc.batch}.json"
+            for n, _, rescored in robustness_jobs()[(wc.model, wc.cluster, wc.batch)]
+            for p in rescored]
+
+
+def robustness_inputs(wc):
+    r = robustness_cfg()
+    out = {"points": [f"results/robustness/{s}/{m}/{c}/{b}.json"
+                      for s in robustness_scales() for m, c, b in robustness_jobs()],
+           "figures": [f"results/{fig}.csv" for fig in r.get("figures", [])]}
+    if r.get("decomposition_planners"):
+        out["decomposition"] = "results/decomposition.csv"
+    if r.get("codesign_num_devices"):
+        out["codesign"] = [f"results/robustness/codesign/{s}.csv" for s in robustness_scales()]
+        out["codesign_base"] = "results/codesign.csv"
+    return out
