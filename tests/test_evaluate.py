@@ -141,7 +141,7 @@ def test_mfu_is_model_flops_over_peak(small_batch):
 
 def test_megatron_memory_per_parameter(small_batch):
     """Megatron-LM counts 18 B/param without a distributed optimizer and 6 + 12/d with one
-    (REFERENCE.md section 2): our ZeRO-0 and ZeRO-1 states per parameter."""
+    (docs/modeling.md): our ZeRO-0 and ZeRO-1 states per parameter."""
     pr = make_problem("tiny_llama", "tiny_cluster", 8, training=small_batch)
     for zero, d in [(0, 4), (1, 4), (1, 8)]:
         plan = make_plan(pr, "h", Variant(), 1, d, [(0, 5)], [zero], ["full"], "replica_major")

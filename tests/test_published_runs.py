@@ -1,5 +1,5 @@
 """End-to-end predictions against published training runs, through the hand-written plans in
-examples/ (nest.plan_spec), as a user would run them with `nest evaluate` (REFERENCE.md 1: the
+examples/ (nest.plan_spec), as a user would run them with `nest evaluate` (docs/paper.md: the
 field reaches 42-47% MFU in Megatron-LM's H100 tables, up to ~55% in the best dense runs)."""
 
 from pathlib import Path
