@@ -137,6 +137,8 @@ def read_json(path: str | Path) -> dict:
         raise PlanError(f"{path}: malformed JSON: {e}") from None
     except RecursionError:
         raise PlanError(f"{path}: malformed JSON: nested too deeply") from None
+    except ValueError as e:  # an integer beyond Python's 4300-digit conversion limit
+        raise PlanError(f"{path}: malformed JSON: {e}") from None
     if not isinstance(data, dict):
         raise PlanError(f"{path}: expected an object at the top level, got "
                         f"{type(data).__name__}")

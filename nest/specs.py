@@ -7,9 +7,12 @@ here, once. Every other module works in seconds, bytes, FLOPs and bytes per seco
 
 from __future__ import annotations
 
+import difflib
 import json
+import math
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -17,23 +20,40 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from nest.errors import SpecError
+from nest.errors import SpecError, one_line, short
 
 GB = 1e9
 GiB = 2**30
 TFLOP = 1e12
 US = 1e-6
-# size guard: the most devices a problem may use (64x the paper's largest, 1024; a plan's
-# device ids, placements and collective groups are built per device)
+# Size guards of the input boundary. The per-key ranges (devices, layers, batch, sequence length,
+# widths, bandwidth, FLOP/s, HBM ...) live in nest/schemas/*.json, each a physical bound well
+# beyond every published configuration, so that a file or a flag can never ask the harness for
+# an astronomically large problem; `limit(kind, key)` reads them for the command line.
+# The most devices a problem may use (64x the paper's largest, 1024; a plan's device ids,
+# placements and collective groups are built per device): the schemas' num_devices maximum.
 MAX_DEVICES = 65536
+# Tokens in one micro-batch (mbs x seq_len): a traced tensor of attention scores holds
+# mbs x heads x seq_len^2 elements and must stay within int64 (2^30 tokens is ~8000x the
+# largest published micro-batch, Llama-3.1's 131072-token context at mbs 1).
+MAX_MICROBATCH_TOKENS = 2**30
+MAX_YAML_BYTES = 256 * 1024  # a hand-written catalog file (the largest shipped: ~22 KB)
+MAX_JSON_BYTES = 16 * 2**20  # a full plan of MAX_DEVICES devices is ~1 MB
+MAX_ALIAS_EXPANSION = 100_000  # nodes + scalar characters YAML aliases may add, in total
 
 SCHEMA_DIR = Path(__file__).parent / "schemas"
 
 
 def config_dir() -> Path:
-    """The catalog root: $NEST_CONFIG_DIR, else the repository's config/ next to the package."""
+    """The catalog root: $NEST_CONFIG_DIR, else the repository's config/ next to the package.
+    A $NEST_CONFIG_DIR that is not a folder is a SpecError naming it (not an empty catalog)."""
     env = os.environ.get("NEST_CONFIG_DIR")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "config"
+    if not env:
+        return Path(__file__).resolve().parent.parent / "config"
+    if not Path(env).is_dir():
+        raise SpecError(f"NEST_CONFIG_DIR={short(env)}: no such folder (it names the catalog "
+                        f"root holding models/, clusters/, hardware/, training.yaml)")
+    return Path(env)
 
 
 def shown(path) -> str:
@@ -51,23 +71,168 @@ def load_schema(kind: str) -> dict:
     return json.loads((SCHEMA_DIR / f"{kind}.json").read_text())
 
 
+def limit(kind: str, key: str) -> int | float:
+    """The maximum schema `kind` allows for top-level `key` (the command line's bounds)."""
+    return load_schema(kind)["properties"][key]["maximum"]
+
+
+# --------------------------------------------------------------------------------------------
+# The input boundary: every file and flag passes here before any work
+# --------------------------------------------------------------------------------------------
+
+
+def _is_integer(checker, x) -> bool:
+    """JSON Schema's "integer" without its float form: 256.0 and True are not integers here (a
+    float width or count reaches torch / numpy shapes as a bug otherwise)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer))
+
+
+def non_finite(data) -> tuple[str, float] | None:
+    """(key path, value) of the first NaN or infinity in parsed JSON / YAML data, else None
+    (iterative: any nesting depth the parser accepted)."""
+    stack = [("", data)]
+    while stack:
+        key, x = stack.pop()
+        if isinstance(x, float) and not math.isfinite(x):
+            return key or "<top level>", x
+        items = x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()
+        stack.extend(reversed([(f"{key}.{k}" if key else str(k), v) for k, v in items]))
+    return None
+
+
+def _range(schema: dict) -> str:
+    lo = next((f"{schema[k]} {op} " for k, op in (("minimum", "<="), ("exclusiveMinimum", "<"))
+               if k in schema), "")
+    hi = next((f" {op} {schema[k]}" for k, op in (("maximum", "<="), ("exclusiveMaximum", "<"))
+               if k in schema), "")
+    types = schema.get("type", "number")
+    kind = "an integer" if "integer" in (types if isinstance(types, list) else [types]) \
+        else "a number"
+    return f"{kind} {lo}value{hi}"
+
+
+_ARTICLE = {"integer": "an integer", "number": "a number", "string": "a string",
+            "boolean": "true or false", "array": "a list", "object": "a mapping",
+            "null": "null"}
+
+
+def _describe(e: jsonschema.ValidationError) -> tuple[str, str]:
+    """(key path, what is wrong) of one schema error, user values shown short."""
+    path, v, inst, sch = _error_path(e), e.validator, e.instance, e.schema
+    if v == "type":
+        want = e.validator_value if isinstance(e.validator_value, list) else [e.validator_value]
+        want_text = " or ".join(_ARTICLE.get(t, t) for t in want)
+        if "integer" in want and isinstance(inst, float) and inst.is_integer():
+            return path, (f"{short(inst)} is a float; expected {want_text} (write it without a "
+                          f"decimal point or exponent)")
+        got = "a string" if isinstance(inst, str) else _ARTICLE.get(
+            {bool: "boolean", int: "integer", float: "number", list: "array", dict: "object",
+             type(None): "null"}.get(type(inst), ""), type(inst).__name__)
+        return path, f"{short(inst)} is {got}; expected {want_text}"
+    if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        return path, f"{short(inst)} is out of range; expected {_range(sch)}"
+    if v == "additionalProperties" and isinstance(inst, dict):
+        known = list(sch.get("properties", {}))
+        extra = [k for k in inst if k not in known]
+        if extra:
+            k = str(extra[0])
+            near = difflib.get_close_matches(k, known, n=1)
+            hint = f" (did you mean '{near[0]}'?)" if near else ""
+            more = f" (and {len(extra) - 1} more unknown key(s))" if len(extra) > 1 else ""
+            where = f"{path}.{short(k)}" if path != "<top level>" else short(k).strip("'")
+            return where, f"unknown key{hint}{more}"
+    if v in ("enum", "const"):
+        allowed = e.validator_value if v == "enum" else [e.validator_value]
+        return path, f"{short(inst)}; expected one of {', '.join(map(repr, allowed))}"
+    if v in ("minItems", "maxItems") and isinstance(inst, list):
+        bound = "at least" if v == "minItems" else "at most"
+        return path, f"{len(inst)} item(s); expected {bound} {e.validator_value}"
+    if v == "pattern":
+        return path, f"{short(inst)} does not match the pattern {e.validator_value}"
+    return path, one_line(e.message, 200)
+
+
 def _error_path(err: jsonschema.ValidationError) -> str:
     return ".".join(str(p) for p in err.absolute_path) or "<top level>"
 
 
 def validate(data: object, kind: str, where: str) -> None:
-    """Validate `data` against schema `kind`; raise SpecError naming the file and key."""
-    validator = jsonschema.Draft202012Validator(load_schema(kind))
-    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    """Validate `data` against schema `kind` (integers without float forms, every number finite
+    and within its stated range); raise SpecError naming the file, key, value and expectation."""
+    bad = non_finite(data)
+    if bad is not None:
+        raise SpecError(f"{where}: key '{bad[0]}': {bad[1]} is not a finite number")
+    try:
+        errors = sorted(_Validator(load_schema(kind)).iter_errors(data),
+                        key=lambda e: list(map(str, e.absolute_path)))
+    except RecursionError:
+        raise SpecError(f"{where}: nested too deeply") from None
     if errors:
-        e = errors[0]
+        key, what = _describe(errors[0])
         more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        raise SpecError(f"{where}: key '{_error_path(e)}': {e.message}{more}")
+        raise SpecError(f"{where}: key '{key}': {what}{more}")
+
+
+def _node_size(node, sizes: dict) -> int:
+    """Nodes plus scalar characters of a composed YAML node, aliases counted as often as they
+    occur (memoised per node: an alias bomb's size is computed, never expanded)."""
+    key = id(node)
+    if key in sizes:
+        if sizes[key] is None:
+            raise yaml.composer.ComposerError(None, None, "a YAML alias refers to itself "
+                                              "(a recursive structure)", node.start_mark)
+        return sizes[key]
+    sizes[key] = None
+    if isinstance(node, yaml.ScalarNode):
+        n = 1 + len(node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        n = 1 + sum(_node_size(x, sizes) for x in node.value)
+    else:
+        n = 1 + sum(_node_size(k, sizes) + _node_size(x, sizes) for k, x in node.value)
+    sizes[key] = n
+    return n
 
 
 class _Loader(yaml.SafeLoader):
-    """safe_load with two fixes: a key given twice in one mapping is an error (PyYAML silently
-    keeps the last), and `5e1` / `1e9` are numbers as in YAML 1.2 (YAML 1.1 needs `5.0e+1`)."""
+    """safe_load with three fixes: a key given twice in one mapping is an error (PyYAML silently
+    keeps the last); `5e1` / `1e9` are numbers as in YAML 1.2 (YAML 1.1 needs `5.0e+1`); and
+    aliases may add at most MAX_ALIAS_EXPANSION nodes + characters in total (an alias bomb of a
+    few hundred bytes is refused before anything is built; a recursive alias is refused)."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._alias_sizes: dict = {}
+        self._alias_total = 0
+        self._open_anchors: set = set()
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self._open_anchors:
+                raise yaml.composer.ComposerError(
+                    None, None, f"alias *{one_line(event.anchor, 40)} refers to a node that contains "
+                    f"it (a recursive structure)", event.start_mark)
+            node = self.anchors.get(event.anchor)
+            if node is not None:
+                self._alias_total += _node_size(node, self._alias_sizes)
+                if self._alias_total > MAX_ALIAS_EXPANSION:
+                    raise yaml.composer.ComposerError(
+                        None, None, f"YAML aliases expand to more than {MAX_ALIAS_EXPANSION} "
+                        f"nodes and characters (an alias bomb?)", event.start_mark)
+            return super().compose_node(parent, index)
+        anchor = getattr(event, "anchor", None)
+        if anchor is None:
+            return super().compose_node(parent, index)
+        self._open_anchors.add(anchor)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._open_anchors.discard(anchor)
 
     def construct_mapping(self, node, deep=False):
         seen: dict = {}
@@ -77,10 +242,10 @@ class _Loader(yaml.SafeLoader):
                 hash(key)
             except TypeError:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"unhashable key {key!r}", k.start_mark) from None
+                    None, None, f"unhashable key {short(key)}", k.start_mark) from None
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key '{key}' (first at line {seen[key] + 1})",
+                    None, None, f"duplicate key {short(key)} (first at line {seen[key] + 1})",
                     k.start_mark)
             seen[key] = k.start_mark.line
         return super().construct_mapping(node, deep)
@@ -92,24 +257,41 @@ _Loader.add_implicit_resolver(
     list("-+0123456789"))
 
 
-def read_text(path, what: str = "file") -> str:
-    """A text file's contents; a missing file, a folder, an unreadable or binary file is a
-    SpecError naming the path."""
+def read_text(path, what: str = "file", max_bytes: int = MAX_JSON_BYTES) -> str:
+    """A text file's contents; a missing file, a folder, a device / FIFO / socket, a file above
+    `max_bytes`, an unreadable or binary file is a SpecError naming the path. Checked with
+    stat() before opening (opening a FIFO would block, reading /dev/zero never ends)."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(st.st_mode):
+            raise SpecError(f"{path}: not a regular file (a device, FIFO or socket); expected "
+                            f"a {what}")
+        if st.st_size > max_bytes:
+            raise SpecError(f"{path}: {st.st_size} bytes; a {what} may hold at most "
+                            f"{max_bytes} bytes")
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)  # a file that grew (or /proc's size 0) stays bounded
+        if len(data) > max_bytes:
+            raise SpecError(f"{path}: more than {max_bytes} bytes; a {what} may hold at most "
+                            f"{max_bytes} bytes")
+        return data.decode("utf-8")
     except FileNotFoundError:
         raise SpecError(f"{path}: file not found") from None
     except IsADirectoryError:
         raise SpecError(f"{path}: is a folder, expected a {what}") from None
     except UnicodeDecodeError:
         raise SpecError(f"{path}: not a text file (UTF-8), expected a {what}") from None
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read: {e.strerror or e}") from None
+    except (OSError, ValueError) as e:  # ValueError: an embedded NUL in the path
+        if isinstance(e, SpecError):
+            raise
+        raise SpecError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
 
 
 def parse_yaml(text: str, where: str):
-    """YAML text -> data (`_Loader`); a syntax error or duplicate key is one SpecError line with
-    the file, line and column."""
+    """YAML text -> data (`_Loader`); a syntax error, duplicate key or alias bomb is one
+    SpecError line with the file, line and column."""
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as e:
@@ -121,10 +303,12 @@ def parse_yaml(text: str, where: str):
         raise SpecError(f"{where}: malformed YAML: {' '.join(str(e).split())}") from None
     except RecursionError:
         raise SpecError(f"{where}: malformed YAML: nested too deeply") from None
+    except ValueError as e:  # an integer beyond Python's 4300-digit conversion limit
+        raise SpecError(f"{where}: malformed YAML: {e}") from None
 
 
 def read_yaml(path: Path) -> dict:
-    data = parse_yaml(read_text(path, "YAML file"), str(path))
+    data = parse_yaml(read_text(path, "YAML file", MAX_YAML_BYTES), str(path))
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
@@ -272,23 +456,66 @@ def model_from_dict(d: dict, where: str) -> ModelSpec:
         parallel_variants=ParallelVariants(**{k: tuple(v) for k, v in pv.items()}),
         source_file=where,
     )
-    if spec.hidden_size % spec.num_heads and not spec.head_size:
-        raise SpecError(f"{where}: key 'hidden_size': {spec.hidden_size} is not a multiple of "
-                        f"num_heads={spec.num_heads}")
-    if spec.num_heads % spec.num_kv_heads:
-        raise SpecError(f"{where}: key 'num_kv_heads': {spec.num_kv_heads} must divide "
-                        f"num_heads={spec.num_heads}")
-    if spec.top_k > spec.num_experts:
-        raise SpecError(f"{where}: key 'top_k': {spec.top_k} exceeds num_experts={spec.num_experts}")
-    for t in spec.parallel_variants.tp:
-        if spec.num_kv_heads % t and spec.num_heads % t:
-            raise SpecError(f"{where}: key 'parallel_variants.tp': t={t} divides neither "
-                            f"num_heads nor num_kv_heads")
-    for e in spec.parallel_variants.ep:
-        if spec.num_experts % e:
-            raise SpecError(f"{where}: key 'parallel_variants.ep': ep={e} does not divide "
-                            f"num_experts={spec.num_experts}")
+    _check_model(spec, where)
     return spec
+
+
+def _check_model(m: ModelSpec, where: str) -> None:
+    """What the schema cannot say: the shapes agree with each other and with every parallel
+    variant the model declares (each variant's layers are built, so each must split evenly)."""
+    def bad(key, text):
+        raise SpecError(f"{where}: key '{key}': {text}")
+
+    if m.hidden_size % m.num_heads and not m.head_size:
+        bad("hidden_size", f"{m.hidden_size} is not a multiple of num_heads={m.num_heads}")
+    if m.num_heads % m.num_kv_heads:
+        bad("num_kv_heads", f"{m.num_kv_heads} must divide num_heads={m.num_heads}")
+    if m.top_k > m.num_experts:
+        bad("top_k", f"{m.top_k} exceeds num_experts={m.num_experts}")
+    if m.family in ("llama", "mixtral"):  # rotary embeddings turn pairs of channels
+        rot, key = ((m.qk_rope_head_dim, "qk_rope_head_dim") if m.is_mla
+                    else (m.head_dim, "head_size" if m.head_size else "hidden_size"))
+        if rot % 2:
+            bad(key, f"the rotary head dimension is {rot}, odd; rotary position embeddings "
+                     f"({m.family} family) need an even one")
+    if m.is_mla and (m.qk_rope_head_dim < 1 or m.v_head_dim < 1
+                     or m.head_size <= m.qk_rope_head_dim):
+        bad("kv_lora_rank", "multi-head latent attention needs qk_rope_head_dim >= 1, "
+                            "v_head_dim >= 1 and head_size > qk_rope_head_dim")
+    if m.window_layers and max(m.window_layers) >= m.num_layers:
+        bad("window_layers", f"block {max(m.window_layers)} does not exist (num_layers="
+                             f"{m.num_layers})")
+    if m.sliding_window and not m.causal:
+        bad("sliding_window", "a sliding window is modelled for causal attention only")
+    if m.num_dense_layers >= m.num_layers and m.is_moe:
+        bad("num_dense_layers", f"{m.num_dense_layers} leaves no MoE block of {m.num_layers}")
+    widths = (m.ffn_hidden_size, m.shared_ffn_hidden_size, m.dense_ffn_hidden_size)
+    pv = m.parallel_variants
+    for t in pv.tp:
+        if m.num_heads % t or m.num_kv_heads % t or any(w % t for w in widths):
+            bad("parallel_variants.tp", f"tp={t} must divide num_heads={m.num_heads}, "
+                                        f"num_kv_heads={m.num_kv_heads} and every MLP width")
+    for e in pv.ep:
+        if m.num_experts % e:
+            bad("parallel_variants.ep", f"ep={e} does not divide num_experts={m.num_experts}")
+    for t in pv.tp:
+        for c in pv.cp:
+            split = c * (t if True in pv.sp and t > 1 else 1)
+            if m.seq_len % split:
+                how = f"cp={c} x tp={t} under sequence parallelism" if split != c else f"cp={c}"
+                bad("seq_len", f"{m.seq_len} is not a multiple of {split} ({how}, a variant of "
+                               f"key 'parallel_variants' splits the sequence so)")
+
+
+def check_microbatch(m: ModelSpec, mbs: int, where: str = "") -> None:
+    """mbs within the tokens one micro-batch may hold (MAX_MICROBATCH_TOKENS)."""
+    if isinstance(mbs, bool) or not isinstance(mbs, int) or mbs < 1:
+        raise SpecError(f"{where or m.source_file or m.name}: mbs={short(mbs)}: expected a "
+                        f"positive integer")
+    if mbs * m.seq_len > MAX_MICROBATCH_TOKENS:
+        raise SpecError(f"{where or m.source_file or m.name}: mbs x seq_len = {mbs} x "
+                        f"{m.seq_len} tokens per micro-batch exceeds {MAX_MICROBATCH_TOKENS} "
+                        f"(nest.specs.MAX_MICROBATCH_TOKENS)")
 
 
 def load_model(name_or_path: str | os.PathLike, seq_len: int | None = None) -> ModelSpec:
@@ -317,6 +544,8 @@ def load_hf_config(path: str | os.PathLike) -> dict:
         raise SpecError(f"{path}: malformed JSON: {e}") from None
     except RecursionError:
         raise SpecError(f"{path}: malformed JSON: nested too deeply") from None
+    except ValueError as e:  # an integer beyond Python's 4300-digit conversion limit
+        raise SpecError(f"{path}: malformed JSON: {e}") from None
     if not isinstance(cfg, dict):
         raise SpecError(f"{path}: expected an object at the top level, got {type(cfg).__name__}")
     return cfg
