@@ -150,7 +150,7 @@ def check_finite(d: dict, where: str) -> None:
     plan may hold one)."""
     bad = _non_finite(d)
     if bad is not None:
-        raise PlanError(f"{where}: key '{bad[0]}': {bad[1]}, expected a finite number")
+        raise PlanError(f"{where}: key '{bad[0]}': {bad[1]} is not a finite number")
 
 
 def _non_finite(x, key: str = "") -> tuple[str, float] | None:

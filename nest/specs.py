@@ -7,6 +7,7 @@ here, once. Every other module works in seconds, bytes, FLOPs and bytes per seco
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import math
@@ -106,10 +107,13 @@ def non_finite(data) -> tuple[str, float] | None:
 
 
 def _range(schema: dict) -> str:
-    lo = next((f"{schema[k]} {op} " for k, op in (("minimum", "<="), ("exclusiveMinimum", "<"))
-               if k in schema), "")
-    hi = next((f" {op} {schema[k]}" for k, op in (("maximum", "<="), ("exclusiveMaximum", "<"))
-               if k in schema), "")
+    def num(x):
+        return f"{x:g}" if isinstance(x, float) else str(x)
+
+    lo = next((f"{num(schema[k])} {op} " for k, op in (("minimum", "<="),
+                                                       ("exclusiveMinimum", "<")) if k in schema), "")
+    hi = next((f" {op} {num(schema[k])}" for k, op in (("maximum", "<="),
+                                                       ("exclusiveMaximum", "<")) if k in schema), "")
     types = schema.get("type", "number")
     kind = "an integer" if "integer" in (types if isinstance(types, list) else [types]) \
         else "a number"
@@ -152,6 +156,10 @@ def _describe(e: jsonschema.ValidationError) -> tuple[str, str]:
     if v in ("minItems", "maxItems") and isinstance(inst, list):
         bound = "at least" if v == "minItems" else "at most"
         return path, f"{len(inst)} item(s); expected {bound} {e.validator_value}"
+    if v in ("minLength", "maxLength") and isinstance(inst, str):
+        bound = "at least" if v == "minLength" else "at most"
+        return path, f"{short(inst)} has {len(inst)} characters; expected {bound} " \
+                     f"{e.validator_value}"
     if v == "pattern":
         return path, f"{short(inst)} does not match the pattern {e.validator_value}"
     return path, one_line(e.message, 200)
@@ -307,8 +315,16 @@ def parse_yaml(text: str, where: str):
         raise SpecError(f"{where}: malformed YAML: {e}") from None
 
 
+_PARSED: dict[str, object] = {}  # YAML text -> data: the catalogs are read again and again
+
+
 def read_yaml(path: Path) -> dict:
-    data = parse_yaml(read_text(path, "YAML file", MAX_YAML_BYTES), str(path))
+    text = read_text(path, "YAML file", MAX_YAML_BYTES)
+    if text not in _PARSED:
+        if len(_PARSED) >= 256:
+            _PARSED.clear()
+        _PARSED[text] = parse_yaml(text, str(path))
+    data = copy.deepcopy(_PARSED[text])  # callers may change what they get
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
