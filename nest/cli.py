@@ -392,9 +392,16 @@ def _point_args(p: argparse.ArgumentParser) -> None:
                    help="devices to plan for (at most the cluster's largest level)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its error line bounded like every other message (a megabyte argument in
+    'invalid choice' or 'unrecognized arguments' is shown truncated); subcommands inherit it."""
+
+    def error(self, message):
+        super().error(one_line(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nest", description=__doc__, epilog=EPILOG,
-                                formatter_class=_FORMAT)
+    p = _Parser(prog="nest", description=__doc__, epilog=EPILOG, formatter_class=_FORMAT)
     p.add_argument("--version", action=_Version)
     p.add_argument("-q", "--quiet", action="store_true", help=_QUIET)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
@@ -507,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except OSError as e:  # a file that vanished or a disk that filled between check and write
         where = f"{e.filename}: " if e.filename else ""
-        print(f"error: {where}{e.strerror or e}", file=sys.stderr)
+        print(f"error: {one_line(f'{where}{e.strerror or e}')}", file=sys.stderr)
         return EXIT_ERROR
     except MemoryError:  # a problem too large for this machine is not a bug in nest
         print("error: out of memory: the problem is too large for this machine (fewer "

@@ -488,6 +488,9 @@ def _check_model(m: ModelSpec, where: str) -> None:
         bad("num_kv_heads", f"{m.num_kv_heads} must divide num_heads={m.num_heads}")
     if m.top_k > m.num_experts:
         bad("top_k", f"{m.top_k} exceeds num_experts={m.num_experts}")
+    if m.is_moe and m.ffn_type == "gelu":
+        bad("ffn_type", "'gelu' with num_experts > 1: experts are modelled as gated MLPs "
+                        "(swiglu or geglu)")
     if m.family in ("llama", "mixtral"):  # rotary embeddings turn pairs of channels
         rot, key = ((m.qk_rope_head_dim, "qk_rope_head_dim") if m.is_mla
                     else (m.head_dim, "head_size" if m.head_size else "hidden_size"))
@@ -553,18 +556,27 @@ def load_model(name_or_path: str | os.PathLike, seq_len: int | None = None) -> M
 # --------------------------------------------------------------------------------------------
 
 
-def load_hf_config(path: str | os.PathLike) -> dict:
+def load_json(path: str | os.PathLike, what: str = "JSON file") -> dict:
+    """A JSON object from a file through the input boundary (read_text's guards); a malformed
+    file or another top-level value is a SpecError naming the path."""
     try:
-        cfg = json.loads(read_text(path, "Hugging Face config.json"))
+        data = json.loads(read_text(path, what))
     except json.JSONDecodeError as e:
         raise SpecError(f"{path}: malformed JSON: {e}") from None
     except RecursionError:
         raise SpecError(f"{path}: malformed JSON: nested too deeply") from None
     except ValueError as e:  # an integer beyond Python's 4300-digit conversion limit
+        if isinstance(e, SpecError):
+            raise
         raise SpecError(f"{path}: malformed JSON: {e}") from None
-    if not isinstance(cfg, dict):
-        raise SpecError(f"{path}: expected an object at the top level, got {type(cfg).__name__}")
-    return cfg
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected an object at the top level, got "
+                        f"{type(data).__name__}")
+    return data
+
+
+def load_hf_config(path: str | os.PathLike) -> dict:
+    return load_json(path, "Hugging Face config.json")
 
 
 def model_spec_from_hf_config(config: dict | str | os.PathLike, **kw) -> ModelSpec:
