@@ -586,7 +586,21 @@ def _cluster_n(tmp_path, n):
     return lambda: load_cluster(tmp_path / "c.yaml", n)
 
 
+def _setting(tmp_path, kv):
+    from nest.planners import merged_settings
+
+    defaults = {"budget": 2000, "beta": 50.0, "starts": ["manual"], "expert_parallel": True}
+    return lambda: merged_settings("p", dict([kv]), defaults)
+
+
 LIBRARY_CASES = [
+    ("setting-count-string", _setting, ("budget", "2000"), "planners.yaml", "'p.settings.budget'"),
+    ("setting-count-float", _setting, ("budget", 2000.0), "planners.yaml", "is float"),
+    ("setting-count-huge", _setting, ("budget", 10**12), "planners.yaml", "value <= 10000000"),
+    ("setting-count-bool", _setting, ("budget", True), "planners.yaml", "is bool"),
+    ("setting-number-nan", _setting, ("beta", float("nan")), "planners.yaml", "expected float"),
+    ("setting-list-string", _setting, ("starts", "manual"), "planners.yaml", "expected list"),
+    ("setting-bool-int", _setting, ("expert_parallel", 1), "planners.yaml", "expected bool"),
     ("training-batch-2**70", _training, f"global_batch: {2**70}", "training.yaml",
      "key 'global_batch'"),
     ("training-batch-float", _training, "global_batch: 8.0", "training.yaml", "is a float"),
