@@ -20,7 +20,7 @@ from pathlib import Path
 from nest.errors import PlanError, SpecError
 from nest.graph.layer_graph import Variant
 from nest.placement import is_order, stage_device_ids
-from nest.specs import read_text, validate, write_text_atomic
+from nest.specs import read_text, unique_pairs, validate, write_text_atomic
 
 SCHEMA = "nest.plan/v1"
 # legacy placement names (= nest.placement.LEGACY); Plan.placement may also hold a rank order
@@ -130,7 +130,7 @@ class Plan:
 def read_json(path: str | Path) -> dict:
     """A plan-like JSON object; errors name the file."""
     try:
-        data = json.loads(read_text(path, "JSON file"))
+        data = json.loads(read_text(path, "JSON file"), object_pairs_hook=unique_pairs)
     except SpecError as e:
         raise PlanError(str(e)) from None
     except json.JSONDecodeError as e:

@@ -556,11 +556,22 @@ def load_model(name_or_path: str | os.PathLike, seq_len: int | None = None) -> M
 # --------------------------------------------------------------------------------------------
 
 
+def unique_pairs(pairs: list) -> dict:
+    """json's object_pairs_hook: a key given twice in one object is an error (as in YAML,
+    `_Loader`), not silently the last one."""
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"duplicate key {short(dup)}")
+    return d
+
+
 def load_json(path: str | os.PathLike, what: str = "JSON file") -> dict:
     """A JSON object from a file through the input boundary (read_text's guards); a malformed
     file or another top-level value is a SpecError naming the path."""
     try:
-        data = json.loads(read_text(path, what))
+        data = json.loads(read_text(path, what), object_pairs_hook=unique_pairs)
     except json.JSONDecodeError as e:
         raise SpecError(f"{path}: malformed JSON: {e}") from None
     except RecursionError:

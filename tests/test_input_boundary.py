@@ -480,6 +480,10 @@ YAML_CASES = [
      "malformed JSON"),
     ("hf-json-huge-int", "config.json", '{"model_type": "llama", "vocab_size": '
      + "9" * 5000 + "}", ["graph", "--model", "{f}"], "malformed JSON"),
+    ("plan-json-duplicate-key", "p.json", '{"pp": 1, "pp": 2}', ["evaluate", "{f}"],
+     "duplicate key 'pp'"),
+    ("hf-json-duplicate-key", "config.json", '{"model_type": "llama", "model_type": "gpt2"}',
+     ["graph", "--model", "{f}"], "duplicate key 'model_type'"),
     ("unknown-key-suggestion", "m.yaml", MODEL + "num_layerz: 3\n",
      ["plan", "--model", "{f}", *TINY], "did you mean 'num_layers'"),
 ]
