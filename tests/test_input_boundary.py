@@ -714,3 +714,32 @@ def test_corpus_size():
          + len(FLAG_CASES) + len(SHAPE_CASES) + len(SHAPE_FILES) + len(YAML_CASES)
          + len(SPECIAL) + len(LIBRARY_CASES) + len(LONG_ARGS))
     assert n >= 120, n
+
+
+INPUT_SCHEMAS = ["model", "hardware", "cluster", "plan", "plan_spec", "training", "search_space",
+                 "hf_config"]
+
+
+def _integer_nodes(node, path="$"):
+    if isinstance(node, dict):
+        types = node.get("type")
+        if types == "integer" or (isinstance(types, list) and "integer" in types):
+            yield path, node
+        for k, v in node.items():
+            yield from _integer_nodes(v, f"{path}.{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _integer_nodes(v, f"{path}[{i}]")
+
+
+@pytest.mark.parametrize("kind", INPUT_SCHEMAS)
+def test_every_integer_of_an_input_schema_is_bounded(kind):
+    """No integer key of a file a user hands in is unbounded (a new key without a maximum would
+    reopen the size-guard class)."""
+    from nest.specs import load_schema
+
+    nodes = list(_integer_nodes(load_schema(kind)))
+    assert nodes
+    unbounded = [p for p, n in nodes
+                 if "maximum" not in n or not {"minimum", "exclusiveMinimum"} & set(n)]
+    assert not unbounded, unbounded
