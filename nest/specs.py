@@ -110,10 +110,10 @@ def _range(schema: dict) -> str:
     def num(x):
         return f"{x:g}" if isinstance(x, float) else str(x)
 
-    lo = next((f"{num(schema[k])} {op} " for k, op in (("minimum", "<="),
-                                                       ("exclusiveMinimum", "<")) if k in schema), "")
-    hi = next((f" {op} {num(schema[k])}" for k, op in (("maximum", "<="),
-                                                       ("exclusiveMaximum", "<")) if k in schema), "")
+    lows, highs = (("minimum", "<="), ("exclusiveMinimum", "<")), (("maximum", "<="),
+                                                                   ("exclusiveMaximum", "<"))
+    lo = next((f"{num(schema[k])} {op} " for k, op in lows if k in schema), "")
+    hi = next((f" {op} {num(schema[k])}" for k, op in highs if k in schema), "")
     types = schema.get("type", "number")
     kind = "an integer" if "integer" in (types if isinstance(types, list) else [types]) \
         else "a number"
@@ -223,8 +223,8 @@ class _Loader(yaml.SafeLoader):
         if isinstance(event, yaml.AliasEvent):
             if event.anchor in self._open_anchors:
                 raise yaml.composer.ComposerError(
-                    None, None, f"alias *{one_line(event.anchor, 40)} refers to a node that contains "
-                    f"it (a recursive structure)", event.start_mark)
+                    None, None, f"alias *{one_line(event.anchor, 40)} refers to a node that "
+                    f"contains it (a recursive structure)", event.start_mark)
             node = self.anchors.get(event.anchor)
             if node is not None:
                 self._alias_total += _node_size(node, self._alias_sizes)

@@ -326,7 +326,8 @@ def test_hf_config_values(case, tmp_path, capsys):
 
 
 def test_hf_nan_is_not_exported_as_norm_epsilon():
-    """The issue's case: `rms_norm_eps: NaN` never reaches a ModelSpec (nor `--norm-epsilon nan`)."""
+    """The issue's case: `rms_norm_eps: NaN` never reaches a ModelSpec (nor the export's
+    `--norm-epsilon nan`)."""
     from nest.specs import model_spec_from_hf_config
 
     with pytest.raises(SpecError, match="key 'rms_norm_eps': nan is not a finite number"):
