@@ -4,11 +4,10 @@ hardware, planners)."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-from nest.errors import SpecError
+from nest.errors import SpecError, debug_enabled, one_line, short
 
 EXIT_ERROR = 1  # bad input: the message names the file / key
 EXIT_USAGE = 2  # bad command line (argparse)
@@ -25,21 +24,37 @@ EPILOG = """exit codes:
   130  interrupted (Ctrl-C); outputs are written atomically, so none is left half-written"""
 
 
-def _positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (`1e3` and `1_000` are read as whole numbers too)."""
+def _whole_number(text: str) -> int:
+    """An integer from the command line (`1e3` and `1_000` are read as whole numbers too)."""
     try:
-        value = int(text.replace("_", ""))
+        return int(text.replace("_", ""))
     except ValueError:
         try:
             f = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+            raise argparse.ArgumentTypeError(f"{short(text)} is not a whole number") from None
         if not f.is_integer():
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        value = int(f)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text}: expected a positive whole number (>= 1)")
-    return value
+            raise argparse.ArgumentTypeError(f"{short(text)} is not a whole number") from None
+        return int(f)
+
+
+def _bounded(kind: str, key: str):
+    """argparse type: a whole number from 1 to the schema's maximum for `key` (the same input
+    boundary as the files: nest/schemas/<kind>.json)."""
+    def parse(text: str) -> int:
+        from nest.specs import limit
+
+        value, top = _whole_number(text), limit(kind, key)
+        if not 1 <= value <= top:
+            raise argparse.ArgumentTypeError(f"{short(text)}: expected a positive whole number "
+                                             f"(1 <= value <= {top})")
+        return value
+
+    parse.__name__ = "whole number"  # argparse names the type in its messages
+    return parse
+
+
+_positive_int = _bounded("plan", "num_devices")
 
 
 def check_output(path, option: str = "-o", folder: bool = False) -> None:
@@ -152,7 +167,7 @@ def cmd_plan(a) -> int:
         problem = make_problem(a.model, a.cluster, a.num_devices, a.mbs, seq_len=a.seq_len)
     with progress.status(f"planning with {a.planner}"):
         out = run_planner(a.planner, problem, simulated=True,  # printed beside the closed form
-                          log_crash=bool(os.environ.get("NEST_DEBUG")))
+                          log_crash=debug_enabled())
     if out.plan is None:
         print(f"{a.planner}: {out.reason}", file=sys.stderr)
         return EXIT_CRASH if out.status == "crashed" else EXIT_INFEASIBLE
@@ -395,13 +410,20 @@ def _point_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="catalog name, path to a model YAML, or a "
                    "Hugging Face config.json")
     p.add_argument("--cluster", required=True, help="catalog name or path to a cluster YAML")
-    p.add_argument("--num-devices", type=_positive_int, required=True,
+    p.add_argument("--num-devices", type=_bounded("plan", "num_devices"), required=True,
                    help="devices to plan for (at most the cluster's largest level)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its error line bounded like every other message (a megabyte argument in
+    'invalid choice' or 'unrecognized arguments' is shown truncated); subcommands inherit it."""
+
+    def error(self, message):
+        super().error(one_line(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nest", description=__doc__, epilog=EPILOG,
-                                formatter_class=_FORMAT)
+    p = _Parser(prog="nest", description=__doc__, epilog=EPILOG, formatter_class=_FORMAT)
     p.add_argument("--version", action=_Version)
     p.add_argument("-q", "--quiet", action="store_true", help=_QUIET)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
@@ -411,9 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
     _point_args(sp)
     sp.add_argument("--planner", default="manual",
                     help="a planner of config/planners.yaml (listed below; default: manual)")
-    sp.add_argument("--mbs", type=_positive_int, default=1,
+    sp.add_argument("--mbs", type=_bounded("plan", "mbs"), default=1,
                     help="micro-batch size in samples (default: 1)")
-    sp.add_argument("--seq-len", type=_positive_int,
+    sp.add_argument("--seq-len", type=_bounded("model", "seq_len"),
                     help="training sequence length in tokens (replaces the model's; a Hugging "
                          "Face config.json has none: default 4096 with a warning)")
     sp.add_argument("-o", "--output", help=_OUT_JSON.format("plan"))
@@ -447,9 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--planners", metavar="A,B,...",
                     help="comma-separated planners (default: those marked * below; planners "
                          "not covering the point are then left out of the table)")
-    sc.add_argument("--mbs", type=_positive_int, default=1,
+    sc.add_argument("--mbs", type=_bounded("plan", "mbs"), default=1,
                     help="micro-batch size in samples (default: 1; a planner may search it)")
-    sc.add_argument("--seq-len", type=_positive_int,
+    sc.add_argument("--seq-len", type=_bounded("model", "seq_len"),
                     help="training sequence length in tokens (replaces the model's)")
     sc.add_argument("-o", "--output", metavar="CSV", help="also write the table as a CSV")
     sc.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=_QUIET)
@@ -465,9 +487,9 @@ def build_parser() -> argparse.ArgumentParser:
                         formatter_class=_FORMAT)
     sg.add_argument("--model", required=True, help="catalog name, path to a model YAML, or a "
                     "Hugging Face config.json")
-    sg.add_argument("--mbs", type=_positive_int, default=1,
+    sg.add_argument("--mbs", type=_bounded("plan", "mbs"), default=1,
                     help="micro-batch size in samples (default: 1)")
-    sg.add_argument("--seq-len", type=_positive_int,
+    sg.add_argument("--seq-len", type=_bounded("model", "seq_len"),
                     help="training sequence length in tokens (replaces the model's; a Hugging "
                          "Face config.json has none: default 4096 with a warning)")
     sg.add_argument("--source", choices=["torch_fx", "closed_form"],
@@ -514,10 +536,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except OSError as e:  # a file that vanished or a disk that filled between check and write
         where = f"{e.filename}: " if e.filename else ""
-        print(f"error: {where}{e.strerror or e}", file=sys.stderr)
+        print(f"error: {one_line(f'{where}{e.strerror or e}')}", file=sys.stderr)
+        return EXIT_ERROR
+    except MemoryError:  # a problem too large for this machine is not a bug in nest
+        print("error: out of memory: the problem is too large for this machine (fewer "
+              "devices, layers, micro-batches or a smaller model)", file=sys.stderr)
         return EXIT_ERROR
     except Exception as e:  # noqa: BLE001 - a bug: one line, the traceback on request
-        if os.environ.get("NEST_DEBUG"):
+        if debug_enabled():
             raise
         print(f"internal error: {type(e).__name__}: {_one_line(e)} (a bug in nest: set "
               f"NEST_DEBUG=1 for the traceback)", file=sys.stderr)
@@ -525,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())
+    return one_line(str(e))
 
 
 if __name__ == "__main__":

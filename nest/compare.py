@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 from dataclasses import dataclass
 
 from nest import progress
-from nest.errors import SpecError
+from nest.errors import SpecError, debug_enabled
 
 COLUMNS = ("planner", "status", "time_per_batch_s", "throughput_samples_per_s", "mfu",
            "vs_best", "pp", "dp", "tp", "ep", "cp", "mbs", "solve_time_s", "reason")
@@ -87,7 +86,7 @@ def compare(problem, planners: list[str]) -> list[Row]:
 def _quietly(fn, *args):
     """run_planner prints a crashed planner's traceback to stderr for the pipeline's log; the CLI
     reports one line per planner instead (NEST_DEBUG=1 keeps the traceback)."""
-    if os.environ.get("NEST_DEBUG"):
+    if debug_enabled():
         return fn(*args)
     with contextlib.redirect_stderr(io.StringIO()):
         return fn(*args)

@@ -20,7 +20,7 @@ from pathlib import Path
 from nest.errors import PlanError, SpecError
 from nest.graph.layer_graph import Variant
 from nest.placement import is_order, stage_device_ids
-from nest.specs import read_text, validate, write_text_atomic
+from nest.specs import read_text, unique_pairs, validate, write_text_atomic
 
 SCHEMA = "nest.plan/v1"
 # legacy placement names (= nest.placement.LEGACY); Plan.placement may also hold a rank order
@@ -130,13 +130,15 @@ class Plan:
 def read_json(path: str | Path) -> dict:
     """A plan-like JSON object; errors name the file."""
     try:
-        data = json.loads(read_text(path, "JSON file"))
+        data = json.loads(read_text(path, "JSON file"), object_pairs_hook=unique_pairs)
     except SpecError as e:
         raise PlanError(str(e)) from None
     except json.JSONDecodeError as e:
         raise PlanError(f"{path}: malformed JSON: {e}") from None
     except RecursionError:
         raise PlanError(f"{path}: malformed JSON: nested too deeply") from None
+    except ValueError as e:  # an integer beyond Python's 4300-digit conversion limit
+        raise PlanError(f"{path}: malformed JSON: {e}") from None
     if not isinstance(data, dict):
         raise PlanError(f"{path}: expected an object at the top level, got "
                         f"{type(data).__name__}")
@@ -148,7 +150,7 @@ def check_finite(d: dict, where: str) -> None:
     plan may hold one)."""
     bad = _non_finite(d)
     if bad is not None:
-        raise PlanError(f"{where}: key '{bad[0]}': {bad[1]}, expected a finite number")
+        raise PlanError(f"{where}: key '{bad[0]}': {bad[1]} is not a finite number")
 
 
 def _non_finite(x, key: str = "") -> tuple[str, float] | None:

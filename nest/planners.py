@@ -8,11 +8,12 @@ baselines/ at load time, and a new planner is one file plus one registry entry.
 from __future__ import annotations
 
 import importlib
+import math
 import time
 import traceback
 from dataclasses import dataclass
 
-from nest.errors import SpecError
+from nest.errors import SpecError, short
 from nest.evaluate import Evaluation, Problem, evaluate, with_mbs
 from nest.plan import Plan
 from nest.specs import config_dir, read_yaml, validate
@@ -60,7 +61,35 @@ def merged_settings(planner: str, settings: dict | None, defaults: dict,
                 if any("time" in k for k in unknown) else "")
         raise SpecError(f"config/planners.yaml: key '{planner}.settings.{unknown[0]}': unknown; "
                         f"known: {', '.join([*defaults, *also])}{hint}")
+    for k, v in settings.items():
+        _check_setting(planner, k, v, defaults.get(k))
     return {**defaults, **{k: v for k, v in settings.items() if k not in also}}
+
+
+MAX_SETTING_COUNT = 10**7  # a planner's count setting (budget, chains, max_plans ...) at most
+
+
+def _check_setting(planner: str, key: str, value, default) -> None:
+    """A setting of the same kind as its default (an integer count stays an integer, a number a
+    finite number, a list a list), counts within 0..MAX_SETTING_COUNT: bad input is named here
+    rather than crashing the planner (a crash reads as a bug, exit 4)."""
+    if default is None or value is None:
+        return
+    where = f"config/planners.yaml: key '{planner}.settings.{key}'"
+    if isinstance(default, bool) or isinstance(value, bool):
+        ok = isinstance(value, bool) and isinstance(default, bool)
+    elif isinstance(default, int):
+        ok = isinstance(value, int)
+        if ok and not 0 <= value <= MAX_SETTING_COUNT:
+            raise SpecError(f"{where}: {short(value)} is out of range; expected an integer 0 <= "
+                            f"value <= {MAX_SETTING_COUNT}")
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and math.isfinite(value)
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        raise SpecError(f"{where}: {short(value)} is {type(value).__name__}; expected "
+                        f"{type(default).__name__} like the default {short(default)}")
 
 
 def registry() -> dict[str, dict]:

@@ -7,33 +7,42 @@ here, once. Every other module works in seconds, bytes, FLOPs and bytes per seco
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from dataclasses import dataclass, field, replace
-from functools import cache
 from pathlib import Path
 
-import jsonschema
-import yaml
-
-from nest.errors import SpecError
+from nest.errors import SpecError, short
+from nest.inputs import (  # noqa: F401 - the input boundary, re-exported for its callers
+    MAX_ALIAS_EXPANSION, MAX_JSON_BYTES, MAX_YAML_BYTES, SCHEMA_DIR, limit, load_json,
+    load_schema, non_finite, parse_yaml, read_text, read_yaml, unique_pairs, validate)
 
 GB = 1e9
 GiB = 2**30
 TFLOP = 1e12
 US = 1e-6
-# size guard: the most devices a problem may use (64x the paper's largest, 1024; a plan's
-# device ids, placements and collective groups are built per device)
+# Size guards of the input boundary. The per-key ranges (devices, layers, batch, sequence length,
+# widths, bandwidth, FLOP/s, HBM ...) live in nest/schemas/*.json, each a physical bound well
+# beyond every published configuration, so that a file or a flag can never ask the harness for
+# an astronomically large problem; `limit(kind, key)` reads them for the command line.
+# The most devices a problem may use (64x the paper's largest, 1024; a plan's device ids,
+# placements and collective groups are built per device): the schemas' num_devices maximum.
 MAX_DEVICES = 65536
-
-SCHEMA_DIR = Path(__file__).parent / "schemas"
+# Tokens in one micro-batch (mbs x seq_len): a traced tensor of attention scores holds
+# mbs x heads x seq_len^2 elements and must stay within int64 (2^30 tokens is ~8000x the
+# largest published micro-batch, Llama-3.1's 131072-token context at mbs 1).
+MAX_MICROBATCH_TOKENS = 2**30
 
 
 def config_dir() -> Path:
-    """The catalog root: $NEST_CONFIG_DIR, else the repository's config/ next to the package."""
+    """The catalog root: $NEST_CONFIG_DIR, else the repository's config/ next to the package.
+    A $NEST_CONFIG_DIR that is not a folder is a SpecError naming it (not an empty catalog)."""
     env = os.environ.get("NEST_CONFIG_DIR")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "config"
+    if not env:
+        return Path(__file__).resolve().parent.parent / "config"
+    if not Path(env).is_dir():
+        raise SpecError(f"NEST_CONFIG_DIR={short(env)}: no such folder (it names the catalog "
+                        f"root holding models/, clusters/, hardware/, training.yaml)")
+    return Path(env)
 
 
 def shown(path) -> str:
@@ -44,90 +53,6 @@ def shown(path) -> str:
         return str(p.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(p)
-
-
-@cache
-def load_schema(kind: str) -> dict:
-    return json.loads((SCHEMA_DIR / f"{kind}.json").read_text())
-
-
-def _error_path(err: jsonschema.ValidationError) -> str:
-    return ".".join(str(p) for p in err.absolute_path) or "<top level>"
-
-
-def validate(data: object, kind: str, where: str) -> None:
-    """Validate `data` against schema `kind`; raise SpecError naming the file and key."""
-    validator = jsonschema.Draft202012Validator(load_schema(kind))
-    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
-    if errors:
-        e = errors[0]
-        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        raise SpecError(f"{where}: key '{_error_path(e)}': {e.message}{more}")
-
-
-class _Loader(yaml.SafeLoader):
-    """safe_load with two fixes: a key given twice in one mapping is an error (PyYAML silently
-    keeps the last), and `5e1` / `1e9` are numbers as in YAML 1.2 (YAML 1.1 needs `5.0e+1`)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: dict = {}
-        for k, _ in node.value:
-            key = self.construct_object(k, deep=True)
-            try:
-                hash(key)
-            except TypeError:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"unhashable key {key!r}", k.start_mark) from None
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key '{key}' (first at line {seen[key] + 1})",
-                    k.start_mark)
-            seen[key] = k.start_mark.line
-        return super().construct_mapping(node, deep)
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"))
-
-
-def read_text(path, what: str = "file") -> str:
-    """A text file's contents; a missing file, a folder, an unreadable or binary file is a
-    SpecError naming the path."""
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise SpecError(f"{path}: is a folder, expected a {what}") from None
-    except UnicodeDecodeError:
-        raise SpecError(f"{path}: not a text file (UTF-8), expected a {what}") from None
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read: {e.strerror or e}") from None
-
-
-def parse_yaml(text: str, where: str):
-    """YAML text -> data (`_Loader`); a syntax error or duplicate key is one SpecError line with
-    the file, line and column."""
-    try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        what = " ".join(x for x in (e.context, e.problem) if x)
-        raise SpecError(f"{where}: malformed YAML{at}: {what}") from None
-    except yaml.YAMLError as e:
-        raise SpecError(f"{where}: malformed YAML: {' '.join(str(e).split())}") from None
-    except RecursionError:
-        raise SpecError(f"{where}: malformed YAML: nested too deeply") from None
-
-
-def read_yaml(path: Path) -> dict:
-    data = parse_yaml(read_text(path, "YAML file"), str(path))
-    if not isinstance(data, dict):
-        raise SpecError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-    return data
 
 
 def write_text_atomic(path, text: str) -> None:
@@ -272,23 +197,69 @@ def model_from_dict(d: dict, where: str) -> ModelSpec:
         parallel_variants=ParallelVariants(**{k: tuple(v) for k, v in pv.items()}),
         source_file=where,
     )
-    if spec.hidden_size % spec.num_heads and not spec.head_size:
-        raise SpecError(f"{where}: key 'hidden_size': {spec.hidden_size} is not a multiple of "
-                        f"num_heads={spec.num_heads}")
-    if spec.num_heads % spec.num_kv_heads:
-        raise SpecError(f"{where}: key 'num_kv_heads': {spec.num_kv_heads} must divide "
-                        f"num_heads={spec.num_heads}")
-    if spec.top_k > spec.num_experts:
-        raise SpecError(f"{where}: key 'top_k': {spec.top_k} exceeds num_experts={spec.num_experts}")
-    for t in spec.parallel_variants.tp:
-        if spec.num_kv_heads % t and spec.num_heads % t:
-            raise SpecError(f"{where}: key 'parallel_variants.tp': t={t} divides neither "
-                            f"num_heads nor num_kv_heads")
-    for e in spec.parallel_variants.ep:
-        if spec.num_experts % e:
-            raise SpecError(f"{where}: key 'parallel_variants.ep': ep={e} does not divide "
-                            f"num_experts={spec.num_experts}")
+    _check_model(spec, where)
     return spec
+
+
+def _check_model(m: ModelSpec, where: str) -> None:
+    """What the schema cannot say: the shapes agree with each other and with every parallel
+    variant the model declares (each variant's layers are built, so each must split evenly)."""
+    def bad(key, text):
+        raise SpecError(f"{where}: key '{key}': {text}")
+
+    if m.hidden_size % m.num_heads and not m.head_size:
+        bad("hidden_size", f"{m.hidden_size} is not a multiple of num_heads={m.num_heads}")
+    if m.num_heads % m.num_kv_heads:
+        bad("num_kv_heads", f"{m.num_kv_heads} must divide num_heads={m.num_heads}")
+    if m.top_k > m.num_experts:
+        bad("top_k", f"{m.top_k} exceeds num_experts={m.num_experts}")
+    if m.is_moe and m.ffn_type == "gelu":
+        bad("ffn_type", "'gelu' with num_experts > 1: experts are modelled as gated MLPs "
+                        "(swiglu or geglu)")
+    if m.family in ("llama", "mixtral"):  # rotary embeddings turn pairs of channels
+        rot, key = ((m.qk_rope_head_dim, "qk_rope_head_dim") if m.is_mla
+                    else (m.head_dim, "head_size" if m.head_size else "hidden_size"))
+        if rot % 2:
+            bad(key, f"the rotary head dimension is {rot}, odd; rotary position embeddings "
+                     f"({m.family} family) need an even one")
+    if m.is_mla and (m.qk_rope_head_dim < 1 or m.v_head_dim < 1
+                     or m.head_size <= m.qk_rope_head_dim):
+        bad("kv_lora_rank", "multi-head latent attention needs qk_rope_head_dim >= 1, "
+                            "v_head_dim >= 1 and head_size > qk_rope_head_dim")
+    if m.window_layers and max(m.window_layers) >= m.num_layers:
+        bad("window_layers", f"block {max(m.window_layers)} does not exist (num_layers="
+                             f"{m.num_layers})")
+    if m.sliding_window and not m.causal:
+        bad("sliding_window", "a sliding window is modelled for causal attention only")
+    if m.num_dense_layers >= m.num_layers and m.is_moe:
+        bad("num_dense_layers", f"{m.num_dense_layers} leaves no MoE block of {m.num_layers}")
+    widths = (m.ffn_hidden_size, m.shared_ffn_hidden_size, m.dense_ffn_hidden_size)
+    pv = m.parallel_variants
+    for t in pv.tp:
+        if m.num_heads % t or m.num_kv_heads % t or any(w % t for w in widths):
+            bad("parallel_variants.tp", f"tp={t} must divide num_heads={m.num_heads}, "
+                                        f"num_kv_heads={m.num_kv_heads} and every MLP width")
+    for e in pv.ep:
+        if m.num_experts % e:
+            bad("parallel_variants.ep", f"ep={e} does not divide num_experts={m.num_experts}")
+    for t in pv.tp:
+        for c in pv.cp:
+            split = c * (t if True in pv.sp and t > 1 else 1)
+            if m.seq_len % split:
+                how = f"cp={c} x tp={t} under sequence parallelism" if split != c else f"cp={c}"
+                bad("seq_len", f"{m.seq_len} is not a multiple of {split} ({how}, a variant of "
+                               f"key 'parallel_variants' splits the sequence so)")
+
+
+def check_microbatch(m: ModelSpec, mbs: int, where: str = "") -> None:
+    """mbs within the tokens one micro-batch may hold (MAX_MICROBATCH_TOKENS)."""
+    if isinstance(mbs, bool) or not isinstance(mbs, int) or mbs < 1:
+        raise SpecError(f"{where or m.source_file or m.name}: mbs={short(mbs)}: expected a "
+                        f"positive integer")
+    if mbs * m.seq_len > MAX_MICROBATCH_TOKENS:
+        raise SpecError(f"{where or m.source_file or m.name}: mbs x seq_len = {mbs} x "
+                        f"{m.seq_len} tokens per micro-batch exceeds {MAX_MICROBATCH_TOKENS} "
+                        f"(nest.specs.MAX_MICROBATCH_TOKENS)")
 
 
 def load_model(name_or_path: str | os.PathLike, seq_len: int | None = None) -> ModelSpec:
@@ -311,15 +282,7 @@ def load_model(name_or_path: str | os.PathLike, seq_len: int | None = None) -> M
 
 
 def load_hf_config(path: str | os.PathLike) -> dict:
-    try:
-        cfg = json.loads(read_text(path, "Hugging Face config.json"))
-    except json.JSONDecodeError as e:
-        raise SpecError(f"{path}: malformed JSON: {e}") from None
-    except RecursionError:
-        raise SpecError(f"{path}: malformed JSON: nested too deeply") from None
-    if not isinstance(cfg, dict):
-        raise SpecError(f"{path}: expected an object at the top level, got {type(cfg).__name__}")
-    return cfg
+    return load_json(path, "Hugging Face config.json")
 
 
 def model_spec_from_hf_config(config: dict | str | os.PathLike, **kw) -> ModelSpec:
@@ -388,9 +351,10 @@ def _own_profile_dir(d: dict, where: str) -> str | None:
         return None
     path = _profile_dir(d["profile"], where)
     meta = Path(path) / "meta.json"
-    try:
-        measured_on = json.loads(meta.read_text()).get("hardware") if meta.is_file() else None
-    except (OSError, ValueError):
+    try:  # a shared profile folder is untrusted: read through the guarded loader
+        measured_on = load_json(meta, "profile meta.json").get("hardware") if meta.is_file() \
+            else None
+    except (SpecError, AttributeError):
         measured_on = None
     measured_on = measured_on or Path(path).name
     if measured_on != d["name"]:

@@ -39,7 +39,8 @@ from nest.errors import SpecError
 from nest.graph.closed_form import block_cost
 from nest.graph.layer_graph import Variant
 from nest.settings import OPTIMIZER_STATE_BYTES, OPTIMIZER_STEP_BYTES
-from nest.specs import HardwareSpec, ModelSpec, config_dir, load_hardware, load_model
+from nest.specs import (HardwareSpec, ModelSpec, config_dir, load_hardware, load_json,
+                        load_model)
 
 BLOCK_SCHEMA = "nest.block_validation/v1"
 BYTES = 2  # bf16
@@ -140,7 +141,7 @@ def validate(hardware: str = "h100_sxm", blocks_path: str | Path | None = None) 
     path = Path(blocks_path) if blocks_path else folder / "blocks.json"
     if not path.exists():
         raise SpecError(f"{path}: no measured blocks (run `nest profile` on a GPU)")
-    data = json.loads(path.read_text())
+    data = load_json(path, "blocks.json")
     if data.get("schema") != BLOCK_SCHEMA:
         raise SpecError(f"{path}: key 'schema': expected {BLOCK_SCHEMA!r}")
     profile = profile_for(hw)

@@ -163,8 +163,8 @@ CASES = [
                                   "--num-devices", "3"], 1, "must be a multiple of 2"),
     ("cluster_size_guard", {"c.yaml": CLUSTER.replace("devices_per_group: 16",
                                                       "devices_per_group: 1000000000")},
-     ["plan", "--model", "tiny_gpt", "--cluster", "{t}/c.yaml", "--num-devices", "1e9"], 1,
-     "exceeds the harness's limit"),
+     ["plan", "--model", "tiny_gpt", "--cluster", "{t}/c.yaml", "--num-devices", "1e9"], 2,
+     "--num-devices: '1e9': expected a positive whole number (1 <= value <= 65536)"),
     # -- outputs, checked before any work ----------------------------------------------------
     ("out_missing_folder", {}, [*PLAN, "-o", "{t}/nodir/p.json"], 1, "does not exist"),
     ("out_is_folder", {"d/x": "x"}, [*PLAN, "-o", "{t}/d"], 1, "is a folder"),

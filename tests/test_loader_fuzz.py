@@ -10,16 +10,18 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nest.errors import SpecError
+from nest.errors import MAX_MESSAGE, SpecError
 from nest.plan import Plan, check_structure, stages_from_cuts
 from nest.plan_spec import check_kind, read_plan_file
-from nest.specs import config_dir, load_cluster, load_hardware, load_model, validate
+from nest.specs import (config_dir, load_cluster, load_hardware, load_model,
+                        model_spec_from_hf_config, validate)
 
 FUZZ = settings(max_examples=60, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow])
 
 VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12),
+                   st.sampled_from([2**64, 2**70, 10**30, 256.0, 1e21, "4", "x" * 5000]),
                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8),
                    st.lists(st.integers(-3, 40), max_size=4),
                    st.dictionaries(st.text(max_size=4), st.integers(), max_size=2))
@@ -85,10 +87,12 @@ def _catalog(kind: str, name: str) -> str:
 
 
 def _clean(fn):
-    """Run a loader: a result or a nest error, nothing else."""
+    """Run a loader: a result or a nest error (one line of at most MAX_MESSAGE characters),
+    nothing else."""
     try:
         return fn()
-    except SpecError:
+    except SpecError as e:
+        assert "\n" not in str(e) and len(str(e)) <= MAX_MESSAGE, str(e)
         return None
 
 
@@ -169,8 +173,36 @@ def test_compact_plan_mutations(tmp_path_factory, data):
     _clean(lambda: validate(read_plan_file(p), "plan_spec", str(p)))
 
 
+HF = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "intermediate_size": 128, "max_position_embeddings": 64,
+      "vocab_size": 100, "hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_theta": 10000.0}
+HF_FAMILIES = [{}, {"model_type": "mistral", "sliding_window": 32},
+               {"model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2},
+               {"model_type": "qwen3", "head_dim": 32},
+               {"model_type": "gemma2", "head_dim": 32, "hidden_activation": "gelu_pytorch_tanh"},
+               {"model_type": "deepseek_v3", "n_routed_experts": 4, "num_experts_per_tok": 2,
+                "moe_intermediate_size": 32, "kv_lora_rank": 16, "q_lora_rank": 24,
+                "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16}]
+
+
+@FUZZ
+@given(data=st.data())
+def test_hf_config_mutations(data):
+    """Hugging Face configs of several families, mutated: a ModelSpec or a SpecError."""
+    import warnings
+
+    base = {**HF, **data.draw(st.sampled_from(HF_FAMILIES))}
+    cfg = data.draw(mutated(base))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _clean(lambda: model_spec_from_hf_config(cfg, seq_len=data.draw(
+            st.sampled_from([None, 64, 96, 0, 2**40]))))
+
+
 def test_the_unmutated_files_load(tmp_path):
     assert load_model("tiny_gpt").num_layers == 4
     assert load_cluster("tiny_cluster", 4).num_devices == 4
     (tmp_path / "p.json").write_text(json.dumps(_plan_dict()))
     assert _load_full_plan(tmp_path / "p.json").pp == 2
+    for extra in HF_FAMILIES:
+        assert model_spec_from_hf_config({**HF, **extra}, seq_len=64).num_layers == 2

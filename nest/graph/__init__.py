@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from nest.graph.layer_graph import LayerGraph
-from nest.specs import ModelSpec
+from nest.specs import ModelSpec, check_microbatch
 
 SOURCES = ("torch_fx", "closed_form")
 
@@ -13,6 +13,7 @@ SOURCES = ("torch_fx", "closed_form")
 @lru_cache(maxsize=64)
 def build_graph(model: ModelSpec, mbs: int = 1, source: str = "torch_fx") -> LayerGraph:
     """The layer graph of `model` with every sub-graph variant (cached per process)."""
+    check_microbatch(model, mbs)
     if source == "torch_fx":
         from nest.graph.fx_extract import build_layer_graph_fx
 

@@ -47,8 +47,8 @@ import re
 import warnings
 from pathlib import Path
 
-from nest.errors import SpecError
-from nest.specs import ModelSpec, load_hf_config, model_from_dict
+from nest.errors import SpecError, short
+from nest.specs import ModelSpec, load_hf_config, model_from_dict, validate
 
 DEFAULT_SEQ_LEN = 4096  # Llama-3 pre-training's 8192 halved: the common fine-tuning length
 NODE_SIZE = 8  # tp and cp up to one 8-GPU node (every catalog cluster's innermost level)
@@ -87,7 +87,7 @@ class _Cfg:
     def refuse(self, key, ok, what: str) -> None:
         v = self.cfg.get(key)
         if v is not None and not ok(v):
-            raise SpecError(f"{self.where}: key '{key}': {v!r} is not supported ({what})")
+            raise SpecError(f"{self.where}: key '{key}': {short(v)} is not supported ({what})")
 
 
 def _rope(c: _Cfg) -> None:
@@ -96,7 +96,7 @@ def _rope(c: _Cfg) -> None:
         if isinstance(r, dict):
             kind = r.get("rope_type", r.get("type", "default"))
             if kind not in ROPE_TYPES:
-                raise SpecError(f"{c.where}: key '{key}.rope_type': {kind!r} is not supported "
+                raise SpecError(f"{c.where}: key '{key}.rope_type': {short(kind)} is not supported "
                                 f"(known: {', '.join(sorted(ROPE_TYPES))}; a RoPE variant "
                                 f"changes no FLOPs only when it is one of these)")
 
@@ -175,10 +175,15 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
     elif head_dim and head_dim != h // a and mtype not in ("deepseek_v2", "deepseek_v3"):
         raise SpecError(f"{c.where}: key 'head_dim': {head_dim} != hidden_size / "
                         f"num_attention_heads is not supported for model_type '{mtype}'")
+    rot = d.get("head_size") or h // a
+    if mtype not in ("deepseek_v2", "deepseek_v3") and h % a == 0 and rot % 2:
+        raise SpecError(f"{c.where}: key '{'head_dim' if d.get('head_size') else 'hidden_size'}'"
+                        f": the head dimension is {rot}, odd; rotary position embeddings need "
+                        f"an even one")
     if mtype == "gemma2":
         act = c.get("hidden_activation", c.get("hidden_act", "gelu_pytorch_tanh"))
         if not str(act).startswith("gelu"):
-            raise SpecError(f"{c.where}: key 'hidden_activation': {act!r} is not supported "
+            raise SpecError(f"{c.where}: key 'hidden_activation': {short(act)} is not supported "
                             f"(Gemma-2's GeGLU)")
         d.update(ffn_type="geglu", sandwich_norm=True,
                  attn_softcap=float(c.get("attn_logit_softcapping", 0.0)),
@@ -251,10 +256,11 @@ def model_spec_from_hf_config(config: dict | str | os.PathLike, *, name: str | N
     YAML). seq_len: the training sequence length (module docstring for its default)."""
     where = "<config dict>" if isinstance(config, dict) else str(config)
     cfg = config if isinstance(config, dict) else load_hf_config(config)
+    validate(cfg, "hf_config", where)  # types, ranges and finiteness before any arithmetic
     c = _Cfg(cfg, where)
     mtype = cfg.get("model_type")
     if mtype not in FAMILY:
-        raise SpecError(f"{where}: key 'model_type': {mtype!r} is not supported "
+        raise SpecError(f"{where}: key 'model_type': {short(mtype)} is not supported "
                         f"(known: {', '.join(sorted(FAMILY))})")
     family = FAMILY[mtype]
     if family == "gpt":
