@@ -42,21 +42,29 @@ def _positive_int(text: str) -> int:
     return value
 
 
+EXPORT_FILES = ("launch.sh", "slurm.sbatch", "args.txt", "rank_map.csv")  # nest.export files()
+
+
 def check_output(path, option: str = "-o", folder: bool = False) -> None:
     """Before any work: `path` can be written (its folder exists and is writable; a file output
     is not a folder, a folder output is not a file). SpecError naming the option otherwise."""
     import tempfile
     from pathlib import Path
 
+    from nest.atomic_io import check_target
+
     p = Path(path)
     if folder:
         if p.exists() and not p.is_dir():
             raise SpecError(f"{option} {path}: exists and is a file; expected a folder (or a new "
                             f"name) for the exported files")
+        for name in EXPORT_FILES:
+            check_target(p / name, option)
         parent = p if p.is_dir() else p.parent
     else:
         if p.is_dir():
             raise SpecError(f"{option} {path}: is a folder; expected a file name")
+        check_target(p, option)  # a device, FIFO or socket is never replaced
         parent = p.parent
     parent = parent if str(parent) else Path(".")
     if not parent.is_dir():
@@ -73,6 +81,15 @@ def check_output(path, option: str = "-o", folder: bool = False) -> None:
     except OSError as e:
         raise SpecError(f"{option} {path}: cannot write in folder {parent}: "
                         f"{e.strerror or e}") from None
+
+
+def _remove_stale(*paths) -> None:
+    """No output this run: an earlier file of the same name must not pass for this run's."""
+    from nest.atomic_io import remove_stale
+
+    for p in paths:
+        if p and remove_stale(p):
+            print(f"removed the earlier {p}: this run wrote no plan", file=sys.stderr)
 
 
 def _fmt_bytes(x: float) -> str:
@@ -139,6 +156,7 @@ def cmd_plan(a) -> int:
                           log_crash=bool(os.environ.get("NEST_DEBUG")))
     if out.plan is None:
         print(f"{a.planner}: {out.reason}", file=sys.stderr)
+        _remove_stale(a.output, a.placement_picture)
         return EXIT_CRASH if out.status == "crashed" else EXIT_INFEASIBLE
     print(summarize(out.plan, out.evaluation))
     if a.seq_len is not None:  # `nest evaluate` / `nest export` rebuild the model with it
@@ -212,7 +230,6 @@ def cmd_evaluate(a) -> int:
 
 
 def cmd_export(a) -> int:
-    import csv
     from pathlib import Path
 
     from nest.export import to_megatron
@@ -235,18 +252,11 @@ def cmd_export(a) -> int:
           f"{exp.devices_per_node}; rank placement {where}; predicted "
           f"{exp.time_per_batch_s:.4f} s per batch")
     if a.output:
+        from nest.atomic_io import write_files_atomic
+
         out = Path(a.output)
-        out.mkdir(parents=True, exist_ok=True)
-        header = [f"# {plan.planner}: {plan.model} on {plan.cluster}, exported by `nest export`",
-                  *[f"# warning: {w}" for w in exp.warnings], "set -euo pipefail"]
-        (out / "launch.sh").write_text("\n".join(["#!/usr/bin/env bash", *header, cmd]) + "\n")
-        (out / "slurm.sbatch").write_text(exp.slurm())  # srun: one launch.sh per node
-        (out / "args.txt").write_text("\n".join(exp.args) + "\n")
-        with open(out / "rank_map.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(exp.rank_map[0]))
-            w.writeheader()
-            w.writerows(exp.rank_map)
-        print(f"launch.sh, args.txt and rank_map.csv written to {out}")
+        write_files_atomic(out, exp.files())  # all four files or none
+        print(f"launch.sh, slurm.sbatch, args.txt and rank_map.csv written to {out}")
     return 0
 
 

@@ -133,8 +133,10 @@ def write_table(table: pd.DataFrame, path: str | Path) -> None:
 
 def save_figure(fig, png: str | Path, pdf: str | Path, dpi: int = 120) -> None:
     """PNG and PDF with deterministic bytes (no software, date or producer stamps); closes fig."""
-    fig.savefig(png, dpi=dpi, metadata={"Software": None})
-    fig.savefig(pdf, metadata={"CreationDate": None, "Producer": None})
+    from nest.atomic_io import savefig_atomic
+
+    savefig_atomic(fig, png, dpi=dpi, metadata={"Software": None})
+    savefig_atomic(fig, pdf, metadata={"CreationDate": None, "Producer": None})
     plt.close(fig)
 
 
@@ -192,7 +194,7 @@ def plot_figure(df: pd.DataFrame, png: str | Path, pdf: str | Path, table: str |
             rows = -(-len(handles) // max(4, int(ncols * panel_w / 1.1)))
             fig.legend(handles=handles, loc="outside lower center", frameon=False,
                        ncol=-(-len(handles) // rows))
-        fig.suptitle(title, fontsize=FONT + 2)
+        fig.suptitle(title.replace("$", r"\$"), fontsize=FONT + 2)  # text, not mathtext
         save_figure(fig, png, pdf, dpi=150)
     return tab
 

@@ -121,7 +121,10 @@ def write_csv(df: pd.DataFrame, path: str | Path) -> None:
 def write_frame(df: pd.DataFrame, path: str | Path) -> None:
     """Every CSV the pipeline writes: floats at 9 significant digits, "\\n" line ends, no index,
     so the same inputs give the same bytes."""
-    df.to_csv(path, index=False, float_format="%.9g", lineterminator="\n")
+    from nest.atomic_io import atomic_file
+
+    with atomic_file(path) as f:  # whole or not at all, never onto a special file
+        df.to_csv(f, index=False, float_format="%.9g", lineterminator="\n")
 
 
 def read_csv(path: str | Path) -> pd.DataFrame:

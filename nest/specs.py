@@ -17,6 +17,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from nest.atomic_io import write_text_atomic  # noqa: F401 - the one atomic writer, re-exported
 from nest.errors import SpecError
 
 GB = 1e9
@@ -128,22 +129,6 @@ def read_yaml(path: Path) -> dict:
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
-
-
-def write_text_atomic(path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder and a rename, so a
-    reader (or an interrupted run) never sees half a file."""
-    import tempfile
-
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _resolve(kind_dir: str, name_or_path: str | os.PathLike) -> Path:

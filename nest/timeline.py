@@ -133,9 +133,11 @@ def _plot_compressed(res, window, path, title):
     if path is not None:
         path = Path(path)
         fig.tight_layout()
-        fig.savefig(path)
+        from nest.atomic_io import savefig_atomic
+
+        savefig_atomic(fig, path)
         if path.suffix.lower() == ".png":
-            fig.savefig(path.with_suffix(".pdf"))
+            savefig_atomic(fig, path.with_suffix(".pdf"))
     return fig
 
 

@@ -163,22 +163,13 @@ def _save(fig, path) -> None:
     deterministic bytes (no software or date stamps)."""
     if path is None:
         return
-    import os
-    import tempfile
+    from nest.atomic_io import savefig_atomic
 
-    path = Path(path)
     fig.tight_layout()
-    fmt = path.suffix.lower().lstrip(".")
+    fmt = Path(path).suffix.lower().lstrip(".")
     meta = {"Software": None} if fmt == "png" else ({"CreationDate": None, "Producer": None}
                                                     if fmt == "pdf" else {"Date": None})
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", suffix=path.suffix)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format=fmt, dpi=120, metadata=meta)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    savefig_atomic(fig, path, dpi=120, metadata=meta)
 
 
 def memory_rows(plan, ev) -> list[tuple[str, dict[str, float], float]]:
