@@ -69,6 +69,11 @@ def _temporary(path: Path, binary: bool) -> Iterator[tuple[IO, str]]:
             yield f, tmp
             f.flush()
             os.fsync(f.fileno())
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        if e.filename is None:  # a full disk: name the file that was being written
+            raise OSError(e.errno, e.strerror or str(e), str(path)) from None
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
