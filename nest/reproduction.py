@@ -156,4 +156,6 @@ def write(figure_csvs: dict[str, str], claims_path: str, extra_md: list[str], pa
         # one level down: an experiment's headings become sections of this report
         text = "\n".join("#" + ln if ln.startswith("#") else ln for ln in text.splitlines())
         lines += [text, ""]
-    Path(path).write_text("\n".join(lines).rstrip() + "\n")
+    from nest.atomic_io import write_text_atomic
+
+    write_text_atomic(path, "\n".join(lines).rstrip() + "\n")

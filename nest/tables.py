@@ -470,7 +470,9 @@ def ablation_point(problem, overrides: dict | None = None, planner: str = "nest"
 
 
 def write_point(rec: dict, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+    from nest.atomic_io import write_text_atomic
+
+    write_text_atomic(path, json.dumps(rec, indent=1, sort_keys=True) + "\n")
 
 
 def table7(records: list[dict], paper: dict | None = None) -> pd.DataFrame:
