@@ -50,6 +50,8 @@ def check_config_schema(schema_path):
                     key=lambda e: list(e.absolute_path))
     if errors:
         e = errors[0]
+        while e.context:  # a oneOf (a list or "all"): the deepest branch error says what is wrong
+            e = max(e.context, key=lambda c: (len(c.absolute_path), c.validator != "const"))
         config_error(list(e.absolute_path) or ["<top level>"], e.message)
 
 
