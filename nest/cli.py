@@ -162,6 +162,7 @@ def cmd_plan(a) -> int:
     if a.seq_len is not None:  # `nest evaluate` / `nest export` rebuild the model with it
         out.plan.extra["seq_len"] = a.seq_len
     if a.output:
+        stop_if_interrupted()
         out.plan.write(a.output)
         print(f"plan written to {a.output}")
     if a.placement_picture:
@@ -214,6 +215,7 @@ def cmd_evaluate(a) -> int:
         placement_picture(plan, problem.cluster, a.placement_picture)
         print(f"placement picture written to {a.placement_picture}")
     if a.output:
+        stop_if_interrupted()
         ev.write(a.output)
         print(f"evaluation written to {a.output}")
     if a.timeline:
@@ -255,6 +257,7 @@ def cmd_export(a) -> int:
         from nest.atomic_io import write_files_atomic
 
         out = Path(a.output)
+        stop_if_interrupted()
         write_files_atomic(out, exp.files())  # all four files or none
         print(f"launch.sh, slurm.sbatch, args.txt and rank_map.csv written to {out}")
     return 0
@@ -278,6 +281,7 @@ def cmd_compare(a) -> int:
     if skipped:
         print(f"not applicable here (left out): {', '.join(r.planner for r in skipped)}")
     if a.output:
+        stop_if_interrupted()
         write_csv(rows, a.output)
         print(f"table written to {a.output}")
     if any(r.status == "crashed" for r in rows):
@@ -301,6 +305,7 @@ def cmd_graph(a) -> int:
           f"{len(g.variants)} variants ({', '.join(v.key for v in g.variants)}), "
           f"{g.model_flops_per_sample() / 1e12:.1f} TFLOP per sample (fwd+bwd)")
     if a.output:
+        stop_if_interrupted()
         g.write(a.output)
         print(f"layer graph written to {a.output}")
     return 0
@@ -477,8 +482,39 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+_INTERRUPTED: list[int] = []  # SIGINTs received by main's handler
+
+
+def _on_sigint(signum, frame) -> None:
+    """Ctrl-C: remembered as well as raised, so an interrupt that lands in library code that
+    swallows it (a callback from compiled code) still ends the command with 130 and no output."""
+    _INTERRUPTED.append(signum)
+    raise KeyboardInterrupt
+
+
+def stop_if_interrupted() -> None:
+    """Before an output is written: a Ctrl-C received earlier stops the command here."""
+    if _INTERRUPTED:
+        raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+    import threading
+
     argv = sys.argv[1:] if argv is None else argv
+    _INTERRUPTED.clear()
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return _main(argv)  # a caller's own handling (or SIGINT ignored) is left alone
+    old = signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def _main(argv: list[str]) -> int:
     try:
         if argv[:2] == ["validate", "--published"]:  # published runs (nest.published)
             from nest import published
@@ -493,7 +529,9 @@ def main(argv: list[str] | None = None) -> int:
             from nest import progress
 
             progress.set_enabled(False)
-        return a.fn(a)
+        rc = a.fn(a)
+        stop_if_interrupted()
+        return rc
     except SpecError as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return EXIT_ERROR
