@@ -186,6 +186,8 @@ def cmd_evaluate(a) -> int:
         if Path(a.timeline).suffix.lower() not in (".png", ".pdf", ".svg"):
             raise SpecError(f"--timeline {a.timeline}: expected a file name ending in .png (a "
                             f".pdf is written beside it), .pdf or .svg")
+        if Path(a.timeline).suffix.lower() == ".png":  # the .pdf beside it: same checks
+            check_output(Path(a.timeline).with_suffix(".pdf"), "--timeline")
     for path, option in ((a.placement_picture, "--placement-picture"),
                          (a.memory_picture, "--memory-picture")):
         if path:

@@ -657,7 +657,7 @@ def plot_figure2(df: pd.DataFrame, png: str | Path, pdf: str | Path, title: str 
     ax.set_ylabel("share of time per batch", fontsize=FONT)
     ax.tick_params(axis="y", labelsize=FONT)
     if title:
-        ax.set_title(title, fontsize=FONT + 1)
+        ax.set_title(title.replace("$", r"\$"), fontsize=FONT + 1)  # text, not mathtext
     used = [c for c in CATEGORIES if (df.get(f"{c}_s", pd.Series(dtype=float)).fillna(0) > 0)
             .any()]
     ax.legend(handles=[Patch(color=CATEGORY_COLORS[c], label=CATEGORY_LABELS[c])

@@ -204,3 +204,23 @@ def test_no_plan_removes_a_stale_output(tmp_path):
                      "--num-devices", "4", "--planner", "nest", "--quiet", "-o", str(stale)])
     assert rc == cli.EXIT_INFEASIBLE, out
     assert not stale.exists() and f"removed the earlier {stale}" in out
+
+
+@pytest.mark.parametrize("planner", ["cost $5", r"$\frac{$", "a$b$c$", r"\$x"])
+def test_dollars_in_a_plans_names_are_text_in_every_picture(planner, tmp_path):
+    """A shared plan's planner name reaches the timeline, placement and memory pictures'
+    titles: a `$` is text there, never mathtext (which fails to parse or renders something
+    else)."""
+    import json
+
+    rc, out = _main(["plan", *TINY, "--quiet", "-o", str(tmp_path / "p.json")])
+    assert rc == 0, out
+    d = json.loads((tmp_path / "p.json").read_text())
+    (tmp_path / "p.json").write_text(json.dumps(dict(d, planner=planner)))
+    pics = {"--timeline": "t.png", "--placement-picture": "pl.png", "--memory-picture": "m.png"}
+    argv = ["evaluate", str(tmp_path / "p.json"), "--quiet"]
+    for option, name in pics.items():
+        argv += [option, str(tmp_path / name)]
+    rc, out = _main(argv)
+    assert rc == 0, out
+    assert all((tmp_path / n).stat().st_size > 0 for n in pics.values())
