@@ -39,7 +39,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from pathlib import Path
 
 import matplotlib
@@ -376,9 +375,9 @@ def codesign_sweep(model: str, cluster: str, sizes, bandwidths, oversubscription
                            if r)}
                 rec = {"schema": CODESIGN_SCHEMA, "key": key, "row": row,
                        "solve_time_s": {planner: aware.solve_time_s, flat_planner: solve_s}}
-                tmp = path.with_suffix(".json.tmp")
-                tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
-                os.replace(tmp, path)  # a kill leaves the old file or the new one, whole
+                from nest.atomic_io import write_text_atomic  # old file or new, whole
+
+                write_text_atomic(path, json.dumps(rec, indent=1, sort_keys=True) + "\n")
                 log(f"N={n} bw={bw:g} os={os_:g}: nest {ta} s, flat {tf} s, gain "
                     f"{row['gain']} (solve {aware.solve_time_s:.1f} s + {solve_s:.1f} s)")
                 rows.append(row)

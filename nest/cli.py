@@ -57,21 +57,29 @@ def _bounded(kind: str, key: str):
 _positive_int = _bounded("plan", "num_devices")
 
 
+EXPORT_FILES = ("launch.sh", "slurm.sbatch", "args.txt", "rank_map.csv")  # nest.export files()
+
+
 def check_output(path, option: str = "-o", folder: bool = False) -> None:
     """Before any work: `path` can be written (its folder exists and is writable; a file output
     is not a folder, a folder output is not a file). SpecError naming the option otherwise."""
     import tempfile
     from pathlib import Path
 
+    from nest.atomic_io import check_target
+
     p = Path(path)
     if folder:
         if p.exists() and not p.is_dir():
             raise SpecError(f"{option} {path}: exists and is a file; expected a folder (or a new "
                             f"name) for the exported files")
+        for name in EXPORT_FILES:
+            check_target(p / name, option)
         parent = p if p.is_dir() else p.parent
     else:
         if p.is_dir():
             raise SpecError(f"{option} {path}: is a folder; expected a file name")
+        check_target(p, option)  # a device, FIFO or socket is never replaced
         parent = p.parent
     parent = parent if str(parent) else Path(".")
     if not parent.is_dir():
@@ -88,6 +96,15 @@ def check_output(path, option: str = "-o", folder: bool = False) -> None:
     except OSError as e:
         raise SpecError(f"{option} {path}: cannot write in folder {parent}: "
                         f"{e.strerror or e}") from None
+
+
+def _remove_stale(*paths) -> None:
+    """No output this run: an earlier file of the same name must not pass for this run's."""
+    from nest.atomic_io import remove_stale
+
+    for p in paths:
+        if p and remove_stale(p):
+            print(f"removed the earlier {p}: this run wrote no plan", file=sys.stderr)
 
 
 def _fmt_bytes(x: float) -> str:
@@ -170,6 +187,7 @@ def cmd_plan(a) -> int:
                           log_crash=debug_enabled())
     if out.plan is None:
         print(f"{a.planner}: {out.reason}", file=sys.stderr)
+        _remove_stale(a.output, a.placement_picture)
         return EXIT_CRASH if out.status == "crashed" else EXIT_INFEASIBLE
     print(summarize(out.plan, out.evaluation, problem))
     for line in model_notes(problem):
@@ -177,6 +195,7 @@ def cmd_plan(a) -> int:
     if a.seq_len is not None:  # `nest evaluate` / `nest export` rebuild the model with it
         out.plan.extra["seq_len"] = a.seq_len
     if a.output:
+        stop_if_interrupted()
         out.plan.write(a.output)
         print(f"plan written to {a.output}")
     if a.placement_picture:
@@ -200,6 +219,8 @@ def cmd_evaluate(a) -> int:
         if Path(a.timeline).suffix.lower() not in (".png", ".pdf", ".svg"):
             raise SpecError(f"--timeline {a.timeline}: expected a file name ending in .png (a "
                             f".pdf is written beside it), .pdf or .svg")
+        if Path(a.timeline).suffix.lower() == ".png":  # the .pdf beside it: same checks
+            check_output(Path(a.timeline).with_suffix(".pdf"), "--timeline")
     for path, option in ((a.placement_picture, "--placement-picture"),
                          (a.memory_picture, "--memory-picture")):
         if path:
@@ -231,6 +252,7 @@ def cmd_evaluate(a) -> int:
         placement_picture(plan, problem.cluster, a.placement_picture)
         print(f"placement picture written to {a.placement_picture}")
     if a.output:
+        stop_if_interrupted()
         ev.write(a.output)
         print(f"evaluation written to {a.output}")
     if a.timeline:
@@ -247,7 +269,6 @@ def cmd_evaluate(a) -> int:
 
 
 def cmd_export(a) -> int:
-    import csv
     from pathlib import Path
 
     from nest.export import to_megatron
@@ -270,18 +291,12 @@ def cmd_export(a) -> int:
           f"{exp.devices_per_node}; rank placement {where}; predicted "
           f"{exp.time_per_batch_s:.4f} s per batch")
     if a.output:
+        from nest.atomic_io import write_files_atomic
+
         out = Path(a.output)
-        out.mkdir(parents=True, exist_ok=True)
-        header = [f"# {plan.planner}: {plan.model} on {plan.cluster}, exported by `nest export`",
-                  *[f"# warning: {w}" for w in exp.warnings], "set -euo pipefail"]
-        (out / "launch.sh").write_text("\n".join(["#!/usr/bin/env bash", *header, cmd]) + "\n")
-        (out / "slurm.sbatch").write_text(exp.slurm())  # srun: one launch.sh per node
-        (out / "args.txt").write_text("\n".join(exp.args) + "\n")
-        with open(out / "rank_map.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(exp.rank_map[0]))
-            w.writeheader()
-            w.writerows(exp.rank_map)
-        print(f"launch.sh, args.txt and rank_map.csv written to {out}")
+        stop_if_interrupted()
+        write_files_atomic(out, exp.files())  # all four files or none
+        print(f"launch.sh, slurm.sbatch, args.txt and rank_map.csv written to {out}")
     return 0
 
 
@@ -305,6 +320,7 @@ def cmd_compare(a) -> int:
     for line in model_notes(problem):
         print(line)
     if a.output:
+        stop_if_interrupted()
         write_csv(rows, a.output)
         print(f"table written to {a.output}")
     if any(r.status == "crashed" for r in rows):
@@ -328,6 +344,7 @@ def cmd_graph(a) -> int:
           f"{len(g.variants)} variants ({', '.join(v.key for v in g.variants)}), "
           f"{g.model_flops_per_sample() / 1e12:.1f} TFLOP per sample (fwd+bwd)")
     if a.output:
+        stop_if_interrupted()
         g.write(a.output)
         print(f"layer graph written to {a.output}")
     return 0
@@ -511,8 +528,39 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+_INTERRUPTED: list[int] = []  # SIGINTs received by main's handler
+
+
+def _on_sigint(signum, frame) -> None:
+    """Ctrl-C: remembered as well as raised, so an interrupt that lands in library code that
+    swallows it (a callback from compiled code) still ends the command with 130 and no output."""
+    _INTERRUPTED.append(signum)
+    raise KeyboardInterrupt
+
+
+def stop_if_interrupted() -> None:
+    """Before an output is written: a Ctrl-C received earlier stops the command here."""
+    if _INTERRUPTED:
+        raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+    import threading
+
     argv = sys.argv[1:] if argv is None else argv
+    _INTERRUPTED.clear()
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return _main(argv)  # a caller's own handling (or SIGINT ignored) is left alone
+    old = signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def _main(argv: list[str]) -> int:
     try:
         if argv[:2] == ["validate", "--published"]:  # published runs (nest.published)
             from nest import published
@@ -527,7 +575,9 @@ def main(argv: list[str] | None = None) -> int:
             from nest import progress
 
             progress.set_enabled(False)
-        return a.fn(a)
+        rc = a.fn(a)
+        stop_if_interrupted()
+        return rc
     except SpecError as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return EXIT_ERROR

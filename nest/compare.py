@@ -128,7 +128,7 @@ def write_csv(rows: list[Row], path) -> None:
     """The rows as a CSV (columns COLUMNS; empty cells for missing values), written atomically."""
     import csv
 
-    from nest.specs import write_text_atomic
+    from nest.atomic_io import write_text_atomic
 
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")

@@ -43,7 +43,8 @@ from nest.plan import Plan, check_structure
 from nest.problem import Problem, make_problem, with_mbs  # noqa: F401  (re-exported)
 from nest.schedule import dp_sync_tail_s, stash_microbatches, time_1f1b_s, time_gpipe_s
 from nest.settings import TrainingSettings, load_training
-from nest.specs import validate, write_text_atomic
+from nest.atomic_io import write_text_atomic
+from nest.specs import validate
 
 SCHEMA = "nest.evaluation/v1"
 

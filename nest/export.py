@@ -101,6 +101,9 @@ from nest.export_model import model_args as _model_args
 from nest.export_launch import (
     DATA_ARGS,
     TRAIN_ARGS,
+    check_name,
+    check_text,
+    comment,
     launch_env,
     node_runs,
     slurm_script,
@@ -164,6 +167,24 @@ class MegatronExport:
 
     def identity_placement(self) -> bool:
         return all(r["device"] == r["rank"] for r in self.rank_map)
+
+    def files(self) -> dict[str, str]:
+        """The exported folder's files: launch.sh, slurm.sbatch, args.txt, rank_map.csv. User
+        text reaches launch.sh's comments only through export_launch.comment."""
+        import csv
+        import io
+
+        p = self.plan
+        header = [comment(f"{p.planner}: {p.model} on {p.cluster}, exported by `nest export`"),
+                  *[comment(f"warning: {w}") for w in self.warnings], "set -euo pipefail"]
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(self.rank_map[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(self.rank_map)
+        return {"launch.sh": "\n".join(["#!/usr/bin/env bash", *header, self.command()]) + "\n",
+                "slurm.sbatch": self.slurm(),  # srun: one launch.sh per node
+                "args.txt": "\n".join(check_text(x, "argument") for x in self.args) + "\n",
+                "rank_map.csv": buf.getvalue()}
 
 
 def layout_string(plan: Plan, num_layers: int) -> str:
@@ -447,8 +468,19 @@ def _overlap_args(out: Plan, tr, warnings: list[str]) -> list[str]:
     return a
 
 
+def check_plan_text(plan: Plan, model_name: str) -> None:
+    """The plan's strings that reach the exported scripts (export_launch.check_text): the
+    planner is a registry name, the model and cluster a catalog name or a path; SpecError naming
+    the key otherwise."""
+    check_name(plan.planner, "planner")
+    check_text(plan.model, "model")
+    check_text(plan.cluster, "cluster")
+    check_text(model_name, "model name")
+
+
 def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
     m, g = problem.model, problem.graph
+    check_plan_text(plan, m.name)
     warnings: list[str] = []
     original = evaluate(plan, problem)
     out = _project(plan, warnings)

@@ -17,11 +17,65 @@ launchable: nest.export re-scores the nearest launchable order). World size = su
 63 ranks on 8-GPU nodes are 7 agents of 8 and one of 7, never 64 processes.
 A rank's device: Megatron-LM binds local rank i to cuda:i; CUDA_VISIBLE_DEVICES lists the node's
 devices in rank order, so local rank i lands on the i-th device the rank map gives that node.
+
+Script text (issue 22: a plan is a shared file, and whoever runs its export runs what it holds).
+Every string that reaches a generated file passes check_text (no control or line-separating
+character: a newline, U+0085, U+2028 ... would start a new command line or cut the #SBATCH block
+off); every argument is shlex-quoted; a comment carries user text only through `comment`, which
+keeps printable ASCII and writes anything else as a \\uXXXX escape; the SLURM job name is
+job_name's [A-Za-z0-9._-] (every scheduler accepts it).
 """
 
 from __future__ import annotations
 
+import re
 import shlex
+import unicodedata
+
+from nest.errors import SpecError
+
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}\Z")  # catalog / registry names
+MAX_TEXT = 1024  # characters of one string in a script (a path, a name, an argument)
+
+
+def check_text(value: object, what: str) -> str:
+    """`value` as a string that may appear in a script: SpecError naming `what` if it holds a
+    control, format or line / paragraph separator character, or is longer than MAX_TEXT."""
+    s = str(value)
+    if len(s) > MAX_TEXT:
+        raise SpecError(f"{what}: {len(s)} characters; expected at most {MAX_TEXT}")
+    bad = next((c for c in s if unicodedata.category(c)[0] in "CZ" and c != " "), None)
+    if bad is not None:
+        raise SpecError(f"{what}: {_escape(s)[:120]!r} holds the character "
+                        f"{_escape(bad)} ({unicodedata.category(bad)}); expected printable text "
+                        f"without control characters or line separators")
+    return s
+
+
+def check_name(value: object, what: str) -> str:
+    """A name (planner, catalog entry): SAFE_NAME, or SpecError naming `what`."""
+    s = check_text(value, what)
+    if not SAFE_NAME.match(s):
+        raise SpecError(f"{what}: {s[:120]!r} is not a name; expected letters, digits and "
+                        f"'._+-' (at most 128, starting with a letter or digit)")
+    return s
+
+
+def _escape(s: str) -> str:
+    return "".join(c if " " <= c <= "~" else f"\\u{ord(c):04x}" for c in s)
+
+
+def comment(text: str, limit: int = 400) -> str:
+    """A bash comment line holding `text` inertly: printable ASCII only (anything else escaped),
+    at most `limit` characters."""
+    s = _escape(str(text))
+    return "# " + (s if len(s) <= limit else s[:limit - 3] + "...")
+
+
+def job_name(text: str) -> str:
+    """A SLURM job name any scheduler accepts: [A-Za-z0-9._-], at most 64 characters."""
+    s = re.sub(r"[^A-Za-z0-9._-]+", "_", str(text)).strip("_") or "nest"
+    return s[:64]
 
 
 def launch_env(tp: int, cp: int, megatron_fsdp: bool) -> dict[str, str]:
@@ -55,14 +109,15 @@ def identity_devices(rank_map: list[dict], devices_per_node: int) -> bool:
 
 
 def _pairs(args: list[str]) -> list[str]:
+    """One `--flag value` (or `--flag`) per line, every word checked and shlex-quoted."""
+    words = [shlex.quote(check_text(a, f"argument {i + 1}")) for i, a in enumerate(args)]
     out, i = [], 0
     while i < len(args):
-        a = args[i]
         if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            out.append(f"{a} {shlex.quote(args[i + 1])}")
+            out.append(f"{words[i]} {words[i + 1]}")
             i += 2
         else:
-            out.append(a)
+            out.append(words[i])
             i += 1
     return out
 
@@ -85,7 +140,9 @@ def torchrun_script(args: list[str], script: str, env: dict[str, str], rank_map:
     if hosts != list(range(len(runs))):
         lines.append("# agent NODE_RANK=i runs on cluster node NODES[i] (rank_map.csv)")
     lines.append(f"NODES=({' '.join(map(str, hosts))})")
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    for k in [*env, *unset]:
+        assert re.fullmatch(r"[A-Z_][A-Z0-9_]*", k), k  # launch_env's own names
+    lines += [f"export {k}={shlex.quote(check_text(v, k))}" for k, v in env.items()]
     lines += [f"unset {k}" for k in unset]
     if len(set(sizes)) == 1:
         nproc = str(sizes[0])
@@ -102,7 +159,7 @@ def torchrun_script(args: list[str], script: str, env: dict[str, str], rank_map:
     lines.append(f"torchrun --nnodes {len(runs)} --nproc-per-node {nproc} --node-rank "
                  f"\"${{NODE_RANK:?}}\" --master-addr \"${{MASTER_ADDR:?}}\" --master-port "
                  f"\"${{MASTER_PORT:-6000}}\" \\")
-    lines.append(f"    {script} \\")
+    lines.append(f"    {shlex.quote(check_text(script, 'entry point'))} \\")
     lines += [f"    {p} \\" for p in _pairs(args)]
     lines.append("    $DATA_ARGS $TRAIN_ARGS")
     return "\n".join(lines)
@@ -113,7 +170,7 @@ def slurm_script(num_agents: int, devices_per_node: int, job: str) -> str:
     SLURM_NODEID (a non-identity NODES list needs the job's nodes in that order: --nodelist)."""
     return "\n".join([
         "#!/usr/bin/env bash",
-        f"#SBATCH --job-name={job}",
+        f"#SBATCH --job-name={job_name(job)}",
         f"#SBATCH --nodes={num_agents}",
         "#SBATCH --ntasks-per-node=1",
         f"#SBATCH --gpus-per-node={devices_per_node}",

@@ -156,8 +156,10 @@ def write_table(table: pd.DataFrame, path: str | Path) -> None:
 
 def save_figure(fig, png: str | Path, pdf: str | Path, dpi: int = 120) -> None:
     """PNG and PDF with deterministic bytes (no software, date or producer stamps); closes fig."""
-    fig.savefig(png, dpi=dpi, metadata={"Software": None})
-    fig.savefig(pdf, metadata={"CreationDate": None, "Producer": None})
+    from nest.atomic_io import savefig_atomic
+
+    savefig_atomic(fig, png, dpi=dpi, metadata={"Software": None})
+    savefig_atomic(fig, pdf, metadata={"CreationDate": None, "Producer": None})
     plt.close(fig)
 
 
@@ -227,7 +229,8 @@ def plot_figure(df: pd.DataFrame, png: str | Path, pdf: str | Path, table: str |
             rows = -(-len(handles) // max(3, int(width_in / 1.6)))
             fig.legend(handles=handles, loc="outside lower center", frameon=False,
                        ncol=-(-len(handles) // rows))
-        fig.suptitle(wrap(title, width_in, FONT + 2), fontsize=FONT + 2)
+        fig.suptitle(wrap(title.replace("$", r"\$"), width_in, FONT + 2),  # text, not mathtext
+                     fontsize=FONT + 2)
         save_figure(fig, png, pdf, dpi=150)
     return tab
 

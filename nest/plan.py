@@ -20,7 +20,8 @@ from pathlib import Path
 from nest.errors import PlanError, SpecError
 from nest.graph.layer_graph import Variant
 from nest.placement import is_order, stage_device_ids
-from nest.specs import read_text, unique_pairs, validate, write_text_atomic
+from nest.atomic_io import write_text_atomic
+from nest.specs import read_text, unique_pairs, validate
 
 SCHEMA = "nest.plan/v1"
 # legacy placement names (= nest.placement.LEGACY); Plan.placement may also hold a rank order

@@ -252,4 +252,6 @@ def mfu_check(df: pd.DataFrame, table: str | Path | dict | None = None) -> list[
 
 
 def write_summary(df: pd.DataFrame, figure: str, path: str | Path) -> None:
-    Path(path).write_text(summary_markdown(df, figure))
+    from nest.atomic_io import write_text_atomic
+
+    write_text_atomic(path, summary_markdown(df, figure))

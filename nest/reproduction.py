@@ -236,4 +236,6 @@ def report(run: Run, experiments: list[str], claims_path: str | Path | None = No
 def write(files: list[str], experiments: list[str], claims_path: str, path: str,
           robustness_path: str | None = None, extra_md: list[str] = ()) -> None:
     text = report(Run.from_files(files), experiments, claims_path, robustness_path, extra_md)
-    Path(path).write_text(text)
+    from nest.atomic_io import write_text_atomic
+
+    write_text_atomic(path, text)

@@ -8,6 +8,7 @@ machine). `normalized_throughput` is the paper's normalisation (`_normalize`).
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -149,10 +150,90 @@ def row(evaluation: dict, plan: dict) -> dict:
     return r
 
 
+class CorruptIntermediate(SpecError):
+    """An intermediate file (an evaluation or plan JSON between pipeline stages) that is not
+    what its stage writes: unreadable, another schema or version, or inconsistent."""
+
+    def __init__(self, path: str | Path, what: str):
+        self.path = Path(path)
+        super().__init__(f"{path}: {what}")
+
+
+EVALUATION_SCHEMA = "nest.evaluation/v1"
+PLAN_SCHEMA = "nest.plan/v1"
+REL_TOL = 1e-6  # throughput x time = global batch: both are written at full double precision
+
+
+def _read_object(path: str | Path, kinds: tuple[str, ...]) -> dict:
+    try:
+        d = json.loads(Path(path).read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CorruptIntermediate(path, f"not valid JSON ({' '.join(str(e).split())})") from None
+    except RecursionError:
+        raise CorruptIntermediate(path, "not valid JSON (nested too deeply)") from None
+    if not isinstance(d, dict):
+        raise CorruptIntermediate(path, f"expected a JSON object, got {type(d).__name__}")
+    if d.get("schema") not in kinds:
+        raise CorruptIntermediate(path, f"schema {str(d.get('schema'))[:60]!r}; expected "
+                                        f"{' or '.join(kinds)}")
+    return d
+
+
+def read_point(evaluation_path: str | Path, plan_path: str | Path) -> tuple[dict, dict]:
+    """(evaluation, plan) of one point, verified: each file's schema and version, the
+    evaluation's own consistency (throughput x time per batch = global batch; finite, positive
+    times) and the two files describe the same point. CorruptIntermediate names the bad file."""
+    import math
+
+    from nest.plan import Plan
+    from nest.specs import validate
+
+    e = _read_object(evaluation_path, (EVALUATION_SCHEMA,))
+    p = _read_object(plan_path, (PLAN_SCHEMA, NO_PLAN_SCHEMA))
+    try:
+        validate(e, "evaluation", str(evaluation_path))
+    except SpecError as err:
+        raise CorruptIntermediate(evaluation_path, str(err).split(": ", 1)[-1]) from None
+    try:
+        if p["schema"] == PLAN_SCHEMA:
+            Plan.from_dict(p, str(plan_path))
+        elif not all(k in p for k in (*KEY, "reason")):
+            raise SpecError(f"{plan_path}: a no-plan record without "
+                            f"{[k for k in (*KEY, 'reason') if k not in p]}")
+    except SpecError as err:
+        raise CorruptIntermediate(plan_path, str(err).split(": ", 1)[-1]) from None
+    t, x = e["time_per_batch_s"], e["throughput_samples_per_s"]
+    if e["feasible"] and (t is None or x is None):
+        raise CorruptIntermediate(evaluation_path, "feasible, but without a time per batch")
+    if t is not None and x is not None:
+        if not (math.isfinite(t) and math.isfinite(x) and t > 0 and x > 0):
+            raise CorruptIntermediate(evaluation_path, f"time per batch {t!r} s, throughput "
+                                                       f"{x!r} samples/s: expected positive "
+                                                       f"finite numbers")
+        if not math.isclose(x * t, e["global_batch"], rel_tol=REL_TOL):
+            raise CorruptIntermediate(evaluation_path, f"throughput {x:.6g} samples/s x time "
+                                                       f"{t:.6g} s = {x * t:.6g} samples, not "
+                                                       f"the global batch {e['global_batch']}")
+    other = [k for k in KEY if e.get(k) != p.get(k)]
+    if other:
+        raise CorruptIntermediate(evaluation_path, f"{other[0]} {e.get(other[0])!r} differs from "
+                                                   f"its plan's ({plan_path}: "
+                                                   f"{p.get(other[0])!r})")
+    return e, p
+
+
+def quarantine(path: str | Path) -> Path:
+    """Move a corrupt intermediate file aside (<name>.corrupt) so the next run recomputes it."""
+    path = Path(path)
+    aside = path.with_name(path.name + ".corrupt")
+    if path.exists():
+        os.replace(path, aside)
+    return aside
+
+
 def collect(pairs: list[tuple[str | Path, str | Path]]) -> pd.DataFrame:
-    """The results table of (evaluation JSON, plan JSON) file pairs."""
-    return collect_records([(json.loads(Path(e).read_text()), json.loads(Path(p).read_text()))
-                            for e, p in pairs])
+    """The results table of (evaluation JSON, plan JSON) file pairs, each verified (read_point)."""
+    return collect_records([read_point(e, p) for e, p in pairs])
 
 
 def collect_records(records: list[tuple[dict, dict]]) -> pd.DataFrame:
@@ -191,7 +272,10 @@ def write_csv(df: pd.DataFrame, path: str | Path) -> None:
 def write_frame(df: pd.DataFrame, path: str | Path) -> None:
     """Every CSV the pipeline writes: floats at 9 significant digits, "\\n" line ends, no index,
     so the same inputs give the same bytes."""
-    df.to_csv(path, index=False, float_format="%.9g", lineterminator="\n")
+    from nest.atomic_io import atomic_file
+
+    with atomic_file(path) as f:  # whole or not at all, never onto a special file
+        df.to_csv(f, index=False, float_format="%.9g", lineterminator="\n")
 
 
 def read_csv(path: str | Path) -> pd.DataFrame:

@@ -326,7 +326,9 @@ def plot_timeline(res: SimResult, path: str | Path | None = None, ax=None, title
     if path is not None:
         path = Path(path)
         fig.tight_layout()
-        fig.savefig(path)
+        from nest.atomic_io import savefig_atomic
+
+        savefig_atomic(fig, path)
         if path.suffix == ".png":
-            fig.savefig(path.with_suffix(".pdf"))
+            savefig_atomic(fig, path.with_suffix(".pdf"))
     return fig

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from nest.atomic_io import write_text_atomic  # noqa: F401 - the one atomic writer, re-exported
 from nest.errors import SpecError, short
 from nest.inputs import (  # noqa: F401 - the input boundary, re-exported for its callers
     MAX_ALIAS_EXPANSION, MAX_JSON_BYTES, MAX_YAML_BYTES, SCHEMA_DIR, limit, load_json,
@@ -55,20 +56,6 @@ def shown(path) -> str:
         return str(p)
 
 
-def write_text_atomic(path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder and a rename, so a
-    reader (or an interrupted run) never sees half a file."""
-    import tempfile
-
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _resolve(kind_dir: str, name_or_path: str | os.PathLike) -> Path:

@@ -475,7 +475,9 @@ def ablation_point(problem, overrides: dict | None = None, planner: str = "nest"
 
 
 def write_point(rec: dict, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+    from nest.atomic_io import write_text_atomic
+
+    write_text_atomic(path, json.dumps(rec, indent=1, sort_keys=True) + "\n")
 
 
 def table7(records: list[dict], paper: dict | None = None) -> pd.DataFrame:
@@ -660,7 +662,7 @@ def plot_figure2(df: pd.DataFrame, png: str | Path, pdf: str | Path, title: str 
     ax.set_ylabel("share of time per batch", fontsize=FONT)
     ax.tick_params(axis="y", labelsize=FONT)
     if title:
-        ax.set_title(title, fontsize=FONT + 1)
+        ax.set_title(title.replace("$", r"\$"), fontsize=FONT + 1)  # text, not mathtext
     used = [c for c in CATEGORIES if (df.get(f"{c}_s", pd.Series(dtype=float)).fillna(0) > 0)
             .any()]
     ax.legend(handles=[Patch(color=CATEGORY_COLORS[c], label=CATEGORY_LABELS[c])

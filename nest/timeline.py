@@ -125,7 +125,7 @@ def _plot_compressed(res, window, path, title):
     info = (f"{res.schedule}, p={p}, m={res.num_microbatches}"
             + (f", v={res.num_chunks}" if res.num_chunks > 1 else "")
             + f", makespan {res.makespan_s * scale:.4g} {unit}")
-    ax.set_title(f"{title}\n{info}" if title else info, fontsize=9)
+    ax.set_title((f"{title}\n{info}" if title else info).replace("$", r"\$"), fontsize=9)
     kinds = [k for k in COLORS if any(k == kind for _, kind in bars)]
     ax.legend(handles=[Patch(color=COLORS[k], label=NAMES[k]) for k in kinds]
               + [Patch(color="#b8c4d6", label="steady state (compressed)")],
@@ -133,9 +133,11 @@ def _plot_compressed(res, window, path, title):
     if path is not None:
         path = Path(path)
         fig.tight_layout()
-        fig.savefig(path)
+        from nest.atomic_io import savefig_atomic
+
+        savefig_atomic(fig, path)
         if path.suffix.lower() == ".png":
-            fig.savefig(path.with_suffix(".pdf"))
+            savefig_atomic(fig, path.with_suffix(".pdf"))
     return fig
 
 

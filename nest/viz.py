@@ -145,7 +145,7 @@ def placement_picture(plan, cluster, path=None, title: str = ""):
             f"one cell per {cluster.levels[0].name} of {node} devices, split by stage")
     ax.set_title(title or f"{plan.planner}: {plan.model} on {plan.cluster}, {n} devices, "
                  f"pp={plan.pp} dp={plan.dp} tp={plan.tp} ep={plan.ep} cp={plan.cp} "
-                 f"({plan.placement})\n{what}", fontsize=8)
+                 f"({plan.placement})\n{what}", fontsize=8, parse_math=False)
     step = max(1, -(-plan.pp // 16))  # at most ~16 legend entries
     handles = [Patch(color=colors[j], label=f"stage {j}: layers "
                      f"{plan.stages[j].first_layer}-{plan.stages[j].last_layer}")
@@ -163,22 +163,13 @@ def _save(fig, path) -> None:
     deterministic bytes (no software or date stamps)."""
     if path is None:
         return
-    import os
-    import tempfile
+    from nest.atomic_io import savefig_atomic
 
-    path = Path(path)
     fig.tight_layout()
-    fmt = path.suffix.lower().lstrip(".")
+    fmt = Path(path).suffix.lower().lstrip(".")
     meta = {"Software": None} if fmt == "png" else ({"CreationDate": None, "Producer": None}
                                                     if fmt == "pdf" else {"Date": None})
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", suffix=path.suffix)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format=fmt, dpi=120, metadata=meta)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    savefig_atomic(fig, path, dpi=120, metadata=meta)
 
 
 def memory_rows(plan, ev) -> list[tuple[str, dict[str, float], float]]:
@@ -225,7 +216,8 @@ def memory_picture(plan, ev, hbm_bytes: float, path=None):
     ax.set_xlabel("device group" if plan.schedule == "interleaved" else "pipeline stage")
     ax.set_ylabel("GB per device")
     ax.set_title(f"{plan.planner}: {plan.model} on {plan.cluster}\nmemory per device "
-                 f"(peak = the stack; HBM {hbm_bytes / 1e9:.1f} GB dashed)", fontsize=8)
+                 f"(peak = the stack; HBM {hbm_bytes / 1e9:.1f} GB dashed)", fontsize=8,
+                 parse_math=False)  # a plan's names are text
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     _save(fig, path)
     return fig

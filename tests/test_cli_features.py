@@ -87,7 +87,9 @@ def test_progress_line_on_a_terminal_only(monkeypatch):
     monkeypatch.setattr("sys.stderr", tty)
     with progress.status("planning with nest"):
         progress.update(3, 40)
-        time.sleep(0.1)
+        t0 = time.monotonic()  # until the line is drawn (a loaded machine may take a while)
+        while "3/40" not in tty.getvalue() and time.monotonic() - t0 < 120:
+            time.sleep(0.01)
     text = tty.getvalue()
     assert "planning with nest" in text and "3/40" in text
     assert text.endswith("\r")  # erased: the next line starts clean

@@ -53,6 +53,38 @@ BAD = {
                        "number > 0"),
     "robustness unit": ("robustness: {compute: [1], communication: [1.0]}",
                         "config/bad.yaml: key 'robustness': no perturbation: every factor is 1"),
+    # issue 22: names that become paths, collisions, settings a job would trip over
+    "figure escaping the clone": (
+        "figures: {'../../ESCAPED': {title: x, models: [tiny_gpt], clusters: [tiny_cluster], "
+        "num_devices: [4]}}", "config/bad.yaml: key 'figures': '../../ESCAPED' does not match"),
+    "figure inside results/expected": (
+        "figures: {'expected/tiny/tiny': {title: x, models: [tiny_gpt], clusters: "
+        "[tiny_cluster], num_devices: [4]}}",
+        "config/bad.yaml: key 'figures': 'expected/tiny/tiny' does not match"),
+    "colliding figures": (
+        "figures: {g: {title: x, models: [tiny_gpt], clusters: [tiny_cluster], num_devices: [4]},"
+        " g_table: {title: y, models: [tiny_gpt], clusters: [tiny_cluster], num_devices: [4]}}",
+        "config/bad.yaml: key 'figures.g': its output results/g_table.csv would also be written "
+        "by figure 'g_table'"),
+    "figure named like a table": (
+        "figures: {table2: {title: x, models: [tiny_gpt], clusters: [tiny_cluster], "
+        "num_devices: [4]}}",
+        "config/bad.yaml: key 'figures.table2': its output results/table2.csv would also be "
+        "written by rule table2"),
+    "model name as a path": ("figures: {tiny: {models: [../tiny_gpt]}}",
+                             "config/bad.yaml: key 'figures.tiny.models.0': '../tiny_gpt' does "
+                             "not match"),
+    "planner with shell syntax": ("figures: {tiny: {planners: ['manual;touch x']}}",
+                                  "config/bad.yaml: key 'figures.tiny.planners.0': 'manual;touch "
+                                  "x' does not match"),
+    "expected_name escaping": ("expected_name: ../../x",
+                               "config/bad.yaml: key 'expected_name': '../../x' does not match"),
+    "seq_len 1": ("figures: {tiny: {seq_len: 1}}",
+                  "config/bad.yaml: key 'figures.tiny.seq_len': seq_len 1 for model 'tiny_moe' "
+                  "(variant tp1_sp0_ep1_cp2): seq_len=1 not divisible by cp*tp(sp)"),
+    "seq_len 255": ("figures: {tiny_scaling: {seq_len: 255}}",
+                    "config/bad.yaml: key 'figures.tiny_scaling.seq_len': seq_len 255 for model "
+                    "'tiny_gpt'"),
 }
 
 
@@ -74,3 +106,17 @@ def test_shell_syntax_in_a_target_matches_no_rule(workdir):
     assert r.returncode != 0
     out = r.stdout + r.stderr
     assert "MissingRuleException" in out and "INJECTED\n" not in out.replace("INJECTED;", ""), out
+
+
+@pytest.mark.parametrize("target", [
+    "results/plans/manual/tiny_gpt/tiny_cluster/4/mbs0.json",
+    "results/plans/manual/tiny_gpt/tiny_cluster/4/mbs1_gb0.json",
+    "results/evaluations/manual/tiny_gpt/tiny_cluster/4/mbs1_seq0.json",
+    "results/plans/manual/tiny_gpt/tiny_cluster/4/mbs01.json",
+    "results/graphs/tiny_gpt/mbs0.json",
+])
+def test_zero_batch_targets_match_no_rule(workdir, target):
+    """mbs 0, global batch 0, sequence length 0 (or a leading zero): no rule makes them, so the
+    error comes before any job instead of a recorded crash."""
+    r = _dry_run(workdir, target, "--configfile", "config/tiny.yaml")
+    assert r.returncode != 0 and "MissingRuleException" in r.stdout + r.stderr, r.stderr

@@ -107,4 +107,6 @@ class CostTable:
     def write(self, path: str | Path) -> None:
         d = self.to_dict()
         validate(d, "cost_table", str(path))
-        Path(path).write_text(json.dumps(d, indent=1, sort_keys=True) + "\n")
+        from nest.atomic_io import write_text_atomic
+
+        write_text_atomic(path, json.dumps(d, indent=1, sort_keys=True) + "\n")

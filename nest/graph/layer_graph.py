@@ -172,7 +172,9 @@ class LayerGraph:
     def write(self, path: str | Path) -> None:
         d = self.to_dict()
         validate(d, "layer_graph", str(path))
-        Path(path).write_text(json.dumps(d, indent=1, sort_keys=True) + "\n")
+        from nest.atomic_io import write_text_atomic
+
+        write_text_atomic(path, json.dumps(d, indent=1, sort_keys=True) + "\n")
 
     @staticmethod
     def from_dict(d: dict, where: str = "<layer graph>") -> "LayerGraph":

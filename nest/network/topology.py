@@ -542,4 +542,6 @@ def write_cluster_yaml(path: str | Path, cluster: dict, comment: str = "") -> No
     if "sizes" in cluster:
         lines.append(f"sizes: {dump(cluster['sizes'])}")
     lines.append(f"source: {json.dumps(cluster['source'])}")
-    Path(path).write_text("\n".join(lines) + "\n")
+    from nest.atomic_io import write_text_atomic
+
+    write_text_atomic(path, "\n".join(lines) + "\n")

@@ -15,7 +15,7 @@ from nest.specs import config_dir, load_cluster, load_model
 # global batch differs from config/training.yaml's and "_seq{L}" when its sequence length differs
 # from the model's own, so figures with the same settings share their plans.
 Point = namedtuple("Point", "planner model cluster num_devices mbs batch")
-BATCH_RE = r"mbs(\d+)(?:_gb(\d+))?(?:_seq(\d+))?"
+BATCH_RE = r"mbs([1-9]\d*)(?:_gb([1-9]\d*))?(?:_seq([1-9]\d*))?"  # 0 or 01: no rule
 
 
 # ---- code version: a param of every rule that runs library code ---------------------------------
@@ -115,7 +115,7 @@ wildcard_constraints:
     figure=_alternatives(config["figures"]),
     num_devices=r"[1-9]\d*",
     batch=BATCH_RE,
-    shape=r"mbs\d+(?:_seq\d+)?",
+    shape=r"mbs[1-9]\d*(?:_seq[1-9]\d*)?",
     planner=_alternatives(planner_names()),
     model=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     cluster=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
@@ -129,8 +129,11 @@ EXPERIMENTS = {}
 
 
 def figure_outputs(fig):
+    """A figure's files, its results CSV included: Snakemake treats a missing file that is only
+    an input as a deletable intermediate and would not remake it (after a failed job removed it,
+    a rerun reported "Nothing to be done" with the CSV missing)."""
     return [f"figures/{fig}.{ext}" for ext in ("png", "pdf")] + [
-        f"results/{fig}_summary.md", f"results/{fig}_table.csv"]
+        f"results/{fig}.csv", f"results/{fig}_summary.md", f"results/{fig}_table.csv"]
 
 
 def figure_targets():

@@ -10,7 +10,7 @@ import yaml
 
 from nest.errors import SpecError
 from nest.planners import planner_names
-from nest.specs import catalog_names, config_dir, load_cluster
+from nest.specs import catalog_names, config_dir, load_cluster, load_model
 
 
 def config_key_source(keys):
@@ -50,6 +50,8 @@ def check_config_schema(schema_path):
                     key=lambda e: list(e.absolute_path))
     if errors:
         e = errors[0]
+        while e.context:  # a oneOf (a list or "all"): the deepest branch error says what is wrong
+            e = max(e.context, key=lambda c: (len(c.absolute_path), c.validator != "const"))
         config_error(list(e.absolute_path) or ["<top level>"], e.message)
 
 
@@ -79,11 +81,52 @@ def _fits(cluster, n, keys):
         config_error(keys, f"{n} devices on cluster '{cluster}': {reason}")
 
 
+def _seq_len_fits(model, seq_len, keys):
+    """The figure's sequence length splits as every parallel variant of the model needs (the
+    layer graph's own check, nest.graph.torch_models._check, over closed_form.variants_of)."""
+    from nest.graph.closed_form import variants_of
+    from nest.graph.torch_models import _check
+
+    m = load_model(model, seq_len=seq_len)
+    for v in variants_of(m):
+        try:
+            _check(m, v, 1)
+        except ValueError as e:
+            config_error(keys, f"seq_len {seq_len} for model '{model}' (variant {v.key}): "
+                         f"{str(e).split(': ', 1)[-1]}")
+
+
+def check_outputs():
+    """Every file the run asks for has exactly one rule that makes it (two names never map to
+    the same file, e.g. figure 'g' and 'g_table' both make results/g_table.csv; a figure named
+    like a table collides with that table's rule), and stays inside the working directory."""
+    cwd = Path.cwd().resolve()
+    for fig in config["figures"]:
+        for path in figure_outputs(fig):
+            if not (cwd / path).resolve().is_relative_to(cwd):
+                config_error(["figures", fig], f"its output {path} leaves the working directory")
+            makers = [r.name for r in workflow.rules if r.is_producer(path)]
+            if len(makers) > 1:
+                others = [g for g in config["figures"] if g != fig and path in figure_outputs(g)]
+                rules = [m for m in makers if m not in FIGURE_RULES] or makers
+                what = f"figure '{others[0]}'" if others else f"rule {', '.join(rules)}"
+                config_error(["figures", fig], f"its output {path} would also be written by "
+                             f"{what}; rename one of them")
+
+
+FIGURE_RULES = ("collect_results", "plot_figure", "summarize_figure")
+
+
 def check_config():
     """Every name the config uses exists (models, clusters, planners, figures) and every device
     count fits its cluster, so a dry run catches what would otherwise fail inside a job."""
+    check_outputs()
     for fig, f in config["figures"].items():
         k = ["figures", fig]
+        if f.get("seq_len") is not None:
+            for i, m in enumerate(f["models"]):
+                _known("models", m, [*k, "models", i])
+                _seq_len_fits(m, f["seq_len"], [*k, "seq_len"])
         for i, m in enumerate(f["models"]):
             _known("models", m, [*k, "models", i])
         for i, c in enumerate(f["clusters"]):

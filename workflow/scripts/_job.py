@@ -174,10 +174,27 @@ def run_point(planner: str, problem, model: str, cluster: str) -> tuple[dict, di
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
-    """Write atomically (temp file + rename): a killed job never leaves half a file."""
-    tmp = Path(f"{path}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Write atomically (nest.atomic_io): a killed job never leaves half a file or a temporary."""
+    from nest.atomic_io import write_text_atomic
+
+    write_text_atomic(path, text)
+
+
+def read_points(evaluations, plans) -> list[tuple[dict, dict]]:
+    """(evaluation, plan) of every point, verified (nest.results.read_point). A corrupt or
+    foreign file fails the job with one line naming it, and is moved aside (<name>.corrupt) so
+    the next run of the same command recomputes that point and nothing else."""
+    from nest.results import CorruptIntermediate, quarantine, read_point
+
+    try:
+        return [read_point(e, p) for e, p in zip(evaluations, plans)]
+    except CorruptIntermediate as e:
+        aside = quarantine(e.path)
+        line = (f"error: {' '.join(str(e).split())[:400]}; moved aside to {aside}: the next run "
+                f"recomputes it")
+        print(line)
+        print(line, file=sys.__stderr__)
+        sys.exit(1)
 
 
 def write_json(d: dict, path: str | os.PathLike) -> None:

@@ -1,6 +1,4 @@
 """Snakemake adapter: model YAML -> layer graph JSON (at the file name's mbs and seq_len)."""
-import os
-
 from _job import model_at, start
 
 from nest.graph import build_graph
@@ -11,8 +9,6 @@ start(sm)
 s = sm.params.settings
 source = load_training(sm.input.training).graph_source
 graph = build_graph(model_at(sm.input.model, s["seq_len"]), s["mbs"], source)
-tmp = f"{sm.output[0]}.tmp{os.getpid()}.json"
-graph.write(tmp)
-os.replace(tmp, sm.output[0])
+graph.write(sm.output[0])  # atomic (nest.atomic_io)
 print(f"{graph.model}: {graph.num_layers} layers, {len(graph.variants)} variants ({source}), "
       f"seq_len {graph.seq_len}")

@@ -1,8 +1,7 @@
 """Snakemake adapter: the network co-design sweep -> results/codesign.csv, .md and figure
 (nest.ablation.codesign_sweep; points cached under results/codesign/, so a rerun resumes)."""
-from pathlib import Path
 
-from _job import start
+from _job import start, write_text
 
 from nest.ablation import codesign_markdown, codesign_sweep, digest, plot_codesign, write_csv
 from nest.graph.layer_graph import LayerGraph
@@ -17,6 +16,6 @@ df = codesign_sweep(cfg["model"], cfg["cluster"], cfg["num_devices"],
                     inputs_digest=digest(inputs, cfg), graph=LayerGraph.read(sm.input.graph),
                     planner=planner, flat_planner=flat, log=lambda s: print(s, flush=True))
 write_csv(df, sm.output.csv)
-Path(sm.output.md).write_text(codesign_markdown(df))
+write_text(sm.output.md, codesign_markdown(df))
 plot_codesign(df, sm.output.png, sm.output.pdf)
 print(df.to_string())

@@ -1,10 +1,10 @@
 """Snakemake adapter: evaluations + plans of a figure -> results CSV."""
-from _job import start
+from _job import read_points, start
 
-from nest.results import collect, write_csv
+from nest.results import collect_records, write_csv
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)
-df = collect(list(zip(sm.input.evaluations, sm.input.plans)))
+df = collect_records(read_points(sm.input.evaluations, sm.input.plans))
 write_csv(df, sm.output[0])
 print(df.to_string())

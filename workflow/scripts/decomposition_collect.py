@@ -3,14 +3,13 @@ results/decomposition.csv."""
 import json
 from pathlib import Path
 
-from _job import start
+from _job import read_points, start
 
 from nest.results import collect_records, write_csv
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)
-records = [(json.loads(Path(e).read_text()), json.loads(Path(p).read_text()))
-           for e, p in zip(sm.input.evaluations, sm.input.plans)]
+records = read_points(sm.input.evaluations, sm.input.plans)
 for f in sm.input.points:
     records += [(r["evaluation"], r["plan"]) for r in json.loads(Path(f).read_text())["rows"]]
 df = collect_records(records)

@@ -1,7 +1,6 @@
 """Snakemake adapter: results/decomposition.csv -> table CSV, Markdown and figure (nest.ablation)."""
-from pathlib import Path
 
-from _job import start
+from _job import start, write_text
 
 from nest.ablation import (decomposition_markdown, decomposition_table, plot_decomposition,
                            write_csv)
@@ -12,6 +11,6 @@ start(sm)
 df = read_csv(sm.input[0])
 table = decomposition_table(df, sm.params.reference, list(sm.params.planners))
 write_csv(table, sm.output.table)
-Path(sm.output.md).write_text(decomposition_markdown(table, sm.params.reference))
+write_text(sm.output.md, decomposition_markdown(table, sm.params.reference))
 plot_decomposition(df, table, sm.output.png, sm.output.pdf, sm.params.reference)
 print(table.to_string())

@@ -1,5 +1,5 @@
 """Snakemake adapter: Table 4 (NEST vs Mist search time, each solve alone)."""
-from _job import start
+from _job import start, write_text
 
 from nest.search_time import markdown, measure, table
 
@@ -12,5 +12,5 @@ for model in cfg["models"]:
         rows.append(measure(model, cfg["cluster"], int(cfg["num_devices"]), planner))
         print(rows[-1], flush=True)
 df = table(rows, sm.input.claims)
-df.to_csv(sm.output.csv, index=False, float_format="%.6g", lineterminator="\n")
-open(sm.output.md, "w").write(markdown(df))
+write_text(sm.output.csv, df.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
+write_text(sm.output.md, markdown(df))

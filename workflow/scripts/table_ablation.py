@@ -1,7 +1,7 @@
 """Snakemake adapter: Table 7 point JSONs -> Table 7 (CSV + Markdown)."""
 from pathlib import Path
 
-from _job import start
+from _job import start, write_text
 
 from nest.tables import read_json, table7, table7_markdown, write_csv
 
@@ -9,5 +9,5 @@ sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)
 df = table7([read_json(p) for p in sm.input.points])
 write_csv(df, sm.output.csv)
-Path(sm.output.md).write_text(table7_markdown(df))
+write_text(sm.output.md, table7_markdown(df))
 print(Path(sm.output.md).read_text())

@@ -1,7 +1,7 @@
 """Snakemake adapter: measured blocks (profiles/) x memory model -> Table 6 (CSV + Markdown)."""
 from pathlib import Path
 
-from _job import start
+from _job import start, write_text
 
 from nest.graph.layer_graph import LayerGraph
 from nest.problem import make_problem
@@ -17,5 +17,5 @@ for path in sm.input.graphs:
     problems[model] = make_problem(model, cfg["cluster"], 8, g.mbs, graph=g)
 df = memory_table(cfg["hardware"], sm.input.blocks, problems)
 write_csv(df, sm.output.csv)
-Path(sm.output.md).write_text(table6_markdown(df, hardware=cfg["hardware"]))
+write_text(sm.output.md, table6_markdown(df, hardware=cfg["hardware"]))
 print(Path(sm.output.md).read_text())
