@@ -319,7 +319,7 @@ def validate_network(net, where: str) -> None:
     (so an error names the key, not 'valid under none of the schemas'); numbers finite."""
     import jsonschema
 
-    from nest.specs import _error_path, load_schema
+    from nest.inputs import _error_path, load_schema
 
     key = f"{where}: key 'network"
     if not isinstance(net, dict):
