@@ -9,16 +9,16 @@ from pathlib import Path
 
 from nest.errors import SpecError, debug_enabled, one_line, short
 
-EXIT_ERROR = 1  # bad input: the message names the file / key
-EXIT_USAGE = 2  # bad command line (argparse)
+EXIT_ERROR = 2  # bad input (a file or a flag's value): the message names the file / key
+EXIT_USAGE = 2  # bad command line (argparse): bad input too, the same code
 EXIT_INFEASIBLE = 3  # a valid plan that does not fit, or no plan found: a result, non-zero
 EXIT_CRASH = 4  # a planner crashed or an internal error (a bug: please report it)
 EXIT_INTERRUPTED = 130  # Ctrl-C / SIGINT (128 + 2, the shell convention)
 
 EPILOG = """exit codes:
   0    success
-  1    bad input: one line naming the file, the key, the value and what was expected
-  2    bad command line (unknown option, a value of the wrong type)
+  2    bad input: one line naming the file (or option), the key, the value and what was
+       expected; also a bad command line (unknown option, a value of the wrong type)
   3    infeasible: the plan does not fit, or the planner found no plan (the reason is printed)
   4    a planner crashed or an internal error (set NEST_DEBUG=1 for the traceback)
   130  interrupted (Ctrl-C); outputs are written atomically, so none is left half-written"""

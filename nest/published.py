@@ -478,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = load_runs(a.table)
     except SpecError as e:
         print(f"error: {e}", flush=True)
-        return 1
+        return 2  # bad input (nest.cli.EXIT_ERROR)
     if a.only:
         rows = [r for r in rows if r["id"] in a.only]
     results = run(rows)

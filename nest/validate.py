@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         report = validate(a.hardware, a.blocks)
     except SpecError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        return 2  # bad input (nest.cli.EXIT_ERROR)
     md = render(report)
     print(md, end="")
     out = a.out or str(Path(report["blocks_path"]).with_name("validation.md"))

@@ -49,10 +49,10 @@ def test_bad_inputs_give_one_line(tmp_path):
     ]
     for args, msg in cases:
         r = nest(*args)
-        assert r.returncode == 1 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr
     (tmp_path / "p.json").write_text('{"schema": "nest.plan/v1", "planer": "x"}')
     r = nest("evaluate", str(tmp_path / "p.json"))
-    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr
     assert str(tmp_path / "p.json") in r.stderr
 
 
@@ -63,7 +63,7 @@ def test_too_many_devices_in_plan(tmp_path):
     plan["num_devices"] = 64
     (tmp_path / "p.json").write_text(json.dumps(plan))
     r = nest("evaluate", str(tmp_path / "p.json"))
-    assert r.returncode == 1 and "at most 16 devices" in r.stderr, r.stderr
+    assert r.returncode == 2 and "at most 16 devices" in r.stderr, r.stderr
 
 
 def test_catalog_listings():
@@ -90,5 +90,5 @@ def test_evaluate_a_compact_hand_written_plan(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(ex.read_text().replace("recompute: selective", "recompute: some"))
     r = nest("evaluate", str(bad))
-    assert r.returncode == 1 and "bad.yaml: key 'recompute'" in r.stderr
+    assert r.returncode == 2 and "bad.yaml: key 'recompute'" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1

@@ -152,11 +152,11 @@ def test_compare_default_lineup_leaves_out_not_applicable(capsys):
 
 def test_compare_bad_inputs_before_any_solve(capsys, tmp_path):
     rc, _, err = run(capsys, "compare", *TINY, "--planners", "nest,magic")
-    assert rc == 1 and "unknown planner 'magic'" in err and len(err.strip().splitlines()) == 1
+    assert rc == 2 and "unknown planner 'magic'" in err and len(err.strip().splitlines()) == 1
     rc, _, err = run(capsys, "compare", *TINY, "-o", str(tmp_path / "no" / "c.csv"))
-    assert rc == 1 and "does not exist" in err
+    assert rc == 2 and "does not exist" in err
     rc, _, err = run(capsys, "compare", *TINY, "--planners", " , ")
-    assert rc == 1 and "--planners" in err
+    assert rc == 2 and "--planners" in err
 
 
 def test_placement_and_memory_pictures(capsys, tmp_path, plan8):
@@ -173,7 +173,7 @@ def test_placement_and_memory_pictures(capsys, tmp_path, plan8):
     assert rc == 0 and (tmp_path / "p.png").stat().st_size > 0
     for opt in ("--placement-picture", "--memory-picture"):  # checked before any work
         rc, out, err = run(capsys, "evaluate", str(plan8), opt, str(tmp_path / "x.jpg"))
-        assert rc == 1 and opt in err and out == ""
+        assert rc == 2 and opt in err and out == ""
 
 
 def test_memory_rows_sum_to_peak(plan8):

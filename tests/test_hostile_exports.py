@@ -2,7 +2,7 @@
 carry no command the export did not intend.
 
 A hostile string goes into one field (the plan's planner, a model or cluster path, a compact
-spec's fields, an argument of the launch script). Either the export refuses it (exit 1, one line,
+spec's fields, an argument of the launch script). Either the export refuses it (exit 2, one line,
 nothing written) or every file is printable ASCII, `bash -n` accepts both scripts, every
 command line of launch.sh is one of the few the exporter writes, and RUNNING launch.sh with a
 stub torchrun executes exactly one torchrun whose arguments are the export's own (and creates
