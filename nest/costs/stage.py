@@ -30,6 +30,7 @@ from nest.costs.groups import GroupTerms, group_terms
 from nest.costs.layers import LayerTable
 from nest.costs.memory import (optimizer_step_for, peak, state_bytes, with_overheads,
                                working_bytes)
+from nest.costs.pipeline import held_bytes
 from nest.network.collectives import lines_time, pairs, send_time, worst
 from nest.schedule import dp_sync_exposed_s
 
@@ -180,7 +181,7 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
     t = base_R[..., None, :] + per_mb_Z[..., None] + np.asarray(send)[..., None, None]
     u = sync_Z + tied
     stash = np.asarray(stash, dtype=float)
-    mem = peak(fixed_ZR + (stash[..., None] * act_R)[..., None, :], hw)
+    mem = peak(held_bytes(fixed_ZR, stash[..., None, None], act_R[..., None, :]), hw)
     out = StageCost(t, u, mem)
     if ov is not None:
         out.tail, out.drain = overlap_terms(problem, ov, base_R, per_mb_Z, send_bwd, tied)

@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 
+from nest.costs.pipeline import dapple
 from nest.solver.dp import bottleneck
 
 INF = float("inf")
@@ -77,12 +78,12 @@ def best_for_cap(t, u, ok, m: int, u_cap: float, bound: float = INF):
     taus = np.unique(t[admissible & (t >= X)])
     best, best_stages = bound, None
     for tau in taus:
-        if (m - 1) * tau + s_lb >= best:
+        if dapple(s_lb, tau, m) >= best:
             break
         S, stages = min_sum(t, u, ok, float(tau), u_cap)
         if stages is None:
             continue
-        value = S + (m - 1) * max(_stage_values(t, stages))
+        value = dapple(S, max(_stage_values(t, stages)), m)
         if value < best:
             best, best_stages = value, stages
     return (best, best_stages) if best_stages is not None else (INF, None)
