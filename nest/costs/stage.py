@@ -81,6 +81,17 @@ def zero_schedule(z: int, coll) -> tuple[dict, dict]:
     return per_mb, sync
 
 
+def zero_costs(z: int, coll, training, fwd_s=None, num_params=None) -> tuple[dict, dict]:
+    """`zero_schedule` under the training settings: with param_gather_overlap the weights'
+    all-gather after the step becomes its part the next forward (fwd_s) cannot hide
+    (`gather_exposed`, in the stage's buckets of num_params)."""
+    pm, sy = zero_schedule(z, coll)
+    if training.param_gather_overlap and "all_gather" in sy:
+        sy["all_gather_exposed"] = gather_exposed(sy.pop("all_gather"), fwd_s,
+                                                  buckets(num_params, training))
+    return pm, sy
+
+
 def buckets(num_params, training):
     """Gradient / parameter buckets of a stage: ceil(parameters / dp_bucket_params), at least 1
     (Megatron-LM's DDP buckets; the evaluator's and the stage kernel's one count)."""
@@ -236,10 +247,7 @@ def _terms(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options, cell)
     if tr.param_gather_overlap or tr.dp_overlap != "none":
         fwd = forward_s(lt, gt, a, b)
     for z in opts.zero_stages:
-        pm, sy = parts[z] = zero_schedule(z, coll)
-        if tr.param_gather_overlap and "all_gather" in sy:
-            sy["all_gather_exposed"] = gather_exposed(sy.pop("all_gather"), fwd,
-                                                      buckets(pd + pe, tr))
+        pm, sy = parts[z] = zero_costs(z, coll, tr, fwd, pd + pe)
         per_mb_Z.append(sum(pm.values(), zero))
         sync_Z.append(sum(sy.values(), zero)
                       + optimizer_step_for(pd, pe, d, v.ep, v.cp, z, tr, hw))
