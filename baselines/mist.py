@@ -5,8 +5,8 @@ Memory-Parallelism Co-Optimization" (EuroSys '25), its imbalance-aware hierarchi
   * outer search (brute force, as Mist's): sub-graph variant, pipeline stages p, data-parallel
     degree d, hence m = ceil(global_batch / (mbs * d * ep)) micro-batches;
   * intra-stage tuning: for every stage position j and layer count n, the memory knobs (ZeRO stage,
-    recomputation) that fit in HBM at that position (activations of min(p - j, m) micro-batches
-    stashed, 1F1B), reduced to their Pareto frontier in (steady-state time t, after-flush time u):
+    recomputation) that fit in HBM at that position (its stash of activations,
+    nest.costs.pipeline.stash), reduced to their Pareto frontier in (steady-state time t, after-flush time u):
     Mist's "Pareto frontier sampling" between its two levels, with u playing Mist's
     first/last-micro-batch imbalance term;
   * inter-stage tuning, the MILP: binaries x[j, k] pick one candidate k = (n, z, r) per stage,

@@ -10,10 +10,10 @@ communication costs") and section 5.3 (its plans on the oversubscribed spine-lea
 
 Phaze's recurrence. For a fixed template width t, a data-parallel degree d and a pipeline of p
 stages over contiguous layer ranges, Phaze minimises
-    T = (m + p - 1) * max_j load_j + (data-parallel resync),   m = ceil(micro-batches / d),
+    T = the paper's 1F1B form over max_j load_j + (data-parallel resync),  m = ceil(mb / d),
 where load_j (forward + backward [+ recomputed forward] + boundary transfers of stage j) and every
 collective are priced with ONE bandwidth, and a stage is admitted only if its weights, optimizer
-state and min(p - j, m) stashed micro-batches fit in HBM. The inner part is the bottleneck DP
+state and its stash (nest.costs.pipeline.stash) fit in HBM. The inner part is the bottleneck DP
     f[j, b] = min_{a <= b} max(f[j-1, a-1], load_j(a..b))
 which is exactly nest.solver.dp.bottleneck (NEST's solver wraps it in an epsilon-constraint loop
 that makes the "+ tail" term exact, and a branch and bound over (t, d, p)); with stage devices fixed by (t, d, p) Phaze's device

@@ -10,17 +10,16 @@ stages and replicas on the hierarchy (the space's placements: replica-major, sta
 order, or every order a launcher can express, nest.placement). Every cost is the stage kernel's
 (nest.costs.stage) on the whole grid of cuts, through nest.solver.arrays.
 
-Objective: exactly the shared evaluator's time per batch,
-    T = (m + p - 1) * max_j t_j + max_j u_j,
+Objective: exactly the shared evaluator's time per batch (nest.costs.pipeline.objective_s),
+    T = C * max_j t_j + max_j u_j      (the paper's form, C = bottleneck_weight),
 t_j the stage's time per micro-batch, u_j its gradient sync + optimizer step: the evaluator under
 the default training settings (pipeline_time: paper, dp_overlap: none). With pipeline_time: dapple
-the objective is sum_j t_j + (m - 1) max_j t_j + max_j u_j, the evaluator's tight form, solved
-exactly per candidate by nest.solver.tight (the compute-only and memory-aware bounds scaled by
-m / (m + p - 1), the joint bound taken with m in place of m + p - 1: both lower bounds of that
-form, which is at least m max t + max u). u_j holds whatever the stage kernel leaves after the
+the objective is DAPPLE's form plus max_j u_j, solved exactly per candidate by nest.solver.tight
+(the compute-only and memory-aware bounds scaled by m / C, the joint bound taken with m in place
+of C: both lower bounds of that form, which is at least m max t + max u). u_j holds whatever the stage kernel leaves after the
 flush, so tp_comm_overlap (inside t_j) and param_gather_overlap (the exposed part of the weights'
 all-gather, inside u_j) are optimised exactly too. With dp_overlap: stage | bucketed and the
-paper's form the objective is (m + p - 1) max t + max(0, max_j (e_j - D_j)), each stage's sync
+paper's form the objective is C max t + max(0, max_j (e_j - D_j)), each stage's sync
 credited with the drain of the stages before it, solved exactly by nest.solver.overlap. Under the
 other settings (pipeline_time critical_path / simulated; dapple with an overlapped sync) the
 evaluator prices a plan at most the objective optimised (the paper's or DAPPLE's form with the

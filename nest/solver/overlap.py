@@ -1,5 +1,5 @@
 """The paper's objective with an overlapped gradient sync, optimised exactly:
-(m + p - 1) max_j t_j + max(0, max_j (e_j - D_j)),  D_j = sum_{k<j} r_k.
+C max_j t_j + max(0, max_j (e_j - D_j)),  D_j = sum_{k<j} r_k  (nest.costs.pipeline.objective_s).
 
 With training setting dp_overlap: stage | bucketed the evaluator lets stage j's gradient sync
 start after its own last backward (in buckets under it, for "bucketed") while the backward of the

@@ -1,8 +1,8 @@
-"""The tight pipeline objective, optimised exactly: sum_j t_j + (m - 1) max_j t_j + max_j u_j.
+"""The tight pipeline objective, optimised exactly: DAPPLE's form + max_j u_j (nest.costs.pipeline).
 
-The paper's form (m + p - 1) max_j t_j charges every stage the slowest stage's time during fill
-and drain; for unequal stages it is up to 17.5% above the simulated 1F1B schedule. The DAPPLE form
-(Fan et al. 2021, section 3.2; nest.schedule.time_1f1b_s form "dapple") charges fill and drain
+The paper's form charges every stage the slowest stage's time during fill and drain; for unequal
+stages it is up to 17.5% above the simulated 1F1B schedule. The DAPPLE form (Fan et al. 2021,
+section 3.2; nest.costs.pipeline.dapple) charges fill and drain
 with each stage's own time: the critical path through the bottleneck stage, the path family's
 dominant member (nest.schedule) and equal to the paper's form for equal stages. Training setting
 `pipeline_time: dapple` prices plans so (nest.evaluate) and the solver optimises it exactly here.
