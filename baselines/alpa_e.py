@@ -67,6 +67,9 @@ Deliberate deviations from Alpa:
   brute force.
 * Alpa's DP ignores cross-mesh (pipeline) communication; so do we (the evaluator charges it). It
   also ignores Megatron's tied-embedding all-reduce.
+* Alpa's objective (Eq. 2, nest.costs.pipeline.alpa_objective) is part of what Alpa is: it is
+  optimised whatever the training settings' pipeline_time and dp_overlap say (the evaluator
+  scores the plan under them).
 * One logical mesh per submesh (tp innermost, as the contract orders ranks); Alpa also tries
   other logical shapes, which are never cheaper for our variants. Alpa's configs have no
   selective recomputation and no ZeRO-2 (they can be added through the settings).
@@ -92,6 +95,7 @@ from dataclasses import dataclass, replace
 from baselines.alpa_e_ilp import (mesh_view, range_tables, sharding_of, sharding_table,
                                   solve_ilp, stage_cost, submesh_sizes)
 from nest.costs.memory import peak
+from nest.costs.pipeline import alpa_objective, dapple, held_bytes, stash
 from nest.evaluate import Problem, evaluate
 from nest.plan import Plan
 from nest.planners import NoPlan, merged_settings
@@ -136,8 +140,9 @@ def stage_times(rt, problem: Problem, B: int, smax: int):
     the fastest config whose memory with min(s, B) stashed micro-batches fits (evaluator formula:
     alloc * (1 + fragmentation) + framework overhead <= HBM)."""
     hw = problem.cluster.hardware
-    stash = np.minimum(np.arange(1, smax + 1), B).astype(float)
-    alloc = rt.fixed_OKI[..., None] + stash * rt.act_OKI[..., None]
+    # a stage with s stages from it to the end sits at position p - s of p (nest.costs.pipeline)
+    num_stashed = np.array([stash(s, 0, B) for s in range(1, smax + 1)], dtype=float)
+    alloc = held_bytes(rt.fixed_OKI[..., None], num_stashed, rt.act_OKI[..., None])
     with np.errstate(invalid="ignore"):
         fits = peak(alloc, hw) <= hw.hbm_bytes
     t = np.where(fits, rt.time_OKI[..., None], np.inf)
@@ -216,11 +221,11 @@ def inter_op_dp(T_XKIS, units, U, B, rel_gap=0.0, budget: Budget | None = None,
             budget.spend()
         last = c
         F, _, _ = _dp(T_XKIS, units, U, c, np.add)
-        if F + (B - 1) * c < best:
-            best, best_c = F + (B - 1) * c, c
+        if dapple(F, c, B) < best:  # Alpa's Eq. 2 (nest.costs.pipeline.alpa_objective)
+            best, best_c = dapple(F, c, B), c
     F, _, stages = _dp(T_XKIS, units, U, best_c, np.add, backtrack=True)
     t_max = max(T_XKIS[x, k, i, s - 1] for k, i, x, s in stages)
-    return float(F + (B - 1) * t_max), float(t_max), stages
+    return float(dapple(F, t_max, B)), float(t_max), stages
 
 
 def brute_force_inter_op(T_XKIS, units, U, B):
@@ -235,7 +240,7 @@ def brute_force_inter_op(T_XKIS, units, U, B):
                     continue
                 t = [T_XKIS[x, b[j], b[j + 1] - 1, p - j - 1] for j, x in enumerate(xs)]
                 if all(map(math.isfinite, t)):
-                    best = min(best, sum(t) + (B - 1) * max(t))
+                    best = min(best, alpa_objective(t, B))
     return best
 
 
@@ -313,7 +318,7 @@ class Result:
             vs_out.append(vs[b])
             ts.append(stage_cost(tab, o, k, i, [b] * (i - k + 1), tiebreak)[1])
             ties += 1
-        T = sum(ts) + (self.B - 1) * max(ts) if ties else self.T
+        T = alpa_objective(ts, self.B) if ties else self.T
         return Uniform(vs_out, T, ties)
 
     def describe(self, variants=None) -> str:

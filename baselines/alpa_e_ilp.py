@@ -21,8 +21,14 @@ other change an all-gather over the x devices of a replica.
 
 The latency of the chosen sharding (what Alpa's profiler measures, our estimate here): compute +
 its collectives + resharding + the stage's bucketed ZeRO collectives + (gradient sync + optimizer
-step) / B, with exactly the evaluator's formulas on the 2-D mesh. Memory is not an ILP constraint:
-it is checked after the sharding is chosen ("post hoc"), with the evaluator's formula.
+step) / B. Every per-layer term is the shared stage kernel's on the 2-D mesh (`sharding_table`:
+nest.costs.layers.layer_table for compute, recomputation, activations, working sets, parameters
+and the tied embedding; nest.costs.groups.group_terms for the option's collectives, with
+tp_comm_overlap and full recomputation's re-run forward collectives; its data-parallel lines and
+nest.costs.stage.zero_costs for ZeRO and the sync, with param_gather_overlap; nest.costs.memory
+for states with FP8 weight caches and ZeRO-3's gathered layer), so a setting that changes the
+kernel changes Alpa-E's prices with no code here. Memory is not an ILP constraint: it is checked
+after the sharding is chosen ("post hoc"), with the evaluator's formula.
 
 Array legend: L layers, V sharding options, O knob configs (ZeRO stage x recomputation), K first
 layer and I last layer of a stage range.
@@ -37,14 +43,14 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from nest.costs.memory import (gathered_bytes, optimizer_step_for, state_bytes,
-                               tied_embedding_params)
-from nest.costs.groups import inner_groups
-from nest.costs.stage import bytes_per_param, zero_schedule
-from nest.network.collectives import worst
+from nest.costs.groups import SYNC_KINDS, group_terms
+from nest.costs.layers import layer_table, range_max, range_sum
+from nest.costs.memory import optimizer_step_for, state_bytes, working_bytes
+from nest.costs.stage import bytes_per_param, zero_costs, zero_schedule
+from nest.network.collectives import lines_time
 from nest.problem import Problem
 from nest.graph.layer_graph import Variant
-from nest.network.collectives import coefficients, collective_time, distinct
+from nest.network.collectives import collective_time
 from nest.specs import ClusterSpec, NetworkLevel
 
 
@@ -144,7 +150,9 @@ def brute_force_ilp(node_NV, edge_EVV) -> tuple[float, list[int]]:
 
 @dataclass
 class ShardingTable:
-    """Per-layer costs on a submesh of S = D * x devices, B micro-batches (legend above)."""
+    """Per-layer costs on a submesh of S = D * x devices, B micro-batches (legend above), each
+    the shared stage kernel's per-layer term of the option's variant on the submesh
+    (nest.costs.layers.layer_table, nest.costs.groups.group_terms on Alpa's mesh view)."""
 
     D: int
     x: int
@@ -154,6 +162,7 @@ class ShardingTable:
     comm_LVO: np.ndarray  # the ILP's node costs: communication per micro-batch
     coll_LVO: np.ndarray  # the option's own collectives (tp / ep / cp), seconds
     comp_LVO: np.ndarray  # compute: fwd + bwd + recomputed fwd + optimizer step / B
+    fwd_LVO: np.ndarray  # the forward part of compute + collectives (param_gather_overlap)
     dense_LV: np.ndarray  # parameters per device, replicated over the D * cp dense group
     expert_LV: np.ndarray  # expert parameters per device
     states_LVO: np.ndarray  # weights + gradients + optimizer states held, bytes
@@ -164,23 +173,9 @@ class ShardingTable:
     tied_V: np.ndarray  # the LM head's copy of a tied embedding (dense params per device)
     tied_states_VO: np.ndarray  # its states, saved when one stage holds embedding and head
     tied_step_VO: np.ndarray  # and its optimizer step / B
-    lines: list  # per option: {(kind, "dense"|"expert"): [(alpha, beta) lines per group]}
-    bytes_per_param: tuple[float, float] = (2.0, 4.0)  # (weights, gradients)
-
-
-def _lines(mesh: ClusterSpec, kind: str, groups) -> list:
-    if len(groups[0]) <= 1:
-        return []
-    return [coefficients(mesh, kind, g) for g in distinct(mesh, groups)]
-
-
-def price(lines: list, nbytes):
-    """The evaluator's `worst`, vectorised over buffer sizes: slowest group, fastest algorithm."""
-    nbytes = np.asarray(nbytes, dtype=float)
-    out = np.zeros_like(nbytes)
-    for grp in lines:
-        out = np.maximum(out, np.min([a + b * nbytes for a, b in grp], axis=0))
-    return np.where(nbytes > 0, out, 0.0)
+    dp_lines: list  # per option: the kernel's data-parallel lines (GroupTerms.dp_lines)
+    training: object = None  # the training settings (bytes per parameter, overlaps)
+    hw: object = None  # the hardware (optimizer step)
 
 
 def slope(lines: list) -> float:
@@ -188,88 +183,94 @@ def slope(lines: list) -> float:
     return max((min(b for _, b in grp) for grp in lines), default=0.0)
 
 
-def bucket_time(tab: ShardingTable, vi: int, o: int, pd, pe):
+def bucket_time(tab: ShardingTable, vi: int, o: int, pd, pe, fwd=None):
     """ZeRO and gradient-synchronisation collectives of a stage's parameters held with option vi,
-    bucketed per stage as the evaluator (and XLA's all-reduce combiner) does: the per-micro-batch
-    ZeRO collectives plus the once-per-batch synchronisation amortised over B."""
+    bucketed per stage as the evaluator (and XLA's all-reduce combiner) does: the stage kernel's
+    per-micro-batch ZeRO collectives (nest.costs.stage.zero_costs, on its data-parallel lines)
+    plus the once-per-batch synchronisation amortised over B; fwd: the stage's forward (what
+    hides the weights' all-gather under param_gather_overlap)."""
     z = tab.knobs[o][0]
-    wb, gb = tab.bytes_per_param
-    ln = tab.lines[vi]
+    ln = tab.dp_lines[vi]
 
     def both(kind, which):
-        bpp = gb if which == "grad" else wb
-        return price(ln[(kind, "dense")], bpp * pd) + price(ln[(kind, "expert")], bpp * pe)
+        n = bytes_per_param(tab.training, which)
+        return lines_time(ln["dense"][kind], n * pd) + lines_time(ln["expert"][kind], n * pe)
 
-    per_mb, sync = zero_schedule(z, both)  # the stage kernel's ZeRO schedule
+    per_mb, sync = zero_costs(z, both, tab.training, fwd, pd + pe)
     return sum(per_mb.values(), 0.0) + sum(sync.values(), 0.0) / tab.B
+
+
+def mesh_problem(problem: Problem, mesh: ClusterSpec) -> Problem:
+    """The problem on Alpa's mesh view (its own layer tables and group terms)."""
+    return problem if mesh == problem.cluster else problem.with_cluster(mesh)
 
 
 def sharding_table(problem: Problem, mesh: ClusterSpec, D: int, x: int,
                    variants: list[Variant], knobs, B: int) -> ShardingTable:
-    g, tr, hw = problem.graph, problem.training, problem.cluster.hardware
+    pm = mesh_problem(problem, mesh)
+    g, tr, hw = pm.graph, pm.training, pm.cluster.hardware
     L, V, O = g.num_layers, len(variants), len(knobs)
-    wb, gb = tr.weight_bytes_per_param, tr.grad_bytes_per_param
+    modes = tuple(dict.fromkeys(r for _, r in knobs))
     ids = tuple(range(D * x))  # a submesh's costs on the 2-D mesh do not depend on where it sits
     shape = (L, V, O)
-    comm, coll, comp, states, act, work = (np.zeros(shape) for _ in range(6))
+    comm, coll, comp, fwd, states, act, work = (np.zeros(shape) for _ in range(7))
     dense, expert, params = np.zeros((L, V)), np.zeros((L, V)), np.zeros((L, V))
     tied, tied_states, tied_step = np.zeros(V), np.zeros((V, O)), np.zeros((V, O))
     all_lines = []
     for vi, v in enumerate(variants):
         d = D // v.ep
-        grp = inner_groups(ids, v.tp, v.cp, v.ep, d)
-        ln = {(kind, part): _lines(mesh, kind, grp["dp_" + part])
-              for kind in ("all_reduce", "reduce_scatter", "all_gather")
-              for part in ("dense", "expert")}
-        all_lines.append(ln)
+        lt = layer_table(pm, v, modes)
+        gt = group_terms(pm, lt, ids, d)
+        all_lines.append(gt.dp_lines)
+        slopes = {(kind, part): slope(gt.dp_lines[part][kind])
+                  for kind in SYNC_KINDS for part in ("dense", "expert")}
 
-        slopes = {key: slope(lines) for key, lines in ln.items()}
+        def per_byte(kind, which, sl=slopes, lt=lt):  # the ILP's share of a bucketed collective
+            return bytes_per_param(tr, which) * (sl[(kind, "dense")] * lt.dense_L
+                                                 + sl[(kind, "expert")] * lt.expert_L)
 
-        def per_byte(kind, which, c, sl=slopes):  # the ILP's share of a bucketed collective
-            return bytes_per_param(tr, which) * (sl[(kind, "dense")] * c.dense_params
-                                                 + sl[(kind, "expert")] * c.expert_params)
+        def step(pd, pe, z, d=d, v=v):
+            return optimizer_step_for(pd, pe, d, v.ep, v.cp, z, tr, hw)
 
-        tied[vi] = tied_embedding_params(problem.model, g, v.tp)
-        memo: dict[int, tuple] = {}
-        for li, la in enumerate(g.layers):
-            c = la.costs[v.key]
-            t = problem.costs.times(li, v.key)
-            if id(c) not in memo:
-                memo[id(c)] = (
-                    sum(worst(mesh, col.kind, grp[col.group], col.bytes) * col.count
-                        for col in c.collectives),
-                    sum(worst(mesh, col.kind, grp[col.group], col.bytes) * col.count
-                        for col in c.collectives if col.phase == "fwd"))
-            own, own_fwd = memo[id(c)]
-            dense[li, vi], expert[li, vi], params[li, vi] = c.dense_params, c.expert_params, c.params
-
-            def step(pd, pe, z, d=d, v=v) -> float:
-                return optimizer_step_for(pd, pe, d, v.ep, v.cp, z, tr, hw)
-
-            for oi, (z, r) in enumerate(knobs):
-                coll[li, vi, oi] = own + (own_fwd if r == "full" else 0.0)  # remat re-runs fwd
-                per_mb, sync = zero_schedule(z, lambda kind, which, c=c: per_byte(kind, which, c))
-                comm[li, vi, oi] = (coll[li, vi, oi] + sum(per_mb.values(), 0.0)
-                                    + sum(sync.values(), 0.0) / B)
-                comp[li, vi, oi] = (t.fwd_s + t.bwd_s + t.recompute_s[r]
-                                    + step(c.dense_params, c.expert_params, z) / B)
-                states[li, vi, oi] = sum(state_bytes(c.dense_params, c.expert_params, d, v.ep,
-                                                     v.cp, z, tr).values())
-                act[li, vi, oi] = c.act_bytes[r]
-                work[li, vi, oi] = c.act_bytes["none"] - c.act_bytes[r]
-                if li == 0:
-                    tied_states[vi, oi] = sum(state_bytes(tied[vi], 0.0, d, v.ep, v.cp, z,
-                                                          tr).values())
-                    tied_step[vi, oi] = step(tied[vi], 0.0, z) / B
+        fp8_L = np.diagonal(lt.fp8_LL)  # a layer's own FP8-GEMM parameters
+        dense[:, vi], expert[:, vi] = lt.dense_L, lt.expert_L
+        params[:, vi] = lt.dense_L + lt.expert_L
+        tied[vi] = lt.tied
+        for oi, (z, r) in enumerate(knobs):
+            ri = modes.index(r)
+            coll[:, vi, oi] = gt.layer_LR[:, ri]  # full recomputation re-runs the forward ones
+            per_mb, sync = zero_schedule(z, per_byte)
+            comm[:, vi, oi] = (coll[:, vi, oi] + sum(per_mb.values(), 0.0)
+                               + sum(sync.values(), 0.0) / B)
+            comp[:, vi, oi] = lt.comp_LR[:, ri] + step(lt.dense_L, lt.expert_L, z) / B
+            fwd[:, vi, oi] = lt.fwd_L + gt.fwd_L
+            states[:, vi, oi] = sum(state_bytes(lt.dense_L, lt.expert_L, d, v.ep, v.cp, z, tr,
+                                                fp8_L).values())
+            act[:, vi, oi] = lt.act_LR[:, ri]
+            work[:, vi, oi] = lt.work_LR[:, ri]
+            tied_states[vi, oi] = sum(state_bytes(lt.tied, 0.0, d, v.ep, v.cp, z, tr).values())
+            tied_step[vi, oi] = step(lt.tied, 0.0, z) / B
     resh = np.zeros((max(L - 1, 0), V, V))
     for li in range(L - 1):
         for a, u in enumerate(variants):
             full = g.layers[li].costs[u.key].output_bytes * u.tp  # the whole boundary activation
             for b, w in enumerate(variants):
                 resh[li, a, b] = resharding_time(mesh, u, w, full)
-    return ShardingTable(D, x, B, tuple(variants), tuple(knobs), comm, coll, comp, dense, expert,
-                         states, act, work, params, resh, tied, tied_states, tied_step, all_lines,
-                         (wb, gb))
+    return ShardingTable(D, x, B, tuple(variants), tuple(knobs), comm, coll, comp, fwd, dense,
+                         expert, states, act, work, params, resh, tied, tied_states, tied_step,
+                         all_lines, tr, hw)
+
+
+def held(tab: ShardingTable, o: int, states, work, max_params):
+    """Memory of a stage not scaling with its stash: states, the working set of one recomputed
+    layer and ZeRO-3's gathered layer (nest.costs.memory.working_bytes)."""
+    return states + working_bytes(work, max_params, tab.knobs[o][0], tab.training)
+
+
+def untied(tab: ShardingTable, vi: int, o: int):
+    """What a stage holding both the embedding and a tied head does not hold twice
+    (nest.costs.memory.tied_embedding_params): (dense parameters, state bytes, step / B)."""
+    return tab.tied_V[vi], tab.tied_states_VO[vi, o], tab.tied_step_VO[vi, o]
 
 
 def resharding_time(mesh: ClusterSpec, u: Variant, w: Variant, full_bytes: float) -> float:
@@ -291,20 +292,22 @@ def stage_cost(tab: ShardingTable, o: int, k: int, i: int, choice,
     resh = sum(tab.resh_LVV[k + n, a, b] for n, (a, b) in enumerate(zip(choice, choice[1:])))
     obj = sum(node[li, a] for li, a in zip(layers, choice)) + resh
     t = sum(tab.comp_LVO[li, a, o] + tab.coll_LVO[li, a, o] for li, a in zip(layers, choice))
-    fixed = (sum(tab.states_LVO[li, a, o] for li, a in zip(layers, choice))
-             + max(tab.work_LVO[li, a, o] for li, a in zip(layers, choice)))
-    fixed += gathered_bytes(max(tab.params_LV[li, a] for li, a in zip(layers, choice)),
-                            tab.knobs[o][0], tab.bytes_per_param[0])
+    fixed = held(tab, o, sum(tab.states_LVO[li, a, o] for li, a in zip(layers, choice)),
+                 max(tab.work_LVO[li, a, o] for li, a in zip(layers, choice)),
+                 max(tab.params_LV[li, a] for li, a in zip(layers, choice)))
     act = sum(tab.act_LVO[li, a, o] for li, a in zip(layers, choice))
+    fwd = sum(tab.fwd_LVO[li, a, o] for li, a in zip(layers, choice))
+    both_ends = k == 0 and i == L - 1
     for vi in sorted(set(choice)):
         pd = sum(tab.dense_LV[li, a] for li, a in zip(layers, choice) if a == vi)
         pe = sum(tab.expert_LV[li, a] for li, a in zip(layers, choice) if a == vi)
-        if k == 0 and i == L - 1 and choice[0] == vi:
-            pd -= tab.tied_V[vi]
-        t += float(bucket_time(tab, vi, o, pd, pe))
-    if k == 0 and i == L - 1:
-        fixed -= tab.tied_states_VO[choice[0], o]
-        t -= tab.tied_step_VO[choice[0], o]
+        if both_ends and choice[0] == vi:
+            pd -= untied(tab, vi, o)[0]
+        t += float(bucket_time(tab, vi, o, pd, pe, fwd))
+    if both_ends:
+        _, states, step = untied(tab, choice[0], o)
+        fixed -= states
+        t -= step
     return float(obj), float(t + resh), float(fixed), float(act)
 
 
@@ -324,20 +327,6 @@ class RangeTables:
     uniform_OKI: np.ndarray  # bitmask of the single options that reach the ILP optimum
     last_OKI: np.ndarray  # the option of the range's last layer
     ptr: list = field(default_factory=list)  # per o: back-pointers to recover the sharding
-
-
-def range_sum(x_L: np.ndarray) -> np.ndarray:
-    """S[k, i] = sum x[k..i] (valid for k <= i)."""
-    c = np.concatenate([[0.0], np.cumsum(x_L)])
-    return c[None, 1:] - c[:-1, None]
-
-
-def range_max(x_L: np.ndarray) -> np.ndarray:
-    n = len(x_L)
-    out = np.zeros((n, n))
-    for k in range(n):
-        out[k, k:] = np.maximum.accumulate(x_L[k:])
-    return out
 
 
 def _empty(O: int, L: int) -> RangeTables:
@@ -363,14 +352,13 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
     for o in range(O):
         node_LV = tab.comm_LVO[:, :, o] + tiebreak * tab.comp_LVO[:, :, o]
         time_LV = tab.coll_LVO[:, :, o] + tab.comp_LVO[:, :, o]
-        st_LV, act_LV, work_LV = (tab.states_LVO[:, :, o], tab.act_LVO[:, :, o],
-                                  tab.work_LVO[:, :, o])
+        st_LV, act_LV, work_LV, fwd_LV = (tab.states_LVO[:, :, o], tab.act_LVO[:, :, o],
+                                          tab.work_LVO[:, :, o], tab.fwd_LVO[:, :, o])
         # path state per (first layer k, option b of the current layer i); rows k <= i live
-        f, t, st, ac, wk, pm, first = (np.full((L, V), np.inf) for _ in range(7))
-        gathered = gathered_bytes(1.0, tab.knobs[o][0], tab.bytes_per_param[0])  # per parameter
+        f, t, st, ac, wk, pm, first, fw = (np.full((L, V), np.inf) for _ in range(8))
         pd, pe = np.zeros((L, V, V)), np.zeros((L, V, V))  # [k, b, option]: parameter sums
         ptrs = []
-        pd_KIV, pe_KIV = np.zeros((L, L, V)), np.zeros((L, L, V))
+        pd_KIV, pe_KIV, fw_KI = np.zeros((L, L, V)), np.zeros((L, L, V)), np.zeros((L, L))
         for i in range(L):
             if i > 0:
                 R = tab.resh_LVV[i - 1]  # [a, b]
@@ -383,37 +371,39 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
                 f[:i] = np.take_along_axis(cand, a[:, None, :], axis=1)[:, 0] + node_LV[i]
                 t[:i] = take(t) + R[a, cols] + time_LV[i]
                 st[:i], ac[:i] = take(st) + st_LV[i], take(ac) + act_LV[i]
+                fw[:i] = take(fw) + fwd_LV[i]
                 wk[:i], first[:i] = np.maximum(take(wk), work_LV[i]), take(first)
                 pm[:i] = np.maximum(take(pm), tab.params_LV[i])
                 pd[:i] = np.take_along_axis(pd[:i], a[..., None], axis=1) + eye * tab.dense_LV[i]
                 pe[:i] = np.take_along_axis(pe[:i], a[..., None], axis=1) + eye * tab.expert_LV[i]
                 ptrs.append(a)
-            f[i], t[i], st[i], ac[i], wk[i] = (node_LV[i], time_LV[i], st_LV[i], act_LV[i],
-                                               work_LV[i])
+            f[i], t[i], st[i], ac[i], wk[i], fw[i] = (node_LV[i], time_LV[i], st_LV[i],
+                                                      act_LV[i], work_LV[i], fwd_LV[i])
             first[i], pd[i], pe[i] = cols, eye * tab.dense_LV[i], eye * tab.expert_LV[i]
             pm[i] = tab.params_LV[i]
             b = f[:i + 1].argmin(axis=1)  # [k]
             k = np.arange(i + 1)
             pd_kV, pe_kV = pd[k, b].copy(), pe[k, b].copy()
-            fixed = st[k, b] + wk[k, b] + gathered * pm[k, b]
+            fixed = held(tab, o, st[k, b], wk[k, b], pm[k, b])
             tk = t[k, b]
             if i == L - 1:  # one stage holding embedding and head keeps one tied copy
                 e = int(first[0, b[0]])
-                pd_kV[0, e] -= tab.tied_V[e]
-                fixed[0] -= tab.tied_states_VO[e, o]
-                tk[0] -= tab.tied_step_VO[e, o]
+                tied_params, tied_states, tied_step = untied(tab, e, o)
+                pd_kV[0, e] -= tied_params
+                fixed[0] -= tied_states
+                tk[0] -= tied_step
             out.obj_OKI[o, :i + 1, i] = f[k, b]
             out.time_OKI[o, :i + 1, i] = tk
-            pd_KIV[:i + 1, i], pe_KIV[:i + 1, i] = pd_kV, pe_kV
+            pd_KIV[:i + 1, i], pe_KIV[:i + 1, i], fw_KI[:i + 1, i] = pd_kV, pe_kV, fw[k, b]
             out.fixed_OKI[o, :i + 1, i] = fixed
             out.act_OKI[o, :i + 1, i] = ac[k, b]
             out.last_OKI[o, :i + 1, i] = b
         out.ptr.append(ptrs)
         for vi in range(V):  # the stage's bucketed ZeRO / sync collectives, per option held
             out.time_OKI[o] += np.where(valid, bucket_time(tab, vi, o, pd_KIV[..., vi],
-                                                           pe_KIV[..., vi]), 0.0)
+                                                           pe_KIV[..., vi], fw_KI), 0.0)
         for vi in range(V):  # a single option as good as the ILP: maps onto one variant
-            same = valid & (range_sum(node_LV[:, vi]) <= out.obj_OKI[o] * (1 + 1e-9) + 1e-15)
+            same = valid & (range_sum(node_LV[:, vi]).T <= out.obj_OKI[o] * (1 + 1e-9) + 1e-15)
             out.uniform_OKI[o] |= np.where(same, 1 << vi, 0)
     return out
 
@@ -426,23 +416,25 @@ def _per_stage_tables(tab: ShardingTable, tiebreak: float) -> RangeTables:
     out = _empty(O, L)
     for o in range(O):
         node_LV = tab.comm_LVO[:, :, o] + tiebreak * tab.comp_LVO[:, :, o]
-        obj = np.stack([np.where(valid, range_sum(node_LV[:, v]), np.inf) for v in range(V)])
+        obj = np.stack([np.where(valid, range_sum(node_LV[:, v]).T, np.inf) for v in range(V)])
         best = obj.argmin(axis=0)
         out.obj_OKI[o] = obj.min(axis=0)
         per_v = {"time": [], "fixed": [], "act": []}
         for v in range(V):
-            pd = range_sum(tab.dense_LV[:, v])
-            pd[0, L - 1] -= tab.tied_V[v]
-            fixed = range_sum(tab.states_LVO[:, v, o]) + range_max(tab.work_LVO[:, v, o])
-            fixed += gathered_bytes(range_max(tab.params_LV[:, v]), tab.knobs[o][0],
-                                    tab.bytes_per_param[0])
-            fixed[0, L - 1] -= tab.tied_states_VO[v, o]
-            tv = (range_sum(tab.coll_LVO[:, v, o] + tab.comp_LVO[:, v, o])
-                  + bucket_time(tab, v, o, pd, range_sum(tab.expert_LV[:, v])))
-            tv[0, L - 1] -= tab.tied_step_VO[v, o]
+            # [k, i] = the kernel's [b, a] range tables (nest.costs.layers) transposed
+            tied_params, tied_states, tied_step = untied(tab, v, o)
+            pd = range_sum(tab.dense_LV[:, v]).T
+            pd[0, L - 1] -= tied_params
+            fixed = held(tab, o, range_sum(tab.states_LVO[:, v, o]).T,
+                         range_max(tab.work_LVO[:, v, o]).T, range_max(tab.params_LV[:, v]).T)
+            fixed[0, L - 1] -= tied_states
+            tv = (range_sum(tab.coll_LVO[:, v, o] + tab.comp_LVO[:, v, o]).T
+                  + bucket_time(tab, v, o, pd, range_sum(tab.expert_LV[:, v]).T,
+                                range_sum(tab.fwd_LVO[:, v, o]).T))
+            tv[0, L - 1] -= tied_step
             per_v["time"].append(tv)
             per_v["fixed"].append(fixed)
-            per_v["act"].append(range_sum(tab.act_LVO[:, v, o]))
+            per_v["act"].append(range_sum(tab.act_LVO[:, v, o]).T)
         for key, arr in (("time", out.time_OKI), ("fixed", out.fixed_OKI), ("act", out.act_OKI)):
             arr[o] = np.where(valid, np.take_along_axis(np.stack(per_v[key]), best[None],
                                                         axis=0)[0], np.inf)

@@ -23,9 +23,11 @@ contiguous cuts, a ZeRO stage and a recomputation mode per stage, and the placem
     placement  swap replica-major and stage-major
 split, merge and variant keep about the same devices busy: d becomes floor(p d w / (p' w')), at
 least 1 and at most what fits (the reverse move restores d whenever the division is exact).
-The cost is the shared evaluator's time per batch T (nest.evaluate), computed stage by stage from
-cached terms (Scorer; FlexFlow's delta simulation in spirit); the chains' best plans are re-scored
-by nest.evaluate.evaluate itself, which picks the winner.
+The cost is the shared evaluator's time per batch T under the training settings' pipeline_time
+and dp_overlap (nest.costs.pipeline), computed stage by stage from cached terms (Scorer;
+FlexFlow's delta simulation in spirit); the chains' best plans are re-scored by
+nest.evaluate.evaluate itself, which picks the winner (plan.extra["believed_time_per_batch_s"]
+keeps the chain's own price of it).
 
 Deliberate deviations from FlexFlow / TopoOpt:
   * The acceptance rule uses the relative cost difference, exp(-beta * (E_new - E_old) / E_old),
@@ -57,8 +59,10 @@ import time
 from dataclasses import dataclass, replace
 
 from nest.costs.layers import layer_table
+from nest.costs.pipeline import batch_time_s, is_exact, links, objective_s, solver_form, stash
 from nest.costs.stage import Options, stage_cost
-from nest.evaluate import Problem, evaluate
+from nest.evaluate import device_times, evaluate, stage_result
+from nest.problem import Problem
 from nest.graph.layer_graph import Variant
 from nest.plan import place
 from nest.planners import NoPlan, merged_settings
@@ -89,11 +93,17 @@ class State:
 
 
 class Scorer:
-    """State -> (T, excess): the evaluator's time per batch and the summed relative HBM overflow
-    of the stages (0 when the plan fits). Each stage is one cell of the shared stage kernel
-    (nest.costs.stage.stage_cost, as the evaluator prices it), cached per (variant, p, d,
-    placement, position, layers, ZeRO, recompute), so a move re-prices only the stages it
-    touched; tests check score() against nest.evaluate.evaluate."""
+    """State -> (T, excess): the time per batch under the training settings' pipeline_time and
+    dp_overlap (nest.costs.pipeline, as the evaluator prices it) and the summed relative HBM
+    overflow of the stages (0 when the plan fits). Each stage is one cell of the shared stage
+    kernel (nest.costs.stage.stage_cost, as the evaluator prices it) at its pipeline position
+    (nest.costs.pipeline.stash, links), cached per (variant, p, d, placement, position, layers,
+    ZeRO, recompute), so a move re-prices only the stages it touched. Where the stage-level
+    objective is the batch time (nest.costs.pipeline.is_exact) it is `objective_s` on the cells'
+    (t, u) or overlapped-tail terms; else (critical_path, simulated, dapple with an overlapped
+    sync) the cells keep the evaluator's per-stage record and the batch is priced by
+    nest.costs.pipeline.batch_time_s, so the chain optimises exactly what its plans are scored by
+    (tests/test_planner_objective.py)."""
 
     def __init__(self, problem: Problem, space: SearchSpace):
         self.problem, self.space = problem, space
@@ -101,41 +111,68 @@ class Scorer:
                     for vi, v in enumerate(space.variants)}
         self.ids: dict = {}  # (vi, p, d, pl) -> device ids of the stages
         self.scores: dict[State, tuple[float, float]] = {}
-        self.cells: dict[tuple, tuple[float, float, float]] = {}  # one stage's terms
+        self.cells: dict[tuple, Cell] = {}  # one stage's terms
         self.hbm = problem.cluster.hardware.hbm_bytes
+        tr = problem.training
+        self.exact, self.form = is_exact(tr), solver_form(tr)
+        self.overlapped = tr.dp_overlap != "none"
 
     def score(self, s: State) -> tuple[float, float]:
         hit = self.scores.get(s)
         if hit is not None:
             return hit
         m = self.problem.num_microbatches(s.d, self.space.variants[s.vi].ep)
-        tmax = umax = excess = 0.0
+        cells = []
         for j, (a, b) in enumerate(s.cuts(self.las[s.vi].num_layers)):
             key = (s.vi, s.p, s.d, s.pl, j, a, b, s.zero[j], s.rec[j])
             cell = self.cells.get(key)
             if cell is None:
                 cell = self.cells[key] = self._stage(s, j, a, b, m)
-            tmax, umax, excess = max(tmax, cell[0]), max(umax, cell[1]), excess + cell[2]
+            cells.append(cell)
         if len(self.cells) > CELL_CACHE_ENTRIES:  # bounded memory; results do not depend on it
             self.cells.clear()
-        self.scores[s] = out = (float((m + s.p - 1) * tmax + umax), float(excess))
+        excess = sum(c.excess for c in cells)
+        if not self.exact:
+            tr = self.problem.training
+            T = batch_time_s(device_times([c.result for c in cells], tr), "1f1b", tr, m)[1]
+        elif self.overlapped:
+            T = objective_s(self.form, m, [c.t for c in cells], e=[c.e for c in cells],
+                            r=[c.r for c in cells])
+        else:
+            T = objective_s(self.form, m, [c.t for c in cells], [c.u for c in cells])
+        self.scores[s] = out = (float(T), float(excess))
         return out
 
-    def _stage(self, s: State, j: int, a: int, b: int, m: int):
-        """(t_j, sync_j + opt_j, relative HBM overflow) of stage j covering layers a..b."""
+    def _stage(self, s: State, j: int, a: int, b: int, m: int) -> Cell:
+        """Stage j covering layers a..b: its kernel cell (`Cell`)."""
         v, la, sp = self.space.variants[s.vi], self.las[s.vi], self.space
         key = (s.vi, s.p, s.d, s.pl)
         ids = self.ids.get(key)
         if ids is None:
             ids = self.ids[key] = place(s.p, s.d, v.width, sp.placements[s.pl])
-        p = s.p
         opts = Options((sp.zero_stages[s.zero[j]],), (sp.recompute_modes[s.rec[j]],))
-        c = stage_cost(self.problem, la, ids[j], s.d, opts, min(p - j, m), cell=(a, b),
-                       next_ids=ids[j + 1] if j + 1 < p else None,
-                       prev_ids=ids[j - 1] if j > 0 else None,
-                       tied_partner=ids[p - 1 - j] if p > 1 and j in (0, p - 1) else None)
+        c = stage_cost(self.problem, la, ids[j], s.d, opts, stash(s.p, j, m), cell=(a, b),
+                       detail=not self.exact, **links(ids, j))
         mem = float(c.mem[0, 0])
-        return float(c.t[0, 0]), float(c.u[0]), (mem / self.hbm - 1.0 if mem > self.hbm else 0.0)
+        return Cell(float(c.t[0, 0]), float(c.u[0]),
+                    mem / self.hbm - 1.0 if mem > self.hbm else 0.0,
+                    None if c.tail is None else float(c.tail[0, 0]),
+                    None if c.drain is None else float(c.drain[0, 0]),
+                    None if self.exact else stage_result(c, j, a, b))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One stage's kernel terms: time per micro-batch t, after-flush time u, relative HBM
+    overflow, the overlapped sync's tail terms (e, r; dp_overlap stage | bucketed) and, for the
+    forms priced by nest.costs.pipeline.batch_time_s, the evaluator's per-stage record."""
+
+    t: float
+    u: float
+    excess: float
+    e: float | None = None
+    r: float | None = None
+    result: object = None
 
 
 def acceptance(e_old: float, e_new: float, beta: float) -> float:
@@ -396,21 +433,22 @@ def plan(problem: Problem, settings: dict):
     # pick the best chain with the shared evaluator itself (the Scorer is its twin)
     num_run = k + 1
     scored = []
-    for _, ck, origin, s in results:
+    for belief, ck, origin, s in results:
         cand = to_plan(problem, space, s)
         ev = evaluate(cand, problem)
         if ev.feasible:
-            scored.append((ev.time_per_batch_s, ck, origin, cand))
+            scored.append((ev.time_per_batch_s, ck, origin, cand, belief))
     if not scored:
         raise NoPlan("the chains' best plans do not fit under the evaluator")
-    T, ck, origin, out = min(scored, key=lambda x: (x[0], x[1]))
+    T, ck, origin, out, belief = min(scored, key=lambda x: (x[0], x[1]))
     notes = (f"{len(results)} of {num_run} chains found a feasible plan; best from chain {ck} "
              f"({origin} start); {total} proposals, beta={cfg['beta']}")
     if exhausted:
         notes += f"; {exhausted} chain(s) spent their whole budget of {cfg['budget']}"
     return out.with_(predicted_time_per_batch_s=T, solve_time_s=time.perf_counter() - t0,
                      notes=notes, extra={"budget_exhausted": exhausted > 0,
-                                         "proposals": total})
+                                         "proposals": total,
+                                         "believed_time_per_batch_s": belief})
 
 
 def to_plan(problem: Problem, space: SearchSpace, s: State):

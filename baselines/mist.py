@@ -5,19 +5,24 @@ Memory-Parallelism Co-Optimization" (EuroSys '25), its imbalance-aware hierarchi
   * outer search (brute force, as Mist's): sub-graph variant, pipeline stages p, data-parallel
     degree d, hence m = ceil(global_batch / (mbs * d * ep)) micro-batches;
   * intra-stage tuning: for every stage position j and layer count n, the memory knobs (ZeRO stage,
-    recomputation) that fit in HBM at that position (activations of min(p - j, m) micro-batches
-    stashed, 1F1B), reduced to their Pareto frontier in (steady-state time t, after-flush time u):
+    recomputation) that fit in HBM at that position (its stash of activations,
+    nest.costs.pipeline.stash), reduced to their Pareto frontier in (steady-state time t, after-flush time u):
     Mist's "Pareto frontier sampling" between its two levels, with u playing Mist's
     first/last-micro-batch imbalance term;
   * inter-stage tuning, the MILP: binaries x[j, k] pick one candidate k = (n, z, r) per stage,
-        min  (m + p - 1) X + U
+        min  C X + U       (the paper's form, C = m + p - 1; pipeline_time: dapple adds
+                            sum_j t_j and C = m - 1; nest.costs.pipeline)
         s.t. sum_k x[j, k] = 1                          every stage j takes one candidate
              sum_{j,k} n_k x[j, k] = number of blocks   layer counts add up
              sum_k t[j, k] x[j, k] <= X                 X = slowest stage's time per micro-batch
              sum_k u[j, k] x[j, k] <= U                 U = slowest gradient sync + optimizer step
              sum_k mem[j, k] x[j, k] <= HBM             peak memory at position j (linear in x)
-    solved exactly (zero gap) by HiGHS (highspy); the objective is the shared evaluator's 1F1B
-    formula, so on a flat network the MILP optimum is the evaluator's time.
+    with dp_overlap stage | bucketed, U is the overlapped tail instead: U >= 0 and
+    U >= e_j - sum_{i<j} r_i (linear in x; nest.costs.stage.overlap_terms);
+    solved exactly (zero gap) by HiGHS (highspy); the objective is the shared evaluator's time
+    per batch under the training settings (nest.costs.pipeline.objective_s; critical_path and
+    simulated through the paper's form, their upper bound), so on a flat network the MILP
+    optimum is the evaluator's time.
 Every time and memory figure comes from the harness's cost arrays (nest.solver.arrays, the
 vectorised twin of the evaluator) built on `flattened(cluster)`: one flat bandwidth, no
 hierarchy, no oversubscription (Mist's network-unaware cost model). The chosen plan is then scored
@@ -33,7 +38,7 @@ result is a plan of that space and can never beat NEST, the exact optimum of it)
   * knobs are the space's: ZeRO 0-3 and recomputation none / selective / full per stage. Mist's
     offloading ratios, per-layer checkpoint counts and compute-communication overlap are not
     modelled: the shared evaluator does not model them, so the MILP would mis-predict.
-  * the objective is the evaluator's (m + p - 1) max_j t_j + max_j u_j rather than Mist's own
+  * the objective is the evaluator's (the paper's form: C max_j t_j + max_j u_j) rather than Mist's own
     imbalance-aware pipeline formula (which it becomes when warm-up and cool-down micro-batches
     cost the steady-state time and the imbalance term is the after-flush sync + optimizer).
   * stages keep the Megatron rank order (`replica_major` placement); Mist does not choose a
@@ -63,6 +68,7 @@ import highspy
 import numpy as np
 
 from nest.costs.memory import peak
+from nest.costs.pipeline import bottleneck_weight, held_bytes, objective_s, solver_form, stash
 from nest.problem import Problem
 from nest.network.collectives import flattened
 from nest.planners import NoPlan, merged_settings
@@ -90,19 +96,31 @@ class StageTable:
     u: list[np.ndarray]  # gradient sync + optimizer step after the flush, seconds
     mem: list[np.ndarray]  # peak bytes at the stage's pipeline position
     num_blocks: int
-    C: int  # m + p - 1
+    C: int  # the bottleneck's weight (nest.costs.pipeline.bottleneck_weight): m + p - 1 (paper)
     hbm: float
     idx: list[np.ndarray] | None = None  # after `keep`: each candidate's index in the original
+    form: str = "paper"  # the pipeline form optimised (nest.costs.pipeline.solver_form)
+    # dp_overlap stage | bucketed: the kernel's overlapped-tail terms per candidate (the tail
+    # max(0, max_j (e_j - sum_{i<j} r_i)) replaces max_j u_j; nest.costs.stage.overlap_terms)
+    e: list[np.ndarray] | None = None
+    r: list[np.ndarray] | None = None
 
     @property
     def p(self) -> int:
         return len(self.n)
 
+    @property
+    def m(self) -> int:
+        """Micro-batches: C = m + p - 1 for the paper's form, C = m for DAPPLE's."""
+        return self.C if self.form == "dapple" else self.C - self.p + 1
+
     def keep(self, masks: list[np.ndarray]) -> "StageTable":
         idx = self.idx or [np.arange(len(x)) for x in self.n]
+        extra = (self.e, self.r) if self.e is not None else ()
         f = [[a[mk] for a, mk in zip(arrs, masks)]
-             for arrs in (self.n, self.o, self.t, self.u, self.mem, idx)]
-        return StageTable(*f[:5], self.num_blocks, self.C, self.hbm, f[5])
+             for arrs in (self.n, self.o, self.t, self.u, self.mem, idx, *extra)]
+        return StageTable(*f[:5], self.num_blocks, self.C, self.hbm, f[5], self.form,
+                          *(f[6:] if extra else ()))
 
 
 def flat_problem(problem: Problem) -> Problem:
@@ -147,55 +165,76 @@ def stage_table(flat: Problem, space: SearchSpace, la, v, p: int, d: int) -> Sta
     act_LLO = np.tile(la.act_LLR, (1, 1, len(space.zero_stages)))
     O = fixed_LLO.shape[-1]
     zi_O = np.arange(O) // R
-    out = StageTable([], [], [], [], [], nb, m + p - 1, hw.hbm_bytes)
+    form = solver_form(flat.training)
+    out = StageTable([], [], [], [], [], nb, bottleneck_weight(form, m, p), hw.hbm_bytes,
+                     form=form)
+    if arr.tail_JLLO is not None and form == "paper":  # the overlapped tail, exactly
+        out.e, out.r = [], []
     for j in range(p):
         ns = np.array(count_range(j, p, nb))
         ab = np.array([canonical_range(j, p, n, nb) for n in ns])
         a, b = ab[:, 0], ab[:, 1]
-        alloc = fixed_LLO[b, a] + min(p - j, m) * act_LLO[b, a]  # [n, O], the evaluator's formula
-        mem = peak(alloc, hw)
+        mem = peak(held_bytes(fixed_LLO[b, a], stash(p, j, m), act_LLO[b, a]), hw)  # [n, O]
         assert np.array_equal(mem <= hw.hbm_bytes, arr.ok_JLLO[j, b, a])
         out.n.append(np.repeat(ns, O))
         out.o.append(np.tile(np.arange(O), len(ns)))
         out.t.append(arr.t_JLLO[j, b, a].reshape(-1))
         out.u.append(arr.u_JLLZ[j, b, a][:, zi_O].reshape(-1))
         out.mem.append(mem.reshape(-1))
+        if out.e is not None:
+            out.e.append(arr.tail_JLLO[j, b, a].reshape(-1))
+            out.r.append(arr.drain_JLLO[j, b, a].reshape(-1))
     return out
 
 
 def prune(tab: StageTable, cutoff: float = math.inf) -> StageTable:
     """Drop candidates no optimal solution strictly better than `cutoff` uses: those over HBM on
-    their own (the memory row), those with C t + u >= cutoff, and those Pareto-dominated in (t, u)
-    by another candidate of the same stage and count (the objective is monotone in both)."""
+    their own (the memory row), those whose own lower bound on the objective (C t + u; with the
+    overlapped tail C t, plus max(e, 0) on the first stage) reaches the cutoff, and those
+    Pareto-dominated by another candidate of the same stage and count: in (t, u), or with the
+    overlapped tail in (t, e, -r) (the objective is monotone in each)."""
     masks = []
     for j in range(tab.p):
         t, u, n = tab.t[j], tab.u[j], tab.n[j]
-        keep = (tab.mem[j] <= tab.hbm) & (tab.C * t + u < cutoff)
+        if tab.e is None:
+            keep = (tab.mem[j] <= tab.hbm) & (tab.C * t + u < cutoff)
+            second, third = u, np.zeros_like(u)
+        else:
+            own = np.maximum(tab.e[j], 0.0) if j == 0 else 0.0
+            keep = (tab.mem[j] <= tab.hbm) & (tab.C * t + own < cutoff)
+            second, third = tab.e[j], -tab.r[j]
         idx = np.flatnonzero(keep)
-        # sort by (n, t, u, o): within a count, a candidate survives iff its u beats every
-        # earlier (no slower) candidate's u
-        order = idx[np.lexsort((tab.o[j][idx], u[idx], t[idx], n[idx]))]
+        # sort by (n, t, second, third, o): within a count, a candidate survives iff no earlier
+        # (no slower) survivor is at least as good in the other keys
+        order = idx[np.lexsort((tab.o[j][idx], third[idx], second[idx], t[idx], n[idx]))]
         mask = np.zeros_like(keep)
-        best_u, prev_n = math.inf, None
+        kept: list[int] = []
+        prev_n = None
         for k in order:
             if n[k] != prev_n:
-                best_u, prev_n = math.inf, n[k]
-            if u[k] < best_u:
-                mask[k], best_u = True, u[k]
+                kept, prev_n = [], n[k]
+            if not any(second[i] <= second[k] and third[i] <= third[k] for i in kept):
+                mask[k] = True
+                kept.append(k)
         masks.append(mask)
     return tab.keep(masks)
 
 
 def objective(tab: StageTable, choice: list[int]) -> float:
-    """The exact objective of one candidate index per stage (the evaluator's formula)."""
-    return (tab.C * max(tab.t[j][k] for j, k in enumerate(choice))
-            + max(tab.u[j][k] for j, k in enumerate(choice)))
+    """The exact objective of one candidate index per stage: the batch time of
+    nest.costs.pipeline.objective_s in the table's form."""
+    t = [tab.t[j][k] for j, k in enumerate(choice)]
+    if tab.e is not None:
+        return objective_s(tab.form, tab.m, t, e=[tab.e[j][k] for j, k in enumerate(choice)],
+                           r=[tab.r[j][k] for j, k in enumerate(choice)])
+    return objective_s(tab.form, tab.m, t, [tab.u[j][k] for j, k in enumerate(choice)])
 
 
 def solve_milp(tab: StageTable, cutoff: float = math.inf, max_nodes: int = 20000):
     """The MILP of the module docstring with HiGHS: (T, choice, capped) with choice one candidate
     index per stage (T = inf and choice None when the node limit struck before any solution), or
-    None if no assignment beats `cutoff`."""
+    None if no assignment beats `cutoff`. DAPPLE's form adds sum_j t_j to the objective (weight
+    m - 1 on X); with the overlapped tail, U is the tail: U >= e_j - sum_{i<j} r_i, U >= 0."""
     sub = prune(tab, cutoff)
     p = sub.p
     if any(len(x) == 0 for x in sub.n):
@@ -210,7 +249,14 @@ def solve_milp(tab: StageTable, cutoff: float = math.inf, max_nodes: int = 20000
         cols = list(range(start[j], start[j + 1]))
         rows.append((cols, [1.0] * len(cols), 1.0, 1.0))
         rows.append((cols + [iX], list(sub.t[j] / scale) + [-1.0], -highspy.kHighsInf, 0.0))
-        rows.append((cols + [iU], list(sub.u[j] / scale) + [-1.0], -highspy.kHighsInf, 0.0))
+        if sub.e is None:
+            rows.append((cols + [iU], list(sub.u[j] / scale) + [-1.0], -highspy.kHighsInf,
+                         0.0))
+        else:  # e_j - sum_{i<j} r_i - U <= 0
+            before = list(range(start[j]))
+            drain = [-x / scale for i in range(j) for x in sub.r[i]]
+            rows.append((cols + before + [iU], list(sub.e[j] / scale) + drain + [-1.0],
+                         -highspy.kHighsInf, 0.0))
         rows.append((cols, list(sub.mem[j] / tab.hbm), -highspy.kHighsInf, 1.0))
     allc = list(range(K))
     rows.append((allc, [float(x) for x in np.concatenate(sub.n)], tab.num_blocks,
@@ -225,7 +271,10 @@ def solve_milp(tab: StageTable, cutoff: float = math.inf, max_nodes: int = 20000
         h.setOptionValue("objective_bound", cutoff / scale)
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = K + 2, len(rows)
-    lp.col_cost_ = np.concatenate([np.zeros(K), [tab.C, 1.0]])
+    if tab.form == "dapple":  # sum_j t_j + (m - 1) X + U
+        lp.col_cost_ = np.concatenate([np.concatenate(sub.t) / scale, [tab.m - 1, 1.0]])
+    else:
+        lp.col_cost_ = np.concatenate([np.zeros(K), [tab.C, 1.0]])
     lp.col_lower_ = np.zeros(K + 2)
     lp.col_upper_ = np.concatenate([np.ones(K), [highspy.kHighsInf] * 2])
     lp.row_lower_ = np.array([r[2] for r in rows], dtype=float)
@@ -315,7 +364,8 @@ def candidates(problem: Problem, flat: Problem, space: SearchSpace, full_device_
             if full_device_use and p * d * v.width != N:
                 continue  # Mist's stages use every device
             m = problem.num_microbatches(d, v.ep)
-            out.append(((m + p - 1) * lb[p], vi, p, d))
+            out.append((bottleneck_weight(solver_form(problem.training), m, p) * lb[p], vi, p,
+                        d))
     if full_device_use and not out:  # N not a multiple of any p * width: leave the rest idle
         return candidates(problem, flat, space, False)
     out.sort(key=lambda c: (c[0], c[1], c[2], -c[3]))
@@ -377,4 +427,5 @@ def plan(problem: Problem, settings: dict):
     if capped:
         notes += "; BUDGET SPENT (max_candidates or milp_max_nodes): the best found so far"
     return out.with_(predicted_time_per_batch_s=best_T, solve_time_s=time.perf_counter() - t0,
-                     notes=notes, extra={"budget_exhausted": capped, "milps": solved})
+                     notes=notes, extra={"budget_exhausted": capped, "milps": solved,
+                                         "believed_time_per_batch_s": best_T})

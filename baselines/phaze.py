@@ -10,10 +10,10 @@ communication costs") and section 5.3 (its plans on the oversubscribed spine-lea
 
 Phaze's recurrence. For a fixed template width t, a data-parallel degree d and a pipeline of p
 stages over contiguous layer ranges, Phaze minimises
-    T = (m + p - 1) * max_j load_j + (data-parallel resync),   m = ceil(micro-batches / d),
+    T = the paper's 1F1B form over max_j load_j + (data-parallel resync),  m = ceil(mb / d),
 where load_j (forward + backward [+ recomputed forward] + boundary transfers of stage j) and every
 collective are priced with ONE bandwidth, and a stage is admitted only if its weights, optimizer
-state and min(p - j, m) stashed micro-batches fit in HBM. The inner part is the bottleneck DP
+state and its stash (nest.costs.pipeline.stash) fit in HBM. The inner part is the bottleneck DP
     f[j, b] = min_{a <= b} max(f[j-1, a-1], load_j(a..b))
 which is exactly nest.solver.dp.bottleneck (NEST's solver wraps it in an epsilon-constraint loop
 that makes the "+ tail" term exact, and a branch and bound over (t, d, p)); with stage devices fixed by (t, d, p) Phaze's device
@@ -47,9 +47,11 @@ as facts only, from its published solver):
     2. Phaze's recomputation is one switch per solve (every stage but the last recomputes); here
        each stage chooses none or full. This contains both of Phaze's settings, so it errs in
        Phaze's favour (the last stage, too, may recompute when only that fits).
-    3. The tail after the flush is the shared evaluator's max_j (gradient sync_j + optimizer
-       step_j), priced on the flat network, instead of Phaze's resync of the first stage's
-       parameters only (4 (d-1)/d * params / bandwidth); NEST's solver minimises it exactly.
+    3. The objective is the shared evaluator's time per batch under the training settings
+       (pipeline_time, dp_overlap: nest.costs.pipeline, as NEST's solver optimises it), priced on
+       the flat network: by default the paper's form above with the tail max_j (gradient sync_j
+       + optimizer step_j) instead of Phaze's resync of the first stage's parameters only
+       (4 (d-1)/d * params / bandwidth).
     4. The layer graph is a chain (embedding, blocks, head), so Phaze's downsets of a DAG are
        prefixes of the chain. Every stage runs on t devices per replica; Phaze may give a stage
        without a tensor-parallel layer a single device and leave the rest idle, which the shared
@@ -73,6 +75,7 @@ import numpy as np
 
 from nest.errors import SpecError
 from nest.costs.memory import peak, state_bytes
+from nest.costs.pipeline import held_bytes, stash
 from nest.costs.layers import layer_table
 from nest.costs.stage import Options, fixed_bytes
 from nest.problem import Problem
@@ -153,6 +156,7 @@ def _infeasibility_reason(problem: Problem, space: SearchSpace) -> str:
     last stage (one micro-batch stashed), no ZeRO, the cheapest recomputation mode and variant
     (the evaluator's memory formula)."""
     hw, tr = problem.cluster.hardware, problem.training
+    last_stash = stash(2, 1, 1)  # the last stage of any 1F1B pipeline: one micro-batch
     need = None
     for v in space.variants:
         if v.width > problem.num_devices:
@@ -160,7 +164,7 @@ def _infeasibility_reason(problem: Problem, space: SearchSpace) -> str:
         la = layer_table(problem, v, space.recompute_modes)
         i = np.arange(la.num_layers)
         alloc = fixed_bytes(problem, la, 1, Options((0,), la.modes), (i, i))[:, 0, :]
-        mem = peak(alloc + la.act_LLR[i, i], hw).min(axis=1)
+        mem = peak(held_bytes(alloc, last_stash, la.act_LLR[i, i]), hw).min(axis=1)
         need = mem if need is None else np.minimum(need, mem)
     if need is None:
         return (f"every Phaze variant ({[v.key for v in space.variants]}) needs more than the "

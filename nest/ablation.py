@@ -50,6 +50,7 @@ import pandas as pd  # noqa: E402
 
 from nest.figures import save_figure  # noqa: E402
 from nest.results import write_frame as write_csv  # noqa: E402,F401 - the pipeline's CSV writer
+from nest.tables import comm_share  # noqa: E402 - one classification of the breakdown's terms
 
 CAPABILITIES = {
     "nest_flat_network": "network awareness",
@@ -279,20 +280,6 @@ def plan_desc(plan) -> str:
         return ""
     return (f"pp={plan.pp} dp={plan.dp} tp={plan.tp} sp={int(plan.sp)} ep={plan.ep} "
             f"cp={plan.cp} {plan.placement}")
-
-
-NOT_COMM = ("compute_fwd", "compute_bwd", "recompute", "pipeline_bubble", "optimizer_step")
-
-
-def comm_share(evaluation) -> float | None:
-    """Share of the time per batch in communication: the evaluator's breakdown terms (which add
-    up to T) other than compute, recomputed forward, pipeline bubble and optimizer step (every
-    collective, ZeRO gather / scatter, pipeline send and gradient sync, on any level)."""
-    if evaluation is None or not evaluation.feasible:
-        return None
-    t = sum(v for k, v in evaluation.breakdown_s.items()
-            if k not in NOT_COMM and k.partition(".")[2] not in NOT_COMM)
-    return t / evaluation.time_per_batch_s
 
 
 CODESIGN_SCHEMA = "nest.codesign_point/v1"  # a cached point; the key covers schema and columns

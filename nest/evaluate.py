@@ -1,19 +1,11 @@
 """Plan x problem -> evaluation: the one shared evaluator that scores every planner's plan.
 
-Time per batch under 1F1B / PipeDream-Flush (Narayanan et al. 2021a, section 2.2; a plan may
-also ask for GPipe, priced exactly by nest.schedule.time_gpipe_s with m micro-batches stashed, or
-for interleaved 1F1B with v chunks per device group, (m + (p-1)/v) max_d t_d, Narayanan et al.
-2021b section 2.2.2, with Megatron's per-device stash):
-    t_j      = F_j + B_j + send_fwd_j + send_bwd_j           stage j, one micro-batch
-    T_batch  = (m + p - 1) * max_j t_j                       fill + steady state + drain
-             + max_j (sync_j + opt_j)                        after the flush, each stage syncs its
-                                                             gradients (no overlap) then steps its
-                                                             optimizer (HBM-bound)
-That is the default (training settings pipeline_time: paper, dp_overlap: none: REFERENCE.md 2,
-and what the NEST solver optimises exactly). pipeline_time: critical_path / simulated price the
-pipeline by nest.schedule's tight closed form or by the discrete-event simulation (nest.simulate);
-dp_overlap: stage / bucketed let the sync start after the stage's own last backward, or overlap
-that backward in buckets (nest.schedule.dp_sync_tail_s). `pipeline_time_s`, `sync_tail_s`.
+Each stage (each chunk of an interleaved plan) is one cell of the stage kernel (nest.costs.stage)
+at its pipeline position; the stages' times are combined into the time per batch by
+nest.costs.pipeline (the training settings' pipeline_time form and dp_overlap; by default the
+paper's 1F1B form with the gradient sync and optimizer step after the flush, REFERENCE.md 2, what
+the NEST solver optimises exactly), which also says where each stage sits (its stash, neighbours
+and tied partner). GPipe and interleaved 1F1B plans are priced there too.
 F_j / B_j: roofline compute of the stage's layers (nest.costs.roofline) plus the collectives the
 sub-graph variant inserts, priced on the network levels their device groups span
 (nest.network.collectives); B_j adds the recomputed forward ops (Korthikanti et al. 2022,
@@ -22,10 +14,10 @@ section 5) and, for full recomputation, the forward collectives again. ZeRO (Raj
 parameters; stage 2 reduce-scatters gradients every micro-batch (DeepSpeed behaviour with gradient
 accumulation); stage 3 also all-gathers parameters before forward and before backward.
 
-Peak memory of stage j (0-based) at its pipeline position: weights + gradients + optimizer states
-(sharded by ZeRO over the data-parallel group) + min(p - j, m) stashed micro-batches of activations
-(1F1B, Narayanan et al. 2021a) + the working set of one recomputed layer, times (1 + allocator
-fragmentation), plus the framework's fixed overhead (hardware file).
+Peak memory of stage j at its pipeline position: weights + gradients + optimizer states (sharded
+by ZeRO over the data-parallel group) + its stash of activations (nest.costs.pipeline.stash) +
+the working set of one recomputed layer, times (1 + allocator fragmentation), plus the
+framework's fixed overhead (hardware file).
 """
 
 from __future__ import annotations
@@ -36,12 +28,13 @@ from pathlib import Path
 
 
 from nest.costs.layers import layer_table
-from nest.costs.memory import interleaved_peak_activations, with_overheads
+from nest.costs.memory import with_overheads
+from nest.costs.pipeline import (DeviceTimes, batch_time_s, chunks_of, device_group,
+                                 interleaved_peak_activations, links, simulate_times, stash)
 from nest.costs.stage import Options, buckets, stage_cost
 from nest.errors import PlanError
 from nest.plan import Plan, check_structure
 from nest.problem import Problem, make_problem, with_mbs  # noqa: F401  (re-exported)
-from nest.schedule import dp_sync_tail_s, stash_microbatches, time_1f1b_s, time_gpipe_s
 from nest.settings import TrainingSettings, load_training
 from nest.atomic_io import write_text_atomic
 from nest.specs import validate
@@ -124,7 +117,7 @@ class Evaluation:
 
 def evaluate(plan: Plan, problem: Problem, simulated: bool = False) -> Evaluation:
     """Score `plan`. The pipeline is priced by the training settings' `pipeline_time` form and
-    the gradient sync by `dp_overlap` (see `pipeline_time_s`, `sync_tail_s`); with `simulated`
+    the gradient sync by `dp_overlap` (nest.costs.pipeline.batch_time_s); with `simulated`
     the discrete-event simulation's time per batch is recorded as well."""
     g, cl, tr = problem.graph, problem.cluster, problem.training
     check_structure(plan, g.num_layers, cl.max_devices)
@@ -145,29 +138,17 @@ def evaluate(plan: Plan, problem: Problem, simulated: bool = False) -> Evaluatio
                         f"settings say {tr.global_batch}")
 
     p, n = plan.pp, len(plan.stages)
+    if plan.schedule == "interleaved" and m % p:
+        raise PlanError(f"plan: key 'num_microbatches': {m} must be a multiple of pp={p} for "
+                        f"the interleaved schedule (Megatron-LM)")
+    v = plan.virtual_stages if plan.schedule == "interleaved" else 1
+    held = [stash(p, device_group(j, p), m, plan.schedule, v) for j in range(n)]
+    results = [_stage(plan, problem, j, held[j]) for j in range(n)]
     if plan.schedule == "interleaved":
-        if m % p:
-            raise PlanError(f"plan: key 'num_microbatches': {m} must be a multiple of pp={p} for "
-                            f"the interleaved schedule (Megatron-LM)")
-        # chunk-micro-batches held per device / v (nest.schedule.stash_microbatches)
-        held = stash_microbatches("interleaved", p, m, plan.virtual_stages)
-        stash = [held[j % p] for j in range(n)]
-    elif plan.schedule == "gpipe":
-        stash = [m] * n  # Huang et al. 2019: every micro-batch before the first backward
-    else:
-        stash = [min(p - j, m) for j in range(n)]  # 1F1B: Narayanan et al. 2021a
-    results = [_stage(plan, problem, j, m, stash[j]) for j in range(n)]
-    if plan.schedule == "interleaved":
-        results = _per_device(results, p, problem.cluster.hardware, m, stash)
+        results = _per_device(results, p, problem.cluster.hardware, m, held)
     t_max = max(s.time_per_microbatch_s for s in results[:p])
-    sim = None
-    if simulated or tr.pipeline_time == "simulated":
-        sim = simulate_stages(plan, results, tr)
-    if tr.pipeline_time == "simulated":
-        pipe, total = sim.pipeline_s, sim.makespan_s
-    else:
-        pipe = pipeline_time_s(plan, results, m, tr.pipeline_time)
-        total = pipe + sync_tail_s(plan, results, m, tr)
+    pipe, total, sim = batch_time_s(device_times(results[:p], tr), plan.schedule, tr, m, v,
+                                    simulated)
     hbm = cl.hardware.hbm_bytes
     over = [s for s in results if s.peak_memory_bytes > hbm]
     if over:  # interleaved: results[:p] are the devices' totals (the chunks repeat their peak)
@@ -187,7 +168,7 @@ def evaluate(plan: Plan, problem: Problem, simulated: bool = False) -> Evaluatio
     if tr.dp_overlap == "none":  # the slowest stage's sync and optimizer step, after the flush
         breakdown.update({f"dp_sync.{k}": x for k, x in tail.sync_breakdown_s.items()})
         breakdown["optimizer_step"] = tail.optimizer_s
-    else:  # what is left of sync + step after the last backward (nest.schedule.dp_sync_tail_s)
+    else:  # what is left of sync + step after the last backward (nest.costs.pipeline.tail_s)
         breakdown["dp_sync_and_optimizer.exposed"] = total - pipe
     split = plan.mbs * plan.dp * plan.ep
     if tr.global_batch % split:  # nest.space.splits_batch: never count samples not processed
@@ -204,88 +185,24 @@ def evaluate(plan: Plan, problem: Problem, simulated: bool = False) -> Evaluatio
                       tr.pipeline_time, tr.dp_overlap, sim.makespan_s if sim else None, mfu_full)
 
 
-def _fbs(stages: list[StageResult]):
-    return ([s.fwd_s for s in stages], [s.bwd_s for s in stages],
-            [s.send_fwd_s for s in stages], [s.send_bwd_s for s in stages])
-
-
-def pipeline_time_s(plan: Plan, stages: list[StageResult], m: int, form: str = "paper") -> float:
-    """Time from the first forward to the last backward of one batch (`stages`: the evaluator's
-    per-device results, the first p of them; F, B, sends as in nest.schedule).
-      1F1B, "paper": (m + p - 1) max_j t_j (Narayanan et al. 2021a; REFERENCE.md 2): fill,
-        steady state and drain all at the bottleneck's pace; exact for equal stages, otherwise
-        an upper bound (up to ~18% above the simulation for very unequal stages, m >= 4p), and
-        the objective the NEST solver minimises exactly.
-      1F1B, "critical_path": nest.schedule's path family, a lower bound within 0.4% of the
-        simulation for m >= 4p; for m < 4p the simulation itself.
-      1F1B, "dapple": sum_j t_j + (m - 1) max_j t_j (Fan et al. 2021, DAPPLE, 3.2): fill and
-        drain at each stage's own pace, the path through the bottleneck; equal to "paper" for
-        equal stages, and the objective nest.solver.tight minimises exactly.
-      interleaved: "paper" (m + (p - 1) / v) max_d t_d (Narayanan et al. 2021b, 2.2.2); else the
-        simulation. GPipe: exact in every form (two flow shops, Huang et al. 2019)."""
-    p = plan.pp
-    st = stages[:p]
-    F, B, sf, sb = _fbs(st)
-    if plan.schedule == "gpipe":
-        return time_gpipe_s(F, B, m, sf, sb)
-    t_max = max(s.time_per_microbatch_s for s in st)
-    if form == "paper":
-        if plan.schedule == "interleaved":
-            return (m + (p - 1) / plan.virtual_stages) * t_max
-        return (m + p - 1) * t_max
-    if form == "dapple" and plan.schedule == "1f1b":
-        t = [s.time_per_microbatch_s for s in st]
-        return sum(t) + (m - 1) * t_max
-    if form == "critical_path" and plan.schedule == "1f1b" and m >= 4 * p:
-        return time_1f1b_s(F, B, m, sf, sb, form="critical_path")
-    if form not in ("critical_path", "simulated", "dapple"):
-        raise ValueError(f"pipeline_time: '{form}' is not one of paper, dapple, critical_path, "
-                         f"simulated")
-    return _simulate(plan, st, None).pipeline_s
-
-
-def _buckets(st: StageResult, tr: TrainingSettings) -> int:
-    return int(buckets(st.num_params, tr))
-
-
-def sync_tail_s(plan: Plan, stages: list[StageResult], m: int, tr: TrainingSettings) -> float:
-    """Gradient sync + optimizer step after the last backward, per tr.dp_overlap:
-    "none" max_j (S_j + O_j) (REFERENCE.md 2: they do not overlap); "stage" / "bucketed"
-    nest.schedule.dp_sync_tail_s (exact for equal stages, an upper bound otherwise), with
-    ceil(params_j / dp_bucket_params) buckets; the weights' all-gather of ZeRO-1/2 (gather_s)
-    comes after the optimizer step and never overlaps the backward."""
-    st = stages[:plan.pp]
-    if tr.dp_overlap == "none":
-        return max(s.sync_s + s.optimizer_s for s in st)
-    F, B, sf, sb = _fbs(st)
-    return dp_sync_tail_s([s.sync_s - s.gather_s for s in st], F, B, sf, sb,
-                          overlap=tr.dp_overlap, num_buckets=[_buckets(s, tr) for s in st],
-                          recompute_s=[s.recompute_s for s in st], schedule=plan.schedule,
-                          num_chunks=plan.virtual_stages if plan.schedule == "interleaved" else 1,
-                          num_microbatches=m, opt_s=[s.optimizer_s for s in st],
-                          gather_s=[s.gather_s for s in st])
-
-
-def _simulate(plan: Plan, st: list[StageResult], tr: TrainingSettings | None):
-    from nest.simulate import simulate
-
-    v = plan.virtual_stages if plan.schedule == "interleaved" else 1
-    F, B, sf, sb = _fbs(st)
-    kw = {}
-    if tr is not None:
-        kw = dict(sync_s=[s.sync_s - s.gather_s for s in st], opt_s=[s.optimizer_s for s in st],
-                  overlap=tr.dp_overlap, num_buckets=[_buckets(s, tr) for s in st],
-                  recompute_s=[s.recompute_s for s in st], gather_s=[s.gather_s for s in st])
-    # interleaved: per chunk, the mean of the device's chunks' sends
-    return simulate(plan.schedule, F, B, plan.num_microbatches, num_chunks=v,
-                    send_fwd_s=[x / v for x in sf], send_bwd_s=[x / v for x in sb], **kw)
+def device_times(stages: list[StageResult], tr: TrainingSettings) -> DeviceTimes:
+    """The per-device times nest.costs.pipeline prices a batch from (`stages`: the evaluator's
+    per-device results, the first p of them)."""
+    return DeviceTimes([s.time_per_microbatch_s for s in stages], [s.fwd_s for s in stages],
+                       [s.bwd_s for s in stages], [s.send_fwd_s for s in stages],
+                       [s.send_bwd_s for s in stages], [s.sync_s for s in stages],
+                       [s.optimizer_s for s in stages], [s.gather_s for s in stages],
+                       [s.recompute_s for s in stages],
+                       [int(buckets(s.num_params, tr)) for s in stages])
 
 
 def simulate_stages(plan: Plan, stages: list[StageResult], tr: TrainingSettings):
     """Discrete-event simulation (nest.simulate) of a plan's schedule with the evaluator's
     per-device forward / backward / transfer times, gradient sync (per tr.dp_overlap) and
     optimizer step: its makespan is the simulated time per batch."""
-    return _simulate(plan, stages[:plan.pp], tr)
+    v = plan.virtual_stages if plan.schedule == "interleaved" else 1
+    return simulate_times(device_times(stages[:plan.pp], tr), plan.schedule,
+                          plan.num_microbatches, v, tr.dp_overlap)
 
 
 def device_chunks(plan: Plan, j: int) -> list[tuple[int, int]]:
@@ -294,7 +211,8 @@ def device_chunks(plan: Plan, j: int) -> list[tuple[int, int]]:
     if plan.schedule != "interleaved":
         st = plan.stages[j]
         return [(st.first_layer, st.last_layer)]
-    return [(c.first_layer, c.last_layer) for c in plan.stages[j % plan.pp::plan.pp]]
+    return [(plan.stages[c].first_layer, plan.stages[c].last_layer)
+            for c in chunks_of(device_group(j, plan.pp), plan.pp, len(plan.stages))]
 
 
 def stage_label(plan: Plan, j: int) -> str:
@@ -308,21 +226,22 @@ def stage_label(plan: Plan, j: int) -> str:
             f"totals over its chunks)")
 
 
-def _per_device(chunks: list[StageResult], p: int, hw, m: int, stash) -> list[StageResult]:
+def _per_device(chunks: list[StageResult], p: int, hw, m: int, held: list[float]
+                ) -> list[StageResult]:
     """Interleaved 1F1B: device group d runs chunks d, d + p, ...; its time per micro-batch, sync,
     optimizer step and memory are the sums over its chunks (working set and the framework's
     overhead once; activations as the schedule holds them, chunk by chunk:
-    nest.costs.memory.interleaved_peak_activations). The first p results become the devices'
+    nest.costs.pipeline.interleaved_peak_activations). The first p results become the devices'
     totals; every chunk reports its device's peak memory."""
     out = list(chunks)
     for d in range(p):
-        mine = chunks[d::p]
+        mine = [chunks[k] for k in chunks_of(d, p, len(chunks))]
         per_chunk = ("fragmentation", "framework_overhead", "working")  # recomputed or once
         mem = {k: sum(c.memory_bytes.get(k, 0.0) for c in mine)
                for k in mine[0].memory_bytes if k not in per_chunk}
         mem["working"] = max(c.memory_bytes["working"] for c in mine)
         mem["activations"] = interleaved_peak_activations(
-            [c.memory_bytes["activations"] / stash[d] for c in mine], p, m, d)
+            [c.memory_bytes["activations"] / held[d] for c in mine], p, m, d)
         mem = with_overheads(mem, hw)
         bd: dict[str, float] = {}
         sb: dict[str, float] = {}
@@ -338,24 +257,27 @@ def _per_device(chunks: list[StageResult], p: int, hw, m: int, stash) -> list[St
                           sum(c.send_bwd_s for c in mine), sum(c.recompute_s for c in mine),
                           sum(c.num_params for c in mine), sum(c.gather_s for c in mine))
         out[d] = dev
-        for k in range(d + p, len(chunks), p):
+        for k in chunks_of(d, p, len(chunks))[1:]:
             out[k] = replace(chunks[k], peak_memory_bytes=dev.peak_memory_bytes)
     return out
 
 
-def _stage(plan: Plan, problem: Problem, j: int, m: int, stash: float) -> StageResult:
+def _stage(plan: Plan, problem: Problem, j: int, num_stashed: float) -> StageResult:
     """Stage j priced as one cell of the stage kernel (nest.costs.stage) with its own knobs."""
-    st, last = plan.stages[j], len(plan.stages) - 1
+    st = plan.stages[j]
     lt = layer_table(problem, plan.stage_variant(j), ("none", "selective", "full"))
     opts = Options((st.zero_stage,), (st.recompute,))
-    nxt = plan.stages[j + 1].device_ids if j < last else None
-    prv = plan.stages[j - 1].device_ids if j > 0 else None
-    partner = plan.stages[last - j].device_ids if last > 0 and j in (0, last) else None
-    c = stage_cost(problem, lt, st.device_ids, plan.stage_dp(j), opts, stash,
-                   cell=(st.first_layer, st.last_layer), next_ids=nxt, prev_ids=prv,
-                   tied_partner=partner, detail=True)
+    c = stage_cost(problem, lt, st.device_ids, plan.stage_dp(j), opts, num_stashed,
+                   cell=(st.first_layer, st.last_layer), detail=True,
+                   **links([s.device_ids for s in plan.stages], j))
+    return stage_result(c, j, st.first_layer, st.last_layer)
+
+
+def stage_result(c, j: int, first_layer: int, last_layer: int) -> StageResult:
+    """The evaluator's record of stage j from a one-cell, one-option stage kernel result with
+    its breakdown (nest.costs.stage.stage_cost(..., detail=True))."""
     x = c.detail
-    return StageResult(j, st.first_layer, st.last_layer, float(c.t[0, 0]), float(c.mem[0, 0]),
+    return StageResult(j, first_layer, last_layer, float(c.t[0, 0]), float(c.mem[0, 0]),
                        x["memory_bytes"], x["breakdown_s"], float(sum(x["sync_breakdown_s"]
                                                                       .values())),
                        x["sync_breakdown_s"], x["optimizer_s"], x["fwd_s"], x["send_fwd_s"],

@@ -1,44 +1,22 @@
-"""Per-stage op times x pipeline schedule -> closed-form time per batch, bubble, stash, DP sync.
+"""Two closed forms of a pipeline too long for nest.costs.pipeline: the 1F1B critical-path family
+and the data-parallel gradient-sync tail (nest.costs.pipeline owns the stage positions, the forms
+and the time per batch, and calls these).
 
 Legend: p stages (devices), j stage index (0 = first), m micro-batches, v model chunks per device
 (interleaved), F_j / B_j forward / backward time of stage j for one micro-batch (B_j includes
 the recomputed forward), sf_j the send of stage j's output activation to j + 1, sb_j the send of
 its input gradient to j - 1 (sf_{p-1} = sb_0 = 0). Sends are blocking: the sender is busy for
 them, as the evaluator charges them (f_j = F_j + sf_j, b_j = B_j + sb_j, t_j = f_j + b_j).
-
-1F1B / PipeDream-Flush (Narayanan et al. 2021a, "Memory-Efficient Pipeline-Parallel DNN
-Training", section 3; Narayanan et al. 2021b, section 2.2):
-    "evaluator"      T = (m + p - 1) max_j t_j       exact for equal stages; an upper bound
-    "dapple"         T = sum_j t_j + (m - 1) max_j t_j   (Fan et al. 2021, DAPPLE, section 3.2:
-                     fill/drain through every stage once, the bottleneck m - 1 more times);
-                     also an upper bound, exact for equal stages
-    "critical_path"  T = max over home stages b of the longest of a family of paths through
-                     the 1F1B precedence graph (ours, see `_critical_path_1f1b`); a lower
-                     bound, exact in ~96% of random heterogeneous cases; against the
-                     discrete-event simulation (nest.simulate) at most 0.4% below for m >= 4p
-                     (8,000 random and hypothesis cases, p <= 16), 2.2% for p <= m < 4p;
-                     m < p runs the simulation
-    stash of stage j: min(p - j, m) micro-batches of its activations (Narayanan et al. 2021a)
-GPipe (Huang et al. 2019, section 2.3): all forwards, then all backwards. Each phase is a flow
-shop with m identical jobs, whose makespan is sum_j x_j + (m - 1) max_j x_j (the longest
-monotone lattice path), so exactly
-    T = sum_j (f_j + b_j) + (m - 1) (max_j f_j + max_j b_j);  stash m on every stage;
-    bubble share for equal stages (p - 1) / (m + p - 1).
-Interleaved 1F1B, v chunks per device (Narayanan et al. 2021b, section 2.2.2): bubble time
-(p - 1) t / v, so T = (m + (p - 1) / v) max_d t_d with t_d the device's time per micro-batch
-over all its chunks (every chunk sends its own boundary activation: t_d = F_d + B_d + v (sf_d +
-sb_d)); exact for equal stages without transfers, heterogeneous stages: use nest.simulate.
-    stash of device d: min(2 (p - d - 1) + (v - 1) p + 1, m v) chunk-micro-batches (Megatron-LM's
-    warm-up count + 1), i.e. p + (p - 1) / v stage-micro-batches on device 0 (Korthikanti et al.
-    2022, section 4.2.3: interleaving multiplies the first stage's stash by 1 + (p - 1) / (p v)).
+1F1B critical path (`critical_path_1f1b`): max over home stages b of the longest of a family of
+paths through the 1F1B precedence graph (ours); a lower bound, exact in ~96% of random
+heterogeneous cases; against the discrete-event simulation (nest.simulate) at most 0.4% below for
+m >= 4p (8,000 random and hypothesis cases, p <= 16), 2.2% for p <= m < 4p.
 Data-parallel gradient sync (see `dp_sync_tail_s`).
 """
 
 from __future__ import annotations
 
 import numpy as np
-
-FORMS_1F1B = ("evaluator", "dapple", "critical_path")
 
 
 def _vec(x, p: int, name: str) -> np.ndarray:
@@ -50,7 +28,7 @@ def _vec(x, p: int, name: str) -> np.ndarray:
     return a
 
 
-def _fb(fwd_s, bwd_s, send_fwd_s, send_bwd_s) -> tuple[np.ndarray, np.ndarray]:
+def fb_times(fwd_s, bwd_s, send_fwd_s, send_bwd_s) -> tuple[np.ndarray, np.ndarray]:
     """Busy time per micro-batch of each stage's forward (f_j = F_j + sf_j) and backward
     (b_j = B_j + sb_j), the ends' missing sends dropped."""
     F = np.atleast_1d(np.asarray(fwd_s, dtype=float))
@@ -63,31 +41,7 @@ def _fb(fwd_s, bwd_s, send_fwd_s, send_bwd_s) -> tuple[np.ndarray, np.ndarray]:
     return F + sf, B + sb
 
 
-def stage_time_s(fwd_s, bwd_s, send_fwd_s=None, send_bwd_s=None) -> np.ndarray:
-    """t_j = F_j + B_j + sf_j (j < p - 1) + sb_j (j > 0): stage j's busy time per micro-batch."""
-    f, b = _fb(fwd_s, bwd_s, send_fwd_s, send_bwd_s)
-    return f + b
-
-
-def time_1f1b_s(fwd_s, bwd_s, num_microbatches: int, send_fwd_s=None, send_bwd_s=None,
-                form: str = "evaluator") -> float:
-    """Time of one batch's pipeline under 1F1B (without DP sync and optimizer step)."""
-    f, b = _fb(fwd_s, bwd_s, send_fwd_s, send_bwd_s)
-    t, p, m = f + b, len(f), num_microbatches
-    if form == "evaluator":
-        return float((m + p - 1) * t.max())  # Narayanan et al. 2021a: fill + steady + drain
-    if form == "dapple":
-        return float(t.sum() + (m - 1) * t.max())  # Fan et al. 2021 (DAPPLE), section 3.2
-    if form == "critical_path":
-        if m < p:  # stages with m <= p - j - 1 run GPipe-like; the path family assumes m >= p
-            from nest.simulate import simulate
-
-            return simulate("1f1b", f, b, m).pipeline_s
-        return _critical_path_1f1b(f, b, m)
-    raise ValueError(f"form: '{form}' is not one of {FORMS_1F1B}")
-
-
-def _critical_path_1f1b(f: np.ndarray, b: np.ndarray, m: int) -> float:
+def critical_path_1f1b(f: np.ndarray, b: np.ndarray, m: int) -> float:
     """Longest of these paths through the 1F1B precedence graph (each is a real path, so the
     max is a lower bound on the makespan), for every home stage h (w = p - h - 1 warm-ups):
       fill:  F(0) reaches h after sum_{k<=h} f_k; h's warm-up forwards arrive at the slowest
@@ -125,53 +79,6 @@ def _critical_path_1f1b(f: np.ndarray, b: np.ndarray, m: int) -> float:
                 end = max(end, float(np.max(val)))
         best = max(best, end)
     return float(best)
-
-
-def time_gpipe_s(fwd_s, bwd_s, num_microbatches: int, send_fwd_s=None,
-                 send_bwd_s=None) -> float:
-    """GPipe: two flow shops of m identical jobs (Huang et al. 2019); exact."""
-    f, b = _fb(fwd_s, bwd_s, send_fwd_s, send_bwd_s)
-    m = num_microbatches
-    return float(f.sum() + b.sum() + (m - 1) * (f.max() + b.max()))
-
-
-def time_interleaved_s(fwd_s, bwd_s, num_microbatches: int, num_chunks: int,
-                       send_fwd_s=None, send_bwd_s=None) -> float:
-    """Interleaved 1F1B: (m + (p - 1) / v) max_d t_d (Narayanan et al. 2021b, section 2.2.2).
-    fwd_s / bwd_s per device (all its chunks); each of the v chunks sends its own activation
-    and gradient, so t_d = F_d + B_d + v (sf_d + sb_d)."""
-    F = np.atleast_1d(np.asarray(fwd_s, dtype=float))
-    p, v, m = len(F), num_chunks, num_microbatches
-    t = F + _vec(bwd_s, p, "bwd_s") + v * (_vec(send_fwd_s, p, "send_fwd_s")
-                                           + _vec(send_bwd_s, p, "send_bwd_s"))
-    return float((m + (p - 1) / v) * t.max())
-
-
-def bubble_fraction(schedule: str, num_stages: int, num_microbatches: int,
-                    num_chunks: int = 1) -> float:
-    """Idle share of the pipeline time for equal stages: bubble / (ideal + bubble). Narayanan
-    et al. 2021b state the ratio bubble / ideal = (p - 1) / m, divided by v when interleaved."""
-    p, m, v = num_stages, num_microbatches, num_chunks
-    bubble = (p - 1) / (v if schedule == "interleaved" else 1)
-    if schedule not in ("1f1b", "gpipe", "interleaved"):
-        raise ValueError(f"schedule: '{schedule}' is not one of 1f1b, gpipe, interleaved")
-    return bubble / (m + bubble)
-
-
-def stash_microbatches(schedule: str, num_stages: int, num_microbatches: int,
-                       num_chunks: int = 1) -> list[float]:
-    """Peak number of micro-batches of stage j's activations held at once (in units of one
-    micro-batch through the whole stage; interleaved chunks count 1/v each)."""
-    p, m, v = num_stages, num_microbatches, num_chunks
-    if schedule == "1f1b":
-        return [float(min(p - j, m)) for j in range(p)]  # Narayanan et al. 2021a
-    if schedule == "gpipe":
-        return [float(m)] * p  # Huang et al. 2019: every micro-batch before the first backward
-    if schedule == "interleaved":
-        if m == p:  # Megatron-LM: all forwards are warm-up
-            return [float(m)] * p
-        return [min(2 * (p - j - 1) + (v - 1) * p + 1, m * v) / v for j in range(p)]
-    raise ValueError(f"schedule: '{schedule}' is not one of 1f1b, gpipe, interleaved")
 
 
 # --------------------------------------------------------------------------------------------

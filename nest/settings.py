@@ -63,7 +63,7 @@ class TrainingSettings:
     precision: Precision = Precision()
     schedule: str = "1f1b"
     graph_source: str = "torch_fx"  # how layer graphs are built: torch_fx | closed_form
-    # how the evaluator prices the pipeline (nest.evaluate.pipeline_time_s): "paper" (m + p - 1)
+    # how the evaluator prices the pipeline (nest.costs.pipeline): "paper" (m + p - 1)
     # max_j t_j, what the NEST solver optimises exactly; "critical_path" the tight closed form
     # (nest.schedule), "simulated" the discrete-event simulation (nest.simulate)
     pipeline_time: str = "paper"

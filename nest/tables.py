@@ -152,6 +152,15 @@ def comm_breakdown(evaluation: dict) -> dict:
     return out
 
 
+def comm_share(evaluation) -> float | None:
+    """The communication share (`comm_breakdown`) of a feasible nest.evaluate.Evaluation;
+    None for no evaluation or an infeasible one."""
+    if evaluation is None or not evaluation.feasible:
+        return None
+    return comm_breakdown({"breakdown_s": evaluation.breakdown_s,
+                           "time_per_batch_s": evaluation.time_per_batch_s})["comm_share"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Plans -> strategy columns
 # ---------------------------------------------------------------------------------------------

@@ -8,11 +8,12 @@ the shared evaluator uses:
   variant tp1 at the run's sequence length, dropout off as in the run) priced by
   nest.costs.table.layer_times: the measured operator profile where it covers the shape, the
   roofline elsewhere (the evaluator's CostTable default for this hardware);
-* Adam step: OPTIMIZER_STEP_BYTES["adam"] x parameters / (HBM bandwidth x memory_efficiency), the
-  evaluator's optimizer term; step = forward + backward + Adam (the measured step has no more);
+* Adam step: the evaluator's optimizer term (nest.costs.memory.optimizer_step_s at the default
+  precision, nest.precision: 38 B per parameter / (HBM bandwidth x memory_efficiency));
+  step = forward + backward + Adam (the measured step has no more);
 * peak memory, compared with max_memory_allocated above what was allocated before the block:
   bf16 weights 2 B + fp32 main gradients 4 B + Adam 12 B per parameter (the run's "mixed"
-  optimizer: 18 B, the evaluator's terms at grad_bytes_per_param 4), plus what this run holds on
+  optimizer: 18 B, nest.precision's defaults, the evaluator's terms), plus what this run holds on
   top: the bf16 gradients from backward to the optimizer step (2 B per parameter), the output
   gradient fed to backward (2 s h bytes) and, in the first block a process measures, the 32 MiB
   cuBLAS workspace (profiles/README.md); plus the activations the layer graph saves
@@ -38,7 +39,8 @@ from nest.costs.table import layer_times
 from nest.errors import SpecError
 from nest.graph.closed_form import block_cost
 from nest.graph.layer_graph import Variant
-from nest.settings import OPTIMIZER_STATE_BYTES, OPTIMIZER_STEP_BYTES
+from nest.costs.memory import optimizer_step_s
+from nest.settings import TrainingSettings
 from nest.specs import (HardwareSpec, ModelSpec, config_dir, load_hardware, load_json,
                         load_model)
 
@@ -47,9 +49,11 @@ BYTES = 2  # bf16
 GIB = 2**30
 CUBLAS_WORKSPACE_BYTES = 32 * 2**20  # cuBLAS workspace on Hopper, made in the first GEMM
 # Bytes per parameter the measured optimizers hold (nest.profiling.blocks: MixedAdam, PlainAdam).
+MIXED = TrainingSettings()  # the "mixed" run: nest.precision's defaults (Megatron-LM's --bf16)
 HELD_BYTES = {
     # bf16 weights, fp32 main gradients, fp32 master + momentum + variance; the evaluator's terms
-    "mixed": {"weights": 2, "main_grads": 4, "optimizer_states": OPTIMIZER_STATE_BYTES["adam"]},
+    "mixed": {"weights": MIXED.weight_bytes_per_param, "main_grads": MIXED.grad_bytes_per_param,
+              "optimizer_states": MIXED.optimizer_state_bytes},
     "bf16": {"weights": 2, "main_grads": 2, "optimizer_states": 4},  # torch Adam on bf16 params
 }
 TRANSIENT_GRAD_BYTES = {"mixed": 2, "bf16": 0}  # bf16 .grad from backward to the optimizer step
@@ -110,7 +114,7 @@ def predict_block(block: dict, hw: HardwareSpec, profile, *, first: bool = False
     if opt not in HELD_BYTES:
         raise SpecError(f"blocks.json: block '{block['model']}' key 'optimizer': {opt!r} is not "
                         f"one of {sorted(HELD_BYTES)}")
-    opt_s = OPTIMIZER_STEP_BYTES["adam"] * params / (hw.hbm_bytes_per_s * hw.memory_efficiency)
+    opt_s = optimizer_step_s(params, MIXED, hw)
     tokens = b * m.seq_len
     mem = {k: v * params for k, v in HELD_BYTES[opt].items()}
     mem["bf16_grads"] = TRANSIENT_GRAD_BYTES[opt] * params

@@ -244,17 +244,16 @@ def test_fp8_keeps_gemm_inputs_in_fp8():
 
 
 def test_interleaved_stash_is_weighed_chunk_by_chunk():
-    """nest.costs.memory.interleaved_peak_activations walks Megatron's interleaved order. With
+    """nest.costs.pipeline.interleaved_peak_activations walks Megatron's interleaved order. With
     equal chunks it is Korthikanti et al. 2022's p (1 + (p - 1) / (p v)) stage micro-batches on
     the first device (section 4.2.3) and nest.schedule's closed form on every device; with
     Meta's Llama 3 layout (only the embedding in the first chunk of device 0, Grattafiori et al.
     2024, section 3.3.2) the first device's extra warm-up micro-batches cost nothing: 7 block
     chunks x p micro-batches."""
-    from nest.costs.memory import interleaved_order, interleaved_peak_activations
-    from nest.schedule import stash_microbatches
+    from nest.costs.pipeline import interleaved_order, interleaved_peak_activations, stashes
 
     for p, v, m in ((4, 2, 8), (16, 4, 32), (8, 3, 16), (16, 8, 16)):
-        closed = stash_microbatches("interleaved", p, m, v)
+        closed = stashes("interleaved", p, m, v)
         for d in range(p):
             got = interleaved_peak_activations([1.0] * v, p, m, d) / v
             assert got == pytest.approx(closed[d])

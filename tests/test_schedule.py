@@ -1,20 +1,13 @@
-"""Closed-form pipeline schedules (nest.schedule) against the discrete-event simulation."""
+"""Closed-form pipeline schedules (nest.costs.pipeline, nest.schedule) against the discrete-event simulation."""
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nest.schedule import (
-    bubble_fraction,
-    dp_sync_exposed_s,
-    dp_sync_tail_s,
-    stash_microbatches,
-    stage_time_s,
-    time_1f1b_s,
-    time_gpipe_s,
-    time_interleaved_s,
-)
+from nest.costs.pipeline import (bubble_fraction, stage_time_s, stashes, time_1f1b_s,
+                                 time_gpipe_s, time_interleaved_s)
+from nest.schedule import dp_sync_exposed_s, dp_sync_tail_s
 from nest.simulate import plot_timeline, simulate
 
 
@@ -23,7 +16,7 @@ def test_equal_stages_des_equals_every_closed_form(p, m):
     F, B = [1.5] * p, [3.0] * p
     r = simulate("1f1b", F, B, m)
     assert r.makespan_s == pytest.approx((m + p - 1) * 4.5, rel=1e-12)
-    for form in ("evaluator", "dapple", "critical_path"):
+    for form in ("paper", "dapple", "critical_path"):
         assert time_1f1b_s(F, B, m, form=form) == pytest.approx(r.makespan_s, rel=1e-12)
     g = simulate("gpipe", F, B, m)
     assert g.makespan_s == pytest.approx(time_gpipe_s(F, B, m), rel=1e-12)
@@ -51,7 +44,7 @@ def test_interleaved_reduces_the_bubble_by_v(p, m, v, F, B):
                                                ("interleaved", 4, 4, 2), ("interleaved", 3, 9, 3)])
 def test_stash_matches_the_simulation(schedule, p, m, v):
     r = simulate(schedule, [1.0] * p, [2.0] * p, m, num_chunks=v)
-    assert r.stash_microbatches() == pytest.approx(stash_microbatches(schedule, p, m, v))
+    assert r.stash_microbatches() == pytest.approx(stashes(schedule, p, m, v))
     if schedule == "1f1b":
         assert r.peak_in_flight == [min(p - j, m) for j in range(p)]  # the evaluator's stash
     if schedule == "interleaved" and m > p:  # first stage: p + (p - 1) / v (Korthikanti 2022)
@@ -79,7 +72,7 @@ def test_1f1b_closed_forms_bracket_the_simulation(plan):
     des = simulate("1f1b", F, B, m, send_fwd_s=sf, send_bwd_s=sb).makespan_s
     tight = time_1f1b_s(F, B, m, sf, sb, form="critical_path")
     assert des * (1 - 0.01) <= tight <= des * (1 + 1e-9)  # within 1%, never above
-    for form in ("dapple", "evaluator"):  # upper bounds (up to ~6% / ~18% above)
+    for form in ("dapple", "paper"):  # upper bounds (up to ~6% / ~18% above)
         assert time_1f1b_s(F, B, m, sf, sb, form=form) >= des * (1 - 1e-9)
     t = stage_time_s(F, B, sf, sb)
     assert time_1f1b_s(F, B, m, sf, sb) == pytest.approx((m + p - 1) * t.max())

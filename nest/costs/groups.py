@@ -49,6 +49,8 @@ class GroupTerms:
     cum_LR: np.ndarray  # prefix sums of the total per recompute mode (full re-runs fwd terms)
     dp_lines: dict  # {"dense" | "expert": {kind: lines per distinct group}}
     dp_level: str
+    layer_LR: np.ndarray = None  # per layer and recompute mode: the total (cum_LR's terms)
+    fwd_L: np.ndarray = None  # per layer: its forward collectives
     grid: dict = field(default_factory=dict)  # stage_cost's [b, a] terms per (d, options)
 
 
@@ -99,7 +101,7 @@ def group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
     fwd_L = x_LK[:, fwd_K].sum(axis=1) if K else np.zeros(L)
     tot_LR = total_L[:, None] + np.where(full_R, fwd_L[:, None], 0.0)
     dp, dp_level = dp_lines(problem, lt, ids, d, groups)
-    out = GroupTerms(names, fwd_K, prefix(x_LK), prefix(tot_LR), dp, dp_level)
+    out = GroupTerms(names, fwd_K, prefix(x_LK), prefix(tot_LR), dp, dp_level, tot_LR, fwd_L)
     lt.group_cache[key] = out
     if len(lt.group_cache) > GROUP_CACHE_ENTRIES:
         lt.group_cache.popitem(last=False)

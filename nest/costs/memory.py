@@ -106,52 +106,6 @@ def optimizer_step_for(p_dense, p_expert, dp: int, ep: int, cp: int, z: int, tra
     return optimizer_step_s(per_device(p_dense, p_expert, dp, ep, cp, z >= 1), training, hw)
 
 
-def interleaved_order(p: int, m: int, v: int, d: int, group: int | None = None):
-    """Device d's operation order under Megatron-LM's interleaved 1F1B (Narayanan et al. 2021b,
-    section 2.2; megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_
-    interleaving): forwards run chunk 0 for `group` consecutive micro-batches (Megatron's
-    microbatch_group_size_per_vp_stage, default p; the Llama 3 paper's N, Grattafiori et al.
-    2024, section 3.3.2), then chunk 1, ...; backwards the same with the chunks reversed.
-    Warm-up: 2 (p - d - 1) + (v - 1) group forwards (all of them when m = p), then one forward
-    and one backward at a time.
-    Yields ('F' | 'B', chunk, micro-batch)."""
-    n = group or p
-    total = m * v
-
-    def fwd(k):
-        return (k // n) % v, (k // (n * v)) * n + k % n
-
-    def bwd(k):
-        c, mb = fwd(k)
-        return v - 1 - c, mb
-
-    # m = p: every forward is warm-up (Megatron-LM's interleaved schedule, all_warmup_microbatches,
-    # as nest.schedule.stash_microbatches prices it)
-    warm = total if m == p else min(2 * (p - d - 1) + (v - 1) * n, total)
-    for k in range(warm):
-        yield ("F",) + fwd(k)
-    for k in range(total - warm):
-        yield ("F",) + fwd(warm + k)
-        yield ("B",) + bwd(k)
-    for k in range(total - warm, total):
-        yield ("B",) + bwd(k)
-
-
-def interleaved_peak_activations(act_C, p: int, m: int, d: int, group: int | None = None):
-    """Peak activation bytes device d holds under interleaved 1F1B, act_C[c]: what one
-    micro-batch leaves stashed in its chunk c. Walks `interleaved_order`, so chunks of unequal
-    size are weighed as they are held: Meta's Llama 3 405B layout puts only the embedding in the
-    first chunk and only the head in the last (Grattafiori et al. 2024, section 3.3.2), and the
-    extra warm-up micro-batches of the first device sit in that embedding chunk. With equal
-    chunks this is Korthikanti et al. 2022's p (1 + (p - 1) / (p v)) micro-batches of a stage
-    (section 4.2.3) on the first device."""
-    held = peak = 0.0
-    for kind, c, _ in interleaved_order(p, m, len(act_C), d, group):
-        held += act_C[c] if kind == "F" else -act_C[c]
-        peak = max(peak, held)
-    return peak
-
-
 def tied_embedding_params(model, graph, tp: int) -> float:
     """The word embedding a tied LM head shares (Megatron-LM, Shoeybi et al. 2019), per device of
     a tp group: V * h / tp; 0 for untied models. The head's layer counts a copy of it, so

@@ -30,6 +30,7 @@ from nest.costs.groups import GroupTerms, group_terms
 from nest.costs.layers import LayerTable
 from nest.costs.memory import (optimizer_step_for, peak, state_bytes, with_overheads,
                                working_bytes)
+from nest.costs.pipeline import held_bytes
 from nest.network.collectives import lines_time, pairs, send_time, worst
 from nest.schedule import dp_sync_exposed_s
 
@@ -78,6 +79,17 @@ def zero_schedule(z: int, coll) -> tuple[dict, dict]:
     if z in (1, 2):
         sync["all_gather"] = coll("all_gather", "weight")
     return per_mb, sync
+
+
+def zero_costs(z: int, coll, training, fwd_s=None, num_params=None) -> tuple[dict, dict]:
+    """`zero_schedule` under the training settings: with param_gather_overlap the weights'
+    all-gather after the step becomes its part the next forward (fwd_s) cannot hide
+    (`gather_exposed`, in the stage's buckets of num_params)."""
+    pm, sy = zero_schedule(z, coll)
+    if training.param_gather_overlap and "all_gather" in sy:
+        sy["all_gather_exposed"] = gather_exposed(sy.pop("all_gather"), fwd_s,
+                                                  buckets(num_params, training))
+    return pm, sy
 
 
 def buckets(num_params, training):
@@ -180,7 +192,7 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
     t = base_R[..., None, :] + per_mb_Z[..., None] + np.asarray(send)[..., None, None]
     u = sync_Z + tied
     stash = np.asarray(stash, dtype=float)
-    mem = peak(fixed_ZR + (stash[..., None] * act_R)[..., None, :], hw)
+    mem = peak(held_bytes(fixed_ZR, stash[..., None, None], act_R[..., None, :]), hw)
     out = StageCost(t, u, mem)
     if ov is not None:
         out.tail, out.drain = overlap_terms(problem, ov, base_R, per_mb_Z, send_bwd, tied)
@@ -235,10 +247,7 @@ def _terms(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options, cell)
     if tr.param_gather_overlap or tr.dp_overlap != "none":
         fwd = forward_s(lt, gt, a, b)
     for z in opts.zero_stages:
-        pm, sy = parts[z] = zero_schedule(z, coll)
-        if tr.param_gather_overlap and "all_gather" in sy:
-            sy["all_gather_exposed"] = gather_exposed(sy.pop("all_gather"), fwd,
-                                                      buckets(pd + pe, tr))
+        pm, sy = parts[z] = zero_costs(z, coll, tr, fwd, pd + pe)
         per_mb_Z.append(sum(pm.values(), zero))
         sync_Z.append(sum(sy.values(), zero)
                       + optimizer_step_for(pd, pe, d, v.ep, v.cp, z, tr, hw))

@@ -10,17 +10,16 @@ stages and replicas on the hierarchy (the space's placements: replica-major, sta
 order, or every order a launcher can express, nest.placement). Every cost is the stage kernel's
 (nest.costs.stage) on the whole grid of cuts, through nest.solver.arrays.
 
-Objective: exactly the shared evaluator's time per batch,
-    T = (m + p - 1) * max_j t_j + max_j u_j,
+Objective: exactly the shared evaluator's time per batch (nest.costs.pipeline.objective_s),
+    T = C * max_j t_j + max_j u_j      (the paper's form, C = bottleneck_weight),
 t_j the stage's time per micro-batch, u_j its gradient sync + optimizer step: the evaluator under
 the default training settings (pipeline_time: paper, dp_overlap: none). With pipeline_time: dapple
-the objective is sum_j t_j + (m - 1) max_j t_j + max_j u_j, the evaluator's tight form, solved
-exactly per candidate by nest.solver.tight (the compute-only and memory-aware bounds scaled by
-m / (m + p - 1), the joint bound taken with m in place of m + p - 1: both lower bounds of that
-form, which is at least m max t + max u). u_j holds whatever the stage kernel leaves after the
+the objective is DAPPLE's form plus max_j u_j, solved exactly per candidate by nest.solver.tight
+(the compute-only and memory-aware bounds scaled by m / C, the joint bound taken with m in place
+of C: both lower bounds of that form, which is at least m max t + max u). u_j holds whatever the stage kernel leaves after the
 flush, so tp_comm_overlap (inside t_j) and param_gather_overlap (the exposed part of the weights'
 all-gather, inside u_j) are optimised exactly too. With dp_overlap: stage | bucketed and the
-paper's form the objective is (m + p - 1) max t + max(0, max_j (e_j - D_j)), each stage's sync
+paper's form the objective is C max t + max(0, max_j (e_j - D_j)), each stage's sync
 credited with the drain of the stages before it, solved exactly by nest.solver.overlap. Under the
 other settings (pipeline_time critical_path / simulated; dapple with an overlapped sync) the
 evaluator prices a plan at most the objective optimised (the paper's or DAPPLE's form with the
@@ -61,6 +60,7 @@ import numpy as np
 
 from nest.costs.memory import peak
 from nest.costs.layers import layer_table
+from nest.costs.pipeline import bottleneck_weight, held_bytes, paper_1f1b, solver_form, stash
 from nest.costs.stage import Options, fixed_bytes
 from nest.graph.layer_graph import Variant
 from nest.problem import Problem, with_mbs
@@ -101,19 +101,21 @@ def solve_candidate(arr: StageArrays, p: int, best_T: float, form: str = "paper"
     """Exact min of the objective `form` (the training settings' pipeline_time: "dapple", else
     the paper's) for one candidate: (T, stages) or None. With an overlapped gradient sync
     (arrays carrying the tail's terms) under the paper's form: nest.solver.overlap."""
+    C = bottleneck_weight("paper", arr.num_microbatches, p)
     if arr.tail_JLLO is not None and form != TIGHT_FORM:
         return solve_fixed_overlap(arr.t_JLLO, arr.ok_JLLO, arr.tail_JLLO, arr.drain_JLLO,
-                                   arr.num_microbatches + p - 1, best_T)
+                                   C, best_T)
     if form == TIGHT_FORM:
         return solve_fixed_tight(arr.t_JLLO, arr.options.per_option(arr.u_JLLZ), arr.ok_JLLO,
                                  arr.num_microbatches, best_T)
-    return solve_fixed(arr, arr.num_microbatches + p - 1, best_T)
+    return solve_fixed(arr, C, best_T)
 
 
 def bound_scale(form: str, m: int, p: int) -> float:
-    """Lower bounds are stated for the paper's form (m + p - 1) max t + max u; the tight form is
-    at least m max t + max u >= m / (m + p - 1) times that."""
-    return m / (m + p - 1) if form == TIGHT_FORM else 1.0
+    """Lower bounds are stated for the paper's form C max t + max u (C = m + p - 1,
+    nest.costs.pipeline.bottleneck_weight); the tight form is at least m max t + max u >= m / C
+    times that."""
+    return m / bottleneck_weight("paper", m, p) if form == TIGHT_FORM else 1.0
 
 
 def candidate_arrays(problem: Problem, space: SearchSpace, lts, p: int, d: int,
@@ -144,7 +146,7 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
     best_T, best = math.inf, None
     heap: list = []
     lts, refined, floors, sends = {}, {}, {}, {}
-    form = problem.training.pipeline_time
+    form = solver_form(problem.training)
     for ci, cls in enumerate(space.classes):
         lts[ci] = [layer_table(problem, v, space.recompute_modes) for v in cls]
         options = list(pp_dp_options(problem, space, cls[0]))
@@ -156,8 +158,8 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
             if even_cuts and p > num_blocks(problem):
                 continue
             m = problem.num_microbatches(d, cls[0].ep)
-            heap.append(((m + p - 1) * lb[p] * bound_scale(form, m, p) if prune else 0.0, False,
-                         ci, p, d))
+            heap.append((paper_1f1b(lb[p], m, p) * bound_scale(form, m, p) if prune else 0.0,
+                         False, ci, p, d))
     num_candidates = len(heap)
     heapq.heapify(heap)
     visited = 0
@@ -170,7 +172,7 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
                                                       sends[ci])
             m = problem.num_microbatches(d, cls[0].ep)
             scale = bound_scale(form, m, p)
-            bound = (m + p - 1) * refined[(ci, p)] * scale
+            bound = paper_1f1b(refined[(ci, p)], m, p) * scale
             if bound < best_T:  # else pruned already; cheaper bounds first
                 bound = max(bound, joint_bound(problem, space, lts[ci], p, d))
             heapq.heappush(heap, (bound, True, ci, p, d))
@@ -206,7 +208,7 @@ def candidate_optimum(problem: Problem, space: SearchSpace, cls, p: int, d: int,
     best = math.inf
     for placement in space.placements_for(cls[0], p, d):
         arr = candidate_arrays(problem, space, lts, p, d, placement, even_cuts)
-        res = solve_candidate(arr, p, best, problem.training.pipeline_time)
+        res = solve_candidate(arr, p, best, solver_form(problem.training))
         if res is not None:
             best = min(best, res[0])
     return best
@@ -303,7 +305,7 @@ def infeasibility_reason(problem: Problem, space: SearchSpace, even_cuts: bool =
         lt = layer_table(problem, v, ("full",))
         i = np.arange(lt.num_layers)
         alloc = fixed_bytes(problem, lt, d, Options((3,), ("full",)), (i, i))[:, 0, 0]
-        mem = peak(alloc + lt.act_LLR[i, i, 0], hw)
+        mem = peak(held_bytes(alloc, stash(2, 1, 1), lt.act_LLR[i, i, 0]), hw)  # last stage
         need = mem if need is None else np.minimum(need, mem)
     if need is None:
         if not space.variants:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nest.costs.layers import LayerTable
+from nest.costs.pipeline import links, stash
 from nest.costs.stage import Options, stage_cost
 from nest.graph.layer_graph import Variant
 from nest.plan import place
@@ -61,10 +62,7 @@ def class_arrays(problem: Problem, space: SearchSpace, lts: list[LayerTable], p:
     for j in range(p):
         ts, us, oks, es, rs = [], [], [], [], []
         for la in lts:
-            c = stage_cost(problem, la, ids[j], d, opts, min(p - j, m),
-                           next_ids=ids[j + 1] if j + 1 < p else None,
-                           prev_ids=ids[j - 1] if j > 0 else None,
-                           tied_partner=ids[p - 1 - j] if p > 1 and j in (0, p - 1) else None)
+            c = stage_cost(problem, la, ids[j], d, opts, stash(p, j, m), **links(ids, j))
             ts.append(c.t.reshape(L, L, -1))
             oks.append((c.mem <= hbm).reshape(L, L, -1) & valid_LL)
             us.append(c.u)

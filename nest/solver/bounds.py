@@ -19,13 +19,13 @@ import numpy as np
 
 from nest.costs.groups import GROUP_CACHE_ENTRIES, group_terms
 from nest.costs.layers import LayerTable, range_sum
-from nest.costs.memory import allocatable
+from nest.costs.pipeline import (bottleneck_weight, links, solver_form, stash,
+                                 stash_capacity)
 from nest.costs.stage import Options, fixed_bytes, stage_cost
 from nest.graph.layer_graph import Variant
 from nest.network.collectives import path_bandwidth
 from nest.plan import place
 from nest.problem import Problem
-from nest.solver.tight import FORM as TIGHT_FORM
 from nest.space import SearchSpace
 
 ALIGNED = ("replica_major", "stage_major")  # placements whose replicas are aligned id blocks
@@ -119,7 +119,7 @@ def memory_aware_bound(problem: Problem, space: SearchSpace, lts, p: int,
     # the most any variant of the class can stash, per mode, under its best ZeRO stage
     max_stash_LLR = np.max([_max_stash(problem, space, lt, d).max(axis=2) for lt in lts], axis=0)
     return minmax_over_cuts(
-        lambda j: np.where(max_stash_LLR >= min(p - j, m), floor_LLR, np.inf).min(axis=2),
+        lambda j: np.where(max_stash_LLR >= stash(p, j, m), floor_LLR, np.inf).min(axis=2),
         p, L, *send_floors)
 
 
@@ -135,7 +135,7 @@ def compute_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
 def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int) -> float:
     """A lower bound of one candidate that couples time, sync and memory per stage, from the
     stage kernel's exact prices. Relaxation: for a placement of the space, every stage position j
-    has known devices, neighbours, stash min(p - j, m) and tied partner, so for stage j covering
+    has known devices, neighbours, stash and tied partner (nest.costs.pipeline), so for stage j covering
     a..b with variant v (of the class `lts`) and option o that fits in HBM, t_j and u_j are the
     kernel's exact values (nest.costs.stage.stage_cost); then
         T = C max_j t_j + max_j u_j >= max_j (C t_j + u_j),
@@ -150,7 +150,7 @@ def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int) -> fl
     u_0 = max(e_0, 0) and u_j = 0 for the other stages."""
     v0, L = lts[0].variant, lts[0].num_layers
     m = problem.num_microbatches(d, v0.ep)
-    C = m if problem.training.pipeline_time == TIGHT_FORM else m + p - 1
+    C = bottleneck_weight(solver_form(problem.training), m, p)
     hbm, opts = problem.cluster.hardware.hbm_bytes, space.options
     zeros_L = np.zeros(L)
     best = math.inf
@@ -161,10 +161,8 @@ def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int) -> fl
             a, b = _band(j, p, L)
             cost = None
             for lt in lts:
-                c = stage_cost(problem, lt, ids[j], d, opts, min(p - j, m), cell=(a, b),
-                               next_ids=ids[j + 1] if j + 1 < p else None,
-                               prev_ids=ids[j - 1] if j > 0 else None,
-                               tied_partner=ids[p - 1 - j] if p > 1 and j in (0, p - 1) else None)
+                c = stage_cost(problem, lt, ids[j], d, opts, stash(p, j, m), cell=(a, b),
+                               **links(ids, j))
                 if c.tail is None:
                     after = c.u[..., None]
                 else:  # overlapped sync: the tail >= 0, and >= stage 0's own (no drain before it)
@@ -218,11 +216,8 @@ def _max_stash(problem: Problem, space: SearchSpace, lt: LayerTable, d: int) -> 
     hit = lt.group_cache.get(key)
     if hit is not None:
         return hit
-    room = allocatable(problem.cluster.hardware) * (1 + 1e-9) - fixed_bytes(
-        problem, lt, d, Options(space.zero_stages, lt.modes))
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        n = np.floor(room / lt.act_LLR[:, :, None, :])
-    out = np.where(room >= 0, np.where(np.isnan(n), np.inf, n), -1)
+    out = stash_capacity(fixed_bytes(problem, lt, d, Options(space.zero_stages, lt.modes)),
+                         lt.act_LLR[:, :, None, :], problem.cluster.hardware)
     lt.group_cache[key] = out
     if len(lt.group_cache) > GROUP_CACHE_ENTRIES:
         lt.group_cache.popitem(last=False)

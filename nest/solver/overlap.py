@@ -1,5 +1,5 @@
 """The paper's objective with an overlapped gradient sync, optimised exactly:
-(m + p - 1) max_j t_j + max(0, max_j (e_j - D_j)),  D_j = sum_{k<j} r_k.
+C max_j t_j + max(0, max_j (e_j - D_j)),  D_j = sum_{k<j} r_k  (nest.costs.pipeline.objective_s).
 
 With training setting dp_overlap: stage | bucketed the evaluator lets stage j's gradient sync
 start after its own last backward (in buckets under it, for "bucketed") while the backward of the
@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 
+from nest.costs.pipeline import overlap_tail
 from nest.solver.dp import bottleneck
 
 INF = float("inf")
@@ -65,12 +66,9 @@ def max_drain(t, ok, e, r, X: float, c: float):
 
 
 def tail_of(e, r, stages) -> float:
-    """max(0, max_j (e_j - D_j)) of a plan: nest.schedule.dp_sync_tail_s on the kernel's terms."""
-    D, worst = 0.0, 0.0
-    for j, (a, b, o) in enumerate(stages):
-        worst = max(worst, float(e[j, b, a, o]) - D)
-        D += float(r[j, b, a, o])
-    return worst
+    """max(0, max_j (e_j - D_j)) of a plan (nest.costs.pipeline.overlap_tail on its cells)."""
+    return overlap_tail([e[j, b, a, o] for j, (a, b, o) in enumerate(stages)],
+                        [r[j, b, a, o] for j, (a, b, o) in enumerate(stages)])
 
 
 def least_x(t, ok, e, r, times: np.ndarray, lo: int, cap: float):

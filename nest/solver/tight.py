@@ -1,8 +1,8 @@
-"""The tight pipeline objective, optimised exactly: sum_j t_j + (m - 1) max_j t_j + max_j u_j.
+"""The tight pipeline objective, optimised exactly: DAPPLE's form + max_j u_j (nest.costs.pipeline).
 
-The paper's form (m + p - 1) max_j t_j charges every stage the slowest stage's time during fill
-and drain; for unequal stages it is up to 17.5% above the simulated 1F1B schedule. The DAPPLE form
-(Fan et al. 2021, section 3.2; nest.schedule.time_1f1b_s form "dapple") charges fill and drain
+The paper's form charges every stage the slowest stage's time during fill and drain; for unequal
+stages it is up to 17.5% above the simulated 1F1B schedule. The DAPPLE form (Fan et al. 2021,
+section 3.2; nest.costs.pipeline.dapple) charges fill and drain
 with each stage's own time: the critical path through the bottleneck stage, the path family's
 dominant member (nest.schedule) and equal to the paper's form for equal stages. Training setting
 `pipeline_time: dapple` prices plans so (nest.evaluate) and the solver optimises it exactly here.
@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 
+from nest.costs.pipeline import dapple
 from nest.solver.dp import bottleneck
 
 INF = float("inf")
@@ -77,12 +78,12 @@ def best_for_cap(t, u, ok, m: int, u_cap: float, bound: float = INF):
     taus = np.unique(t[admissible & (t >= X)])
     best, best_stages = bound, None
     for tau in taus:
-        if (m - 1) * tau + s_lb >= best:
+        if dapple(s_lb, tau, m) >= best:
             break
         S, stages = min_sum(t, u, ok, float(tau), u_cap)
         if stages is None:
             continue
-        value = S + (m - 1) * max(_stage_values(t, stages))
+        value = dapple(S, max(_stage_values(t, stages)), m)
         if value < best:
             best, best_stages = value, stages
     return (best, best_stages) if best_stages is not None else (INF, None)
