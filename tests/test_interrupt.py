@@ -20,6 +20,12 @@ import pytest
 
 from nest.expected import machine_free
 
+
+def sigint_as_in_a_terminal() -> None:
+    """preexec_fn: SIGINT's default disposition in the child (a background shell job, as a CI
+    runner may start this suite, inherits SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 TINY = ["figures", "--configfile", "config/tiny.yaml", "-j2", "--quiet"]
@@ -72,7 +78,8 @@ def test_killed_run_resumes_to_the_same_results(sig, reference, tmp_path):
     _copy_workflow(tmp_path)
     log = open(tmp_path / "killed.log", "w")
     proc = subprocess.Popen([str(SNAKEMAKE), *TINY], cwd=tmp_path, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=sigint_as_in_a_terminal)
     evaluations = tmp_path / "results" / "evaluations"
     t0 = time.monotonic()
     while len(list(evaluations.rglob("*.json"))) < 6:  # killed after a few points, mid-run
