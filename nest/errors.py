@@ -34,6 +34,9 @@ def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
     if len(text) > 4 * limit:  # do not fold megabytes only to cut them
         text = text[:4 * limit]
     text = " ".join(text.split())
+    # control and format characters (ESC, bidi overrides, ...) shown escaped: a message echoes
+    # user text to a terminal, which must not interpret it
+    text = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
     return text if len(text) <= limit else text[:limit - len(_ELLIPSIS)] + _ELLIPSIS
 
 

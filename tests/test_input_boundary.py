@@ -745,3 +745,15 @@ def test_every_integer_of_an_input_schema_is_bounded(kind):
     unbounded = [p for p, n in nodes
                  if "maximum" not in n or not {"minimum", "exclusiveMinimum"} & set(n)]
     assert not unbounded, unbounded
+
+
+@pytest.mark.parametrize("hostile", ["\x1b[2J\x1b[31mred", "a\u202eevil", "bell\x07", "nul\x00x",
+                                     "cr\rover"])
+def test_control_characters_in_messages_are_escaped(hostile, capsys):
+    """A name echoed in an error reaches the user's terminal escaped: no ESC sequence, bidi
+    override, bell or carriage return from a shared file or argument is interpreted."""
+    rc, out, t = run(["plan", "--model", f"no_such_{hostile}", *TINY], capsys)
+    assert rc == cli.EXIT_ERROR, out
+    line = out.strip()
+    assert line.count("\n") == 0 and all(c.isprintable() for c in line), repr(line)
+    assert "no_such_" in line
