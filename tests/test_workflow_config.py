@@ -80,8 +80,8 @@ BAD = {
     "expected_name escaping": ("expected_name: ../../x",
                                "config/bad.yaml: key 'expected_name': '../../x' does not match"),
     "seq_len 1": ("figures: {tiny: {seq_len: 1}}",
-                  "config/bad.yaml: key 'figures.tiny.seq_len': seq_len 1 for model 'tiny_moe' "
-                  "(variant tp1_sp0_ep1_cp2): seq_len=1 not divisible by cp*tp(sp)"),
+                  "config/bad.yaml: key 'figures.tiny.seq_len': seq_len 1 for model 'tiny_moe': "
+                  "key 'seq_len': 1 is not a multiple of 2"),
     "seq_len 255": ("figures: {tiny_scaling: {seq_len: 255}}",
                     "config/bad.yaml: key 'figures.tiny_scaling.seq_len': seq_len 255 for model "
                     "'tiny_gpt'"),

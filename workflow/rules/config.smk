@@ -87,7 +87,11 @@ def _seq_len_fits(model, seq_len, keys):
     from nest.graph.closed_form import variants_of
     from nest.graph.torch_models import _check
 
-    m = load_model(model, seq_len=seq_len)
+    try:  # the model file's own check (nest.specs) may refuse the length first
+        m = load_model(model, seq_len=seq_len)
+    except SpecError as e:
+        config_error(keys, f"seq_len {seq_len} for model '{model}': "
+                     f"{str(e).split(': ', 1)[-1]}")
     for v in variants_of(m):
         try:
             _check(m, v, 1)
