@@ -3,7 +3,7 @@
 Each stage (each chunk of an interleaved plan) is one cell of the stage kernel (nest.costs.stage)
 at its pipeline position; the stages' times are combined into the time per batch by
 nest.costs.pipeline (the training settings' pipeline_time form and dp_overlap; by default the
-paper's 1F1B form with the gradient sync and optimizer step after the flush, REFERENCE.md 2, what
+paper's 1F1B form with the gradient sync and optimizer step after the flush, docs/modeling.md, what
 the NEST solver optimises exactly), which also says where each stage sits (its stash, neighbours
 and tied partner). GPipe and interleaved 1F1B plans are priced there too.
 F_j / B_j: roofline compute of the stage's layers (nest.costs.roofline) plus the collectives the

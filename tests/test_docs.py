@@ -111,7 +111,6 @@ def test_the_check_catches_a_rename():
     assert REF.findall("`nest/a.py` (`f`, `g`: text)") == [("nest/a.py", "`f`, `g`: text")]
 
 
-@pytest.mark.xfail(strict=False, reason="lead repoints remaining references at merge")
 def test_no_tracked_file_mentions_the_old_digest():
     old = "REFERENCE" + ".md"  # spelled so that this file does not match itself
     hits = [str(f.relative_to(ROOT)) for f in tracked_files() if old in (text_of(f) or "")]
