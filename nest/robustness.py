@@ -67,12 +67,13 @@ def rescore(plan: dict, problem) -> tuple[dict, dict]:
     the perturbed model: the plan is kept, only the evaluator runs."""
     from nest.evaluate import evaluate
     from nest.plan import Plan
+    from nest.planners import scored_problem
     from nest.results import NO_PLAN_SCHEMA, no_plan_evaluation
 
     if plan.get("schema") == NO_PLAN_SCHEMA:
         return plan, no_plan_evaluation(plan)
     p = Plan.from_dict(plan, f"{plan.get('planner')}'s stored plan")
-    ev = evaluate(p, problem.with_mbs(p.mbs), simulated=True)
+    ev = evaluate(p, scored_problem(problem, p), simulated=True)  # a replay on its own batch
     return plan, json.loads(json.dumps(ev.to_dict()))
 
 

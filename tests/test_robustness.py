@@ -120,3 +120,18 @@ def test_summary_directions_and_markdown():
     assert "Changed: figure5 gain_over:b." in md
     assert "| figure5 | gain_over:b | 1.0500x | 0.9700x | 1.0500x | (1.15, 1.3) | 2 | better | no |" \
         in md
+
+
+def test_batch_adjusted_replay_is_rescored_on_the_batch_it_processes():
+    """A replayed plan whose mbs x dp does not divide the global batch is scored on the batch it
+    processes (baselines.manual.on_processed_batch); rescoring it under a perturbed model keeps
+    that batch (it raised a num_microbatches mismatch on the default run) and scales its time."""
+    def problem(k):
+        tr = TrainingSettings(global_batch=9, cost_scale=CostScale(k, k))
+        return make_problem("tiny_gpt", "tiny_cluster", 8, training=tr)
+
+    plan, ev = plan_point("manual", problem(1.0), "tiny_gpt", "tiny_cluster")
+    assert plan["global_batch"] < 9 and plan["extra"]["batch_configured"] == 9, plan
+    same, ev2 = rescore(plan, problem(0.85))
+    assert same is plan and ev2["global_batch"] == plan["global_batch"]
+    assert math.isclose(ev2["time_per_batch_s"], 0.85 * ev["time_per_batch_s"], rel_tol=1e-9)
