@@ -21,7 +21,7 @@ from nest.errors import PlanError, SpecError
 from nest.graph.layer_graph import Variant
 from nest.placement import is_order, stage_device_ids
 from nest.atomic_io import write_text_atomic
-from nest.specs import read_text, unique_pairs, validate
+from nest.specs import load_json, validate
 
 SCHEMA = "nest.plan/v1"
 # legacy placement names (= nest.placement.LEGACY); Plan.placement may also hold a rank order
@@ -129,21 +129,11 @@ class Plan:
 
 
 def read_json(path: str | Path) -> dict:
-    """A plan-like JSON object; errors name the file."""
+    """A plan-like JSON object; errors name the file (nest.inputs.load_json, as a PlanError)."""
     try:
-        data = json.loads(read_text(path, "JSON file"), object_pairs_hook=unique_pairs)
+        return load_json(path, "JSON file")
     except SpecError as e:
         raise PlanError(str(e)) from None
-    except json.JSONDecodeError as e:
-        raise PlanError(f"{path}: malformed JSON: {e}") from None
-    except RecursionError:
-        raise PlanError(f"{path}: malformed JSON: nested too deeply") from None
-    except ValueError as e:  # an integer beyond Python's 4300-digit conversion limit
-        raise PlanError(f"{path}: malformed JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise PlanError(f"{path}: expected an object at the top level, got "
-                        f"{type(data).__name__}")
-    return data
 
 
 def check_finite(d: dict, where: str) -> None:
