@@ -7,8 +7,10 @@ printed in the report:
 - ratio, number: holds when ours is within TOLERANCE (10%) of the paper's number; a ratio on the
   other side of 1 from the paper's (the paper says NEST is faster, ours is not), or a number of
   the other sign (a time reduction that is an increase), contradicts it; anything else differs.
-- band: holds inside the band, contradicted outside it (a band is the paper's own statement of a
-  range: "within 7%", "over 30%", "at least as fast").
+- band: holds inside the band, contradicted outside it when the band is the paper's own statement
+  of a range ("within 7%", "over 30%", "at least as fast"); a band that is only our reading of a
+  word ("nearly linear", "significant", "similar": the claim says `band_from: reading`) differs
+  outside it, since the paper gave no number to contradict.
 - trend: our ratio (e.g. throughput at micro-batch 8 over 1) moves up (> 1 + TOLERANCE), down
   (< 1 - TOLERANCE) or is flat; the opposite move, or a move where the paper says flat,
   contradicts the claim; flat where the paper says it moves differs; the same direction holds
@@ -41,6 +43,7 @@ TOLERANCE = 0.10
 KINDS = ("ratio", "number", "band", "trend", "match", "qualitative", "not_reproducible")
 VERDICTS = ("holds", "differs", "contradicted", "not comparable")
 DIRECTIONS = ("up", "down", "flat")
+BAND_FROM = ("paper", "reading")  # a band's edges: the paper's numbers, or our reading of a word
 # every computation a claim's `measure: {of: ...}` may name
 MEASURES = {f.__name__: f for f in (
     fig.mean_gain, fig.min_gain, fig.gain_ratio, fig.gain_over_devices, fig.match_devices,
@@ -104,6 +107,9 @@ def load_claims(path: str | Path | None = None) -> dict[str, list[dict]]:
                     raise bad(key, f"is missing (kind {c['kind']} needs it)")
             if c["kind"] == "band" and not (isinstance(c["band"], list) and len(c["band"]) == 2):
                 raise bad("band", "must be [low, high] (null for an open end)")
+            if c.get("band_from", "paper") not in BAND_FROM:
+                raise bad("band_from", f"is '{c['band_from']}', expected one of "
+                          f"{', '.join(BAND_FROM)}")
             if c["kind"] == "trend" and c["direction"] not in DIRECTIONS:
                 raise bad("direction", f"is '{c['direction']}', expected one of "
                           f"{', '.join(DIRECTIONS)}")
@@ -138,7 +144,9 @@ def judge(claim: dict, ours) -> str:
     if kind == "band":
         lo, hi = claim["band"]
         inside = (lo is None or ours >= lo - 1e-12) and (hi is None or ours <= hi + 1e-12)
-        return "holds" if inside else "contradicted"
+        if inside:
+            return "holds"
+        return "differs" if claim.get("band_from") == "reading" else "contradicted"
     if kind == "trend":
         got, want = _direction(ours), claim["direction"]
         if got != want:
@@ -160,8 +168,9 @@ def paper_text(claim: dict) -> str:
     kind = claim["kind"]
     if kind == "band":
         lo, hi = claim["band"]
-        return (f"{lo:g} to {hi:g}" if lo is not None and hi is not None
+        text = (f"{lo:g} to {hi:g}" if lo is not None and hi is not None
                 else f">= {lo:g}" if lo is not None else f"<= {hi:g}")
+        return text + (" (our reading)" if claim.get("band_from") == "reading" else "")
     if kind == "trend":
         return claim["direction"] + (f" (up to {claim['size']:g}x)" if claim.get("size") else "")
     if kind in ("ratio", "number"):
@@ -174,7 +183,8 @@ def paper_text(claim: dict) -> str:
 def robustness(claim: dict, table: pd.DataFrame | None, ours) -> dict | None:
     """The claim's verdict at every perturbation of results/robustness.csv (columns experiment,
     quantity, compute_scale, comm_scale, value, points): {verdicts: [(compute, comm, value,
-    verdict)], survives, low, high, base}; None when the claim has no robustness quantity or the
+    verdict)], survives, low, high, base, points (the claim's points the rows cover, at the
+    unperturbed model)}; None when the claim has no robustness quantity or the
     table has no row for it."""
     key = claim.get("robustness")
     if not key or table is None or table.empty:
@@ -184,7 +194,8 @@ def robustness(claim: dict, table: pd.DataFrame | None, ours) -> dict | None:
         # a quantity of many cells (codesign:n<N>_bw<B>_os<O>), aggregated per perturbation
         rows = rows[rows.quantity.str.startswith(key["cells"])]
         agg = CELL_AGGREGATES[key["aggregate"]]
-        rows = pd.DataFrame([{"compute_scale": c, "comm_scale": m, "value": agg(g)}
+        rows = pd.DataFrame([{"compute_scale": c, "comm_scale": m, "value": agg(g),
+                              "points": len(g)}
                              for (c, m), g in rows.groupby(["compute_scale", "comm_scale"])])
     else:
         rows = rows[rows.quantity == key["quantity"]]
@@ -194,9 +205,11 @@ def robustness(claim: dict, table: pd.DataFrame | None, ours) -> dict | None:
     out = [(float(r.compute_scale), float(r.comm_scale), float(r.value), judge(claim, r.value))
            for r in rows.itertuples()]
     base = next((v for c, m, v, _ in out if c == 1 and m == 1), None)
+    unperturbed = rows[(rows.compute_scale == 1) & (rows.comm_scale == 1)]
+    points = int(unperturbed.points.iloc[0]) if len(unperturbed) and "points" in rows else None
     return {"verdicts": out, "survives": len({v for *_, v in out}) == 1,
             "low": min(v for _, _, v, _ in out), "high": max(v for _, _, v, _ in out),
-            "base": base}
+            "base": base, "points": points}
 
 
 def final_verdict(verdict: str, robust: dict | None) -> str:

@@ -75,6 +75,9 @@ def test_the_claims_the_issue_lists_are_present():
     ({"kind": "number", "value": 0.10}, 0.196, "differs"),
     ({"kind": "band", "band": [0.93, 1.07]}, 1.14, "contradicted"),
     ({"kind": "band", "band": [0.30, None]}, 0.45, "holds"),
+    # a band that is our reading of a word ("significant"): outside it differs
+    ({"kind": "band", "band": [0.10, None], "band_from": "reading"}, 0.08, "differs"),
+    ({"kind": "band", "band": [0.10, None], "band_from": "reading"}, 0.12, "holds"),
     ({"kind": "trend", "direction": "up"}, 0.76, "contradicted"),   # falls where it should rise
     ({"kind": "trend", "direction": "flat"}, 1.48, "contradicted"),  # rises where it is flat
     ({"kind": "trend", "direction": "down"}, 0.98, "differs"),       # too small to tell

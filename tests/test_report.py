@@ -278,3 +278,40 @@ def test_search_time_reduction_is_one_minus_nest_over_mist(tmp_path):
     assert judge({"kind": "band", "band": [0.30, None]}, got.value) == "contradicted"
     a = measure(run, "search_time", {"of": "search_reduction", "model": "a"})
     assert a.value == pytest.approx(-0.5) and a.points == 1
+
+
+def test_the_tolerance_is_set_against_what_the_perturbations_move():
+    """Why 10%: each kind of quantity's largest relative move over the perturbations, computed
+    from robustness.csv's columns (a gain moving 1.10 -> 1.21 moves 10%; one moving 2 -> 1
+    moves 50%)."""
+    from nest.reproduction import tolerance_lines
+    t = pd.DataFrame({"experiment": ["figure5"] * 3 + ["decomposition"] * 3,
+                      "quantity": ["gain_over:x"] * 3 + ["ablation:a:c"] * 3,
+                      "compute_scale": [1.0, 0.85, 1.15] * 2, "comm_scale": [1.0, 0.7, 1.3] * 2,
+                      "value": [1.10, 1.12, 1.21, 2.0, 1.0, 2.2], "points": 5})
+    text = tolerance_lines(t)[0]
+    assert "under the 2 perturbed cost models" in text
+    assert "ablation (1 quantities of decomposition): median 50.0%, at most 50.0% " \
+        "(ablation:a:c), 1 beyond 10%" in text
+    assert "gain_over (1 quantities of figure5): median 10.0%, at most 10.0% (gain_over:x), " \
+        "0 beyond 10%" in text
+    assert tolerance_lines(None) == []
+
+
+def test_a_robustness_rerun_of_fewer_points_says_so():
+    """The co-design claim covers 24 cells, the perturbed runs 12: the report says whose
+    verdicts the perturbations give, instead of calling the unperturbed value foreign."""
+    from nest.claims import robustness
+    from nest.reproduction import _robust_text
+    claim = {"kind": "trend", "direction": "down",
+             "robustness": {"experiment": "codesign", "cells": "codesign:",
+                            "aggregate": "codesign_trend"}}
+    cells = [("codesign", f"codesign:n128_bw{b}_os2", c, 1.0, v, 1)
+             for c in (1.0, 1.15) for b, v in (("12.5", 2.0), ("400", 1.0))]
+    t = pd.DataFrame(cells, columns=["experiment", "quantity", "compute_scale", "comm_scale",
+                                     "value", "points"])
+    rob = robustness(claim, t, 0.4)
+    assert rob["points"] == 2 and rob["base"] == 0.5
+    text = _robust_text(rob, 0.4, 4)
+    assert "robustness.csv reruns 2 of the claim's 4 points" in text
+    assert "(unperturbed there: 0.5)" in text and "not this run's" not in text
