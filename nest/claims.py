@@ -48,6 +48,7 @@ BAND_FROM = ("paper", "reading")  # a band's edges: the paper's numbers, or our 
 MEASURES = {f.__name__: f for f in (
     fig.mean_gain, fig.min_gain, fig.gain_ratio, fig.gain_over_devices, fig.match_devices,
     fig.scaling, fig.mbs_trend, fig.gain_change, fig.same_plan, fig.plan_changes,
+    fig.planner_status, fig.shallower,
     tab.search_reduction, tab.table2_match, tab.table6_error, tab.table7, tab.comm_share,
     tab.comm_share_ratio, tab.ablation, tab.ablation_ratio, tab.codesign_trend)}
 
@@ -117,6 +118,11 @@ def load_claims(path: str | Path | None = None) -> dict[str, list[dict]]:
             if c["kind"] in ("ratio", "number", "band", "trend", "match") and not m:
                 raise bad("measure", "is missing (only qualitative / not_reproducible claims "
                           "have none)")
+            known = c.get("known", [])
+            if not (isinstance(known, list) and all(
+                    isinstance(k, str) and "docs/" in k for k in known)):
+                raise bad("known", "must be a list of sentences, each citing the docs/ page "
+                          "that records the fact")
             rob = c.get("robustness")
             if rob is not None and not (
                     isinstance(rob, dict) and rob.get("experiment")

@@ -88,16 +88,34 @@ def ratios(df: pd.DataFrame, planner: str) -> pd.DataFrame:
     return both.assign(gain=both.nest / both.base, same_plan=same).reset_index()
 
 
+def _row_plan(df: pd.DataFrame, planner: str, key) -> str:
+    """The planner's plan at one point, with what memory made it choose."""
+    row = df[(df.planner == planner) & (df[KEY] == pd.Series(key, index=KEY)).all(axis=1)]
+    if row.empty:
+        return "-"
+    r = next(row.itertuples())
+    out = _plan(r) + (f" {r.placement}" if hasattr(r, "placement") else "")
+    if hasattr(r, "zero") and hasattr(r, "recompute"):
+        out += f" ZeRO {r.zero} recompute {r.recompute}"
+    return out
+
+
 def _gain_detail(df: pd.DataFrame, planner: str, r: pd.DataFrame) -> str:
+    """Where the mean gain comes from: the points where the planner is as fast as NEST, the
+    mean over the others, and the largest gain with both plans side by side."""
     if r.empty:
         return ""
     top = r.loc[r.gain.idxmax()]
-    ties = int((r.gain <= 1 + TIE).sum())
-    same = int(r.same_plan.sum())
-    return (f"{planner} is within {TIE:.0%} of NEST at {ties} of {len(r)} points (the same "
-            f"pp, dp, tp and placement as NEST's at {same}); the largest "
-            f"gain is {top.gain:.2f}x ({top.model}, {int(top.num_devices)} devices, mbs "
-            f"{int(top.mbs)})")
+    tied = r.gain <= 1 + TIE
+    ties, same = int(tied.sum()), int(r.same_plan.sum())
+    text = (f"{planner} is within {TIE:.0%} of NEST at {ties} of {len(r)} points (the same "
+            f"pp, dp, tp and placement as NEST's at {same})")
+    if ties < len(r):
+        text += (f"; at the other {len(r) - ties} the gain averages {r.gain[~tied].mean():.2f}x"
+                 f"; the largest is {top.gain:.2f}x ({top.model}, {int(top.num_devices)} "
+                 f"devices, mbs {int(top.mbs)}: NEST {_row_plan(df, 'nest', top[KEY])}; "
+                 f"{planner} {_row_plan(df, planner, top[KEY])})")
+    return text
 
 
 def mean_gain(run, exp, planner, models=None, num_devices=None, stat="mean"):
@@ -146,15 +164,55 @@ def gain_over_devices(run, exp, planner):
                                                           for n, g in by_n.items()))
 
 
-def match_devices(run, exp, planner, model, within=TIE):
+def match_devices(run, exp, planner, model, within=TIE, stat="devices"):
+    """The device counts where the planner is within `within` of NEST on the model (stat
+    devices), or how many there are (stat count)."""
     df = _figure(run, exp, [model])
     r = ratios(df, planner) if df is not None else pd.DataFrame()
     if r.empty:
         return _none(f"no point where NEST and {planner} both fit on {model}")
     by_n = r.groupby("num_devices").gain.mean()
-    return Ours(sorted(int(n) for n, g in by_n.items() if g <= 1 + within), len(r),
+    matched = sorted(int(n) for n, g in by_n.items() if g <= 1 + within)
+    return Ours(matched if stat == "devices" else len(matched), len(r),
                 f"NEST's gain over {planner} on {model}: "
-                + ", ".join(f"{n}: {g:.3f}x" for n, g in by_n.items()))
+                + ", ".join(f"{n}: {g:.3f}x" for n, g in by_n.items())
+                + f" (within {within:.0%} at {len(matched)} of {len(by_n)} device counts)")
+
+
+def planner_status(run, exp, planner, models=None, num_devices=None):
+    """'feasible' when the planner has a scored plan at every selected point, 'infeasible' at
+    none, 'mixed' otherwise; the detail gives each point's status and reason."""
+    df = _figure(run, exp, models, num_devices)
+    rows = df[df.planner == planner] if df is not None else None
+    if rows is None or rows.empty:
+        return _none(f"no {planner} rows in {exp} at the selected points")
+    ok = rows.feasible.astype(bool)
+    value = "feasible" if ok.all() else "infeasible" if not ok.any() else "mixed"
+    return Ours(value, len(rows), "; ".join(
+        f"{r.model} on {int(r.num_devices)} devices: "
+        + (f"{_plan(r)} fits (peak {_peak(r)})" if f else f"{r.status}: {r.reason}")
+        for r, f in zip(rows.itertuples(), ok)))
+
+
+def shallower(run, exp, planner):
+    """The share of the points where both fit at which NEST's pipeline has fewer stages than
+    the planner's; the detail lists both depths at each point."""
+    df = _figure(run, exp)
+    if df is None:
+        return _none(f"no {exp} CSV")
+    ok = df[df.feasible.astype(bool)]
+    a = ok[ok.planner == "nest"].set_index(KEY)[["pp", "dp"]]
+    b = ok[ok.planner == planner].set_index(KEY)[["pp", "dp"]]
+    both = a.join(b.add_suffix("_b"), how="inner")
+    if both.empty:
+        return _none(f"no point where NEST and {planner} both fit")
+    less, more = both.pp < both.pp_b, both.pp > both.pp_b
+    return Ours(float(less.mean()), len(both),
+                f"NEST's pipeline is shallower than {planner}'s at {int(less.sum())}, as deep "
+                f"at {int((~less & ~more).sum())}, deeper at {int(more.sum())} of {len(both)} "
+                "points (NEST pp/dp vs " + planner + "'s): " + ", ".join(
+                    f"{k[0]} {int(k[2])}: {int(r.pp)}/{int(r.dp)} vs {int(r.pp_b)}/{int(r.dp_b)}"
+                    for k, r in both.iterrows()))
 
 
 def scaling(run, exp, planner="nest"):

@@ -117,9 +117,13 @@ def evaluate(run: Run, exp: str, claims: list[dict], rob_table) -> list[dict]:
         why = (ours.detail if ours else "") or ""
         if c["kind"] in ("qualitative", "not_reproducible"):
             why = c["why"] + (f" (ours: {ours.detail})" if ours and ours.detail else "")
+        final = final_verdict(v, rob)
+        if final in ("differs", "contradicted") and c.get("known"):
+            # recorded differences between the paper's setup and this run, each with its page
+            why += "; known differences from the paper's setup: " + "; ".join(c["known"])
         out.append({"id": c["id"], "where": c["where"], "quote": c["quote"],
                     "paper": paper_text(c), "ours": value, "points": ours.points if ours else 0,
-                    "verdict": final_verdict(v, rob), "unperturbed": v,
+                    "verdict": final, "unperturbed": v,
                     "robust": (_robust_text(rob, value, ours.points if ours else None)
                                if c.get("robustness") else "-"),
                     "survives": None if rob is None else rob["survives"],

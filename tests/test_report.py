@@ -315,3 +315,36 @@ def test_a_robustness_rerun_of_fewer_points_says_so():
     text = _robust_text(rob, 0.4, 4)
     assert "robustness.csv reruns 2 of the claim's 4 points" in text
     assert "(unperturbed there: 0.5)" in text and "not this run's" not in text
+
+
+def test_where_a_gain_comes_from_and_the_status_and_depth_measures(tmp_path):
+    """The gain's detail splits the points where the planner is as fast as NEST from the rest;
+    planner_status and shallower read the rows' own status, reason and pp."""
+    from nest.claims import measure
+    from nest.measures import Run
+    rows = [_row("m", 8, 1, "nest", 1.0, pp=2, dp=4), _row("m", 8, 1, "b", 1.0, pp=2, dp=4),
+            _row("m", 16, 1, "nest", 1.0, pp=1, dp=16), _row("m", 16, 1, "b", 2.0, pp=4, dp=4),
+            _row("m", 32, 1, "nest", 1.0, pp=4, dp=8), _row("m", 32, 1, "b", 1.5, pp=2, dp=16),
+            _row("m", 64, 1, "nest", 1.0), _row("m", 64, 1, "b", status="no_plan",
+                                                 reason=MEMORY)]
+    path = tmp_path / "fig.csv"
+    pd.DataFrame(rows, columns=COLUMNS).to_csv(path, index=False)
+    run = Run({"fig": path})
+    got = measure(run, "fig", {"of": "mean_gain", "planner": "b"})
+    assert got.value == pytest.approx((1 + 2 + 1.5) / 3) and got.points == 3
+    # the other 2 points: (2 + 1.5) / 2; the largest with both plans
+    assert "within 1% of NEST at 1 of 3 points" in got.detail
+    assert "at the other 2 the gain averages 1.75x" in got.detail
+    assert "the largest is 2.00x (m, 16 devices, mbs 1: NEST pp=1 dp=16 tp=1 replica_major" \
+        in got.detail and "; b pp=4 dp=4 tp=1 replica_major" in got.detail
+    st = measure(run, "fig", {"of": "planner_status", "planner": "b", "num_devices": [64]})
+    assert st.value == "infeasible" and MEMORY in st.detail
+    st = measure(run, "fig", {"of": "planner_status", "planner": "b"})
+    assert st.value == "mixed" and st.points == 4
+    # NEST shallower at 16 (1 < 4), as deep at 8, deeper at 32: 1 of 3
+    sh = measure(run, "fig", {"of": "shallower", "planner": "b"})
+    assert sh.value == pytest.approx(1 / 3) and "shallower than b's at 1, as deep at 1, " \
+        "deeper at 1 of 3 points" in sh.detail
+    n = measure(run, "fig", {"of": "match_devices", "planner": "b", "model": "m",
+                             "stat": "count"})
+    assert n.value == 1 and "within 1% at 1 of 3 device counts" in n.detail
