@@ -145,12 +145,21 @@ def min_gain(run, exp, planner, models=None):
 
 
 def gain_ratio(run, exp, planner, other):
-    a, b = mean_gain(run, exp, planner), mean_gain(run, exp, other)
-    if a.value is None or b.value is None:
-        return _none(a.detail if a.value is None else b.detail)
-    return Ours(a.value / b.value, min(a.points, b.points),
-                f"mean gain over {planner} {a.value:.2f}x ({a.points} points), over {other} "
-                f"{b.value:.2f}x ({b.points} points)")
+    """NEST's mean gain over `planner` over its mean gain over `other`, both on the points where
+    all three have a scored plan (so the two means cover the same points)."""
+    df = _figure(run, exp)
+    if df is None or "nest" not in set(df.planner):
+        return _none(f"no NEST rows in {exp}")
+    a, b = ratios(df, planner).set_index(KEY), ratios(df, other).set_index(KEY)
+    common = a.index.intersection(b.index)
+    if common.empty:
+        return _none(f"no point of {exp} where NEST, {planner} and {other} all fit")
+    ga, gb = a.gain.loc[common].mean(), b.gain.loc[common].mean()
+    slower = int((a.gain.loc[common] > b.gain.loc[common] + 1e-12).sum())
+    return Ours(float(ga / gb), len(common),
+                f"on the {len(common)} points where NEST, {planner} and {other} all fit: mean "
+                f"gain over {planner} {ga:.2f}x, over {other} {gb:.2f}x; {planner} is the "
+                f"slower of the two at {slower} of them")
 
 
 def gain_over_devices(run, exp, planner):

@@ -348,3 +348,27 @@ def test_where_a_gain_comes_from_and_the_status_and_depth_measures(tmp_path):
     n = measure(run, "fig", {"of": "match_devices", "planner": "b", "model": "m",
                              "stat": "count"})
     assert n.value == 1 and "within 1% at 1 of 3 device counts" in n.detail
+
+
+def test_codesign_trend_reads_the_tie_columns_and_gain_ratio_compares_the_same_points(tmp_path):
+    from nest.claims import measure
+    from nest.measures import Run
+    # two bandwidths; the slow cell tied placements (Megatron's order: 2 s; the slowest: 8 s)
+    cd = pd.DataFrame({"inter_node_bandwidth_GBps": [12.5, 400.0], "nest_time_s": [1.0, 1.0],
+                       "flat_time_s": [2.0, 1.0], "gain": [2.0, 1.0],
+                       "flat_tied_placements": [2, 1], "flat_time_tied_max_s": [8.0, None]})
+    path = tmp_path / "codesign.csv"
+    cd.to_csv(path, index=False)
+    got = measure(Run({"codesign": path}), "codesign", {"of": "codesign_trend"})
+    assert got.value == pytest.approx(0.5)
+    assert "at 1 of 2 cells the flat planner's own objective tied placements" in got.detail
+    assert "12.5 GB/s 8.00x, 400 GB/s 1.00x and this ratio 0.125" in got.detail
+    # gain_ratio: b fits at 8 and 16, c only at 8: both means over the one common point
+    rows = [_row("m", n, 1, "nest", 1.0) for n in (8, 16)]
+    rows += [_row("m", 8, 1, "b", 2.0), _row("m", 16, 1, "b", 4.0), _row("m", 8, 1, "c", 1.5),
+             _row("m", 16, 1, "c", status="no_plan", reason=MEMORY)]
+    fig = tmp_path / "fig.csv"
+    pd.DataFrame(rows, columns=COLUMNS).to_csv(fig, index=False)
+    got = measure(Run({"fig": fig}), "fig", {"of": "gain_ratio", "planner": "b", "other": "c"})
+    assert got.value == pytest.approx(2.0 / 1.5) and got.points == 1
+    assert "b is the slower of the two at 1 of them" in got.detail
