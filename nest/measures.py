@@ -162,8 +162,8 @@ def gain_ratio(run, exp, planner, other):
                 f"slower of the two at {slower} of them")
 
 
-def gain_over_devices(run, exp, planner):
-    df = _figure(run, exp)
+def gain_over_devices(run, exp, planner, models=None):
+    df = _figure(run, exp, models)
     r = ratios(df, planner) if df is not None else pd.DataFrame()
     if r.empty:
         return _none(f"no point where NEST and {planner} both fit")
