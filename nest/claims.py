@@ -53,6 +53,11 @@ MEASURES = {f.__name__: f for f in (
     tab.comm_share_ratio, tab.ablation, tab.ablation_ratio, tab.codesign_trend)}
 
 
+# measures that take scale=(compute, comm): the run's own plans rescored under a perturbed
+# cost model from their breakdown columns (robustness {rescore: true})
+RESCORABLE = {"comm_share", "comm_share_ratio"}
+
+
 def measure(run: Run, exp: str, spec: dict) -> Ours:
     """Our side of one claim: the computation spec['of'] on the run, for experiment exp."""
     params = {k: v for k, v in spec.items() if k != "of"}
@@ -124,11 +129,16 @@ def load_claims(path: str | Path | None = None) -> dict[str, list[dict]]:
                 raise bad("known", "must be a list of sentences, each citing the docs/ page "
                           "that records the fact")
             rob = c.get("robustness")
-            if rob is not None and not (
+            rescore = isinstance(rob, dict) and rob.get("rescore") is True
+            if rescore and (m or {}).get("of") not in RESCORABLE:
+                raise bad("robustness", "rescore needs a measure of "
+                          f"{', '.join(sorted(RESCORABLE))}")
+            if rob is not None and not rescore and not (
                     isinstance(rob, dict) and rob.get("experiment")
                     and (rob.get("quantity") or rob.get("aggregate") in CELL_AGGREGATES)):
                 raise bad("robustness", "must name an experiment and a quantity, or cells and "
-                          f"an aggregate of {', '.join(sorted(CELL_AGGREGATES))}")
+                          f"an aggregate of {', '.join(sorted(CELL_AGGREGATES))}, or be "
+                          "{rescore: true}")
             if m is not None and (not isinstance(m, dict) or m.get("of") not in MEASURES):
                 raise bad("measure", f"names '{(m or {}).get('of')}', expected one of "
                           f"{', '.join(sorted(MEASURES))}")
@@ -216,6 +226,32 @@ def robustness(claim: dict, table: pd.DataFrame | None, ours) -> dict | None:
     return {"verdicts": out, "survives": len({v for *_, v in out}) == 1,
             "low": min(v for _, _, v, _ in out), "high": max(v for _, _, v, _ in out),
             "base": base, "points": points}
+
+
+def grid(table: pd.DataFrame | None) -> list[tuple[float, float]]:
+    """The (compute, comm) perturbations of results/robustness.csv, the unperturbed included."""
+    if table is None or table.empty:
+        return []
+    pairs = {(float(c), float(m)) for c, m in table[["compute_scale", "comm_scale"]].to_numpy()}
+    return sorted(pairs | {(1.0, 1.0)})
+
+
+def rescored_robustness(claim: dict, run: Run, exp: str, table) -> dict | None:
+    """A claim whose measure can rescore the run's own plans (RESCORABLE), judged at every
+    perturbation of robustness.csv's grid: the same dict as `robustness`, plus rescored=True.
+    None without a grid or a value."""
+    out = []
+    for c, m in grid(table):
+        ours = measure(run, exp, {**claim["measure"], "scale": (c, m)})
+        if ours.value is None:
+            return None
+        out.append((c, m, float(ours.value), judge(claim, ours.value)))
+    if not out:
+        return None
+    return {"verdicts": out, "survives": len({v for *_, v in out}) == 1,
+            "low": min(v for _, _, v, _ in out), "high": max(v for _, _, v, _ in out),
+            "base": next(v for c, m, v, _ in out if c == 1 and m == 1), "points": None,
+            "rescored": True}
 
 
 def final_verdict(verdict: str, robust: dict | None) -> str:

@@ -20,7 +20,7 @@ import pandas as pd
 from nest.claims import TOLERANCE
 from nest.claims import claims_path as default_claims_path
 from nest.claims import (final_verdict, judge, load_claims, measure, paper_text,
-                         read_robustness, robustness)
+                         read_robustness, rescored_robustness, robustness)
 from nest.measures import KEY, Run, batch_adjusted, excluded_points, ratios
 from nest.results import REASON_CLASSES
 from nest.specs import read_yaml
@@ -39,7 +39,9 @@ RULE = (
     "results/robustness.csv reruns under perturbed cost models (compute and communication "
     "scaled within the error `nest validate --published` measures) stands only when every "
     "perturbation gives the same verdict, otherwise the claim differs; the range of our value "
-    "over the perturbations is printed beside it ('-': the claim's quantity is not one "
+    "over the perturbations is printed beside it. The communication shares are not replanned "
+    "but rescored: this run's plans, their time per batch recomputed from the breakdown "
+    "columns under each perturbation ('-': the claim's quantity is not one "
     "robustness.csv reruns; 'not rerun': it names one, but the run has no row for it).")
 
 
@@ -90,6 +92,8 @@ def _robust_text(rob: dict | None, ours, points: int | None = None) -> str:
         return "not rerun"
     n = len(rob["verdicts"])
     rng = f"{rob['low']:.3g}-{rob['high']:.3g}"
+    if rob.get("rescored"):
+        rng += ", this run's plans rescored"
     if rob["survives"]:
         text = f"survives all {n} ({rng})"
     else:
@@ -115,7 +119,10 @@ def evaluate(run: Run, exp: str, claims: list[dict], rob_table) -> list[dict]:
         ours = measure(run, exp, c["measure"]) if c.get("measure") else None
         value = ours.value if ours else None
         v = judge(c, value)
-        rob = robustness(c, rob_table, value) if ours else None
+        if (c.get("robustness") or {}).get("rescore"):
+            rob = rescored_robustness(c, run, exp, rob_table) if ours else None
+        else:
+            rob = robustness(c, rob_table, value) if ours else None
         why = (ours.detail if ours else "") or ""
         if c["kind"] in ("qualitative", "not_reproducible"):
             why = c["why"] + (f" (ours: {ours.detail})" if ours and ours.detail else "")

@@ -96,10 +96,28 @@ def _largest_level(levels: str) -> str:
     return max(parts, key=lambda p: float(p[1]))[0] if parts else "-"
 
 
-def comm_share(run, exp, cluster=None, planner=None, stat="max", experiment=None):
+def rescaled_shares(df: pd.DataFrame, compute: float, comm: float) -> pd.DataFrame:
+    """The shares of the same plans under a cost model with compute times x `compute` and
+    communication times x `comm` (nest.settings.CostScale), from the breakdown columns: the time
+    per batch is compute + recompute + optimizer + communication + bubble (the evaluator
+    overlaps nothing), the bubble split by the bottleneck stage's mix (comm_critical_path_s -
+    comm_s is its communication part). The plans and their bottleneck stages are held fixed."""
+    bubble_comm = (df.comm_critical_path_s - df.comm_s).clip(lower=0)
+    work = df.compute_s + df.recompute_s + df.optimizer_s + (df.bubble_s - bubble_comm)
+    comm_t, path_t = df.comm_s * comm, (df.comm_s + bubble_comm) * comm
+    total = work * compute + path_t
+    return df.assign(time_per_batch_s=total, comm_s=comm_t, comm_share=comm_t / total,
+                     comm_critical_path_s=path_t, comm_share_critical_path=path_t / total)
+
+
+def comm_share(run, exp, cluster=None, planner=None, stat="max", experiment=None, scale=None):
+    """Our communication share of the time per batch (stat over the plans); `scale` =
+    (compute, comm) rescores the same plans under a perturbed cost model (rescaled_shares)."""
     df = _shares(run, experiment or exp, cluster, planner)
     if df is None or df.empty:
         return _none(f"no feasible rows in {experiment or exp}")
+    if scale is not None:
+        df = rescaled_shares(df, *scale)
     v = {"max": df.comm_share.max(), "mean": df.comm_share.mean(),
          "min": df.comm_share.min()}[stat]
     top = df.loc[df.comm_share.idxmax()]
@@ -110,9 +128,9 @@ def comm_share(run, exp, cluster=None, planner=None, stat="max", experiment=None
                 f"{_largest_level(top.get('comm_by_level', ''))})")
 
 
-def comm_share_ratio(run, exp, numerator, denominator):
-    a = comm_share(run, exp, numerator)
-    b = comm_share(run, exp, denominator)
+def comm_share_ratio(run, exp, numerator, denominator, scale=None):
+    a = comm_share(run, exp, numerator, scale=scale)
+    b = comm_share(run, exp, denominator, scale=scale)
     if a.value is None or b.value is None:
         return _none(a.detail if a.value is None else b.detail)
     return Ours(a.value / b.value, a.points + b.points,

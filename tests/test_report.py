@@ -1,10 +1,15 @@
 """The summary's schedule and MFU checks on a hand-made results table."""
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
 from nest.report import gains, load_best_published_mfu, mfu_check, schedule_check
 from nest.results import COLUMNS
+
+
+EXPECTED_RUN = Path(__file__).resolve().parents[1] / "results" / "expected" / "default"
 
 
 def _df():
@@ -372,3 +377,42 @@ def test_codesign_trend_reads_the_tie_columns_and_gain_ratio_compares_the_same_p
     got = measure(Run({"fig": fig}), "fig", {"of": "gain_ratio", "planner": "b", "other": "c"})
     assert got.value == pytest.approx(2.0 / 1.5) and got.points == 1
     assert "b is the slower of the two at 1 of them" in got.detail
+
+
+def test_communication_shares_rescored_under_a_perturbed_cost_model(tmp_path):
+    """By hand: compute 8 s, communication 2 s, a 1 s bubble of which 0.5 s is the bottleneck
+    stage's communication (critical path 2.5 s): at compute x0.85, communication x1.3 the time
+    is (8 + 0.5) x 0.85 + 2.5 x 1.3 = 10.475 s and the share 2.6 / 10.475. Unperturbed, the
+    committed run's shares come back exactly."""
+    from nest.claims import load_claims, rescored_robustness
+    from nest.measures import Run
+    from nest.table_measures import rescaled_shares
+    df = pd.DataFrame({"compute_s": [8.0], "recompute_s": [0.0], "optimizer_s": [0.0],
+                       "comm_s": [2.0], "bubble_s": [1.0], "comm_critical_path_s": [2.5],
+                       "time_per_batch_s": [11.0], "comm_share": [2 / 11]})
+    got = rescaled_shares(df, 0.85, 1.3).iloc[0]
+    assert got.time_per_batch_s == pytest.approx(10.475)
+    assert got.comm_share == pytest.approx(2.6 / 10.475)
+    expected = EXPECTED_RUN / "comm_share.csv"
+    if expected.exists():
+        run = pd.read_csv(expected)
+        run = run[run.status == "feasible"]
+        same = rescaled_shares(run, 1.0, 1.0)
+        assert same.comm_share.to_numpy() == pytest.approx(run.comm_share.to_numpy(), rel=1e-6)
+        assert same.comm_share_critical_path.to_numpy() == pytest.approx(
+            run.comm_share_critical_path.to_numpy(), rel=1e-6)
+    # a claim with robustness {rescore: true} is judged at every perturbation of the grid
+    rows = df.assign(status="feasible", cluster="c", model="m", planner="nest", num_devices=8,
+                     comm_by_level="leaf:2")
+    path = tmp_path / "comm_share.csv"
+    rows.to_csv(path, index=False)
+    claim = {"id": "s", "kind": "number", "value": 0.18, "quote": "q" * 20, "where": "5.3",
+             "measure": {"of": "comm_share", "stat": "max"}, "robustness": {"rescore": True}}
+    yml = tmp_path / "claims.yaml"
+    import yaml
+    yml.write_text(yaml.safe_dump({"comm_share": {"claims": [claim]}}))
+    claim = load_claims(yml)["comm_share"][0]
+    table = pd.DataFrame({"compute_scale": [0.85, 1.15], "comm_scale": [1.3, 0.7]})
+    rob = rescored_robustness(claim, Run({"comm_share": path}), "comm_share", table)
+    assert [v for *_, v in rob["verdicts"]] == ["differs", "holds", "differs"]
+    assert rob["base"] == pytest.approx(2 / 11) and not rob["survives"]
