@@ -249,8 +249,10 @@ def closing_lines(verdicts: dict[str, list[dict]]) -> list[str]:
         count = {v: [r["id"] for r in rows if r["verdict"] == v]
                  for v in ("holds", "differs", "contradicted", "not comparable")}
         checked = [r for r in rows if r["survives"] is not None]
-        rob = (f"{sum(r['survives'] for r in checked)} of {len(checked)} rerun verdicts "
-               "survive" if checked else "not rerun")
+        fragile = [r["id"] for r in checked if not r["survives"]]
+        rob = (f"{len(checked) - len(fragile)} of {len(checked)} rerun verdicts survive"
+               + (f" (not: {', '.join(fragile)})" if fragile else "")
+               if checked else "not rerun")
         lines.append(f"| {exp} | " + " | ".join(
             f"{len(ids)}" + (f" ({', '.join(ids)})" if ids else "") for ids in count.values())
             + f" | {rob} |")
