@@ -48,7 +48,7 @@ BAND_FROM = ("paper", "reading")  # a band's edges: the paper's numbers, or our 
 MEASURES = {f.__name__: f for f in (
     fig.mean_gain, fig.min_gain, fig.gain_ratio, fig.gain_over_devices, fig.match_devices,
     fig.scaling, fig.mbs_trend, fig.gain_change, fig.same_plan, fig.plan_changes,
-    fig.planner_status, fig.shallower,
+    fig.planner_status, fig.shallower, fig.share_above,
     tab.search_reduction, tab.table2_match, tab.table6_error, tab.table7, tab.comm_share,
     tab.comm_share_ratio, tab.ablation, tab.ablation_ratio, tab.codesign_trend)}
 

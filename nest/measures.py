@@ -144,6 +144,29 @@ def min_gain(run, exp, planner, models=None):
     return mean_gain(run, exp, planner, models, stat="min")
 
 
+def share_above(run, exp, planner, by="model", within=TIE):
+    """The share of the models (NEST's mean gain over the planner per model) or of the points
+    at which NEST is faster than the planner by more than `within`: 'higher throughput' read
+    strictly, so a baseline that finds NEST's plan is not beaten there."""
+    df = _figure(run, exp)
+    r = ratios(df, planner) if df is not None and "nest" in set(df.planner) else pd.DataFrame()
+    if r.empty:
+        return _none(f"no point of {exp} where NEST and {planner} both fit")
+    if by == "model":
+        g = r.groupby("model").gain.mean()
+        above = g > 1 + within
+        return Ours(float(above.mean()), len(r),
+                    f"NEST's mean gain over {planner} by model: "
+                    + ", ".join(f"{m} {v:.3f}x" for m, v in g.items())
+                    + f"; above {1 + within:g}x on {int(above.sum())} of {len(g)} models")
+    above = r.gain > 1 + within
+    return Ours(float(above.mean()), len(r),
+                f"NEST is faster than {planner} by more than {within:.0%} at {int(above.sum())} "
+                f"of {len(r)} points" + (": " + ", ".join(
+                    f"{x.model} {int(x.num_devices)} mbs {int(x.mbs)} {x.gain:.3f}x"
+                    for x in r[above].itertuples()) if above.any() else ""))
+
+
 def gain_ratio(run, exp, planner, other):
     """NEST's mean gain over `planner` over its mean gain over `other`, both on the points where
     all three have a scored plan (so the two means cover the same points)."""

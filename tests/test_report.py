@@ -416,3 +416,21 @@ def test_communication_shares_rescored_under_a_perturbed_cost_model(tmp_path):
     rob = rescored_robustness(claim, Run({"comm_share": path}), "comm_share", table)
     assert [v for *_, v in rob["verdicts"]] == ["differs", "holds", "differs"]
     assert rob["base"] == pytest.approx(2 / 11) and not rob["survives"]
+
+
+def test_higher_throughput_is_read_strictly_per_model_or_per_point(tmp_path):
+    """'Higher across all models': a baseline that ties NEST on a model is not beaten there.
+    Models a (gains 1.0, 1.0) and b (1.5, 1.0): by model, b's mean 1.25 is above, a's is not."""
+    from nest.claims import measure
+    from nest.measures import Run
+    rows = []
+    for model, times in (("a", (1.0, 1.0)), ("b", (1.5, 1.0))):
+        for n, t in zip((8, 16), times):
+            rows += [_row(model, n, 1, "nest", 1.0), _row(model, n, 1, "x", t)]
+    path = tmp_path / "fig.csv"
+    pd.DataFrame(rows, columns=COLUMNS).to_csv(path, index=False)
+    run = Run({"fig": path})
+    by_model = measure(run, "fig", {"of": "share_above", "planner": "x", "by": "model"})
+    assert by_model.value == 0.5 and "above 1.01x on 1 of 2 models" in by_model.detail
+    by_point = measure(run, "fig", {"of": "share_above", "planner": "x", "by": "point"})
+    assert by_point.value == 0.25 and "at 1 of 4 points: b 8 mbs 1 1.500x" in by_point.detail
