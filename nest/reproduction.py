@@ -195,9 +195,12 @@ def decomposition_lines(run: Run, df: pd.DataFrame) -> list[str]:
     if not keys <= set(map(tuple, dec[dec.planner == "nest"][KEY].to_numpy().tolist())):
         return []
     lines = ["Where NEST's gain comes from on these points (results/decomposition.csv: time per "
-             "batch of NEST with one capability off over NEST's, at the points where both fit):",
-             "", "| cluster | ablation | mean | median | points | equal | largest (point) |",
-             "|---|---|---|---|---|---|---|"]
+             "batch of NEST with one capability off over NEST's, at the points where both fit; "
+             "where the ablation's own objective tied placements it runs Megatron-LM's rank "
+             "order, nest.ties, and the last column gives the mean had it run the slowest):",
+             "", "| cluster | ablation | mean | median | points | equal | largest (point) | "
+             "points with tied placements of different real time (mean with the slowest) |",
+             "|---|---|---|---|---|---|---|---|"]
     for cluster in sorted(set(df.cluster)):
         for abl in sorted(set(dec.planner) - {"nest"}):
             r = ablation_ratios(run, abl, cluster)
@@ -206,8 +209,12 @@ def decomposition_lines(run: Run, df: pd.DataFrame) -> list[str]:
             top = r.loc[r.ratio.idxmax()]
             largest = (f"{top.ratio:.3f}x ({top.model}, {int(top.num_devices)} devices)"
                        if top.ratio > 1 + 1e-6 else "-")
+            tied = "-"
+            if "ratio_hi" in r:
+                n_tied = int(((r.ratio_hi - r.ratio_lo).abs() > 1e-9 * r.ratio).sum())
+                tied = f"{n_tied} ({r.ratio_hi.mean():.3f}x)" if n_tied else "0"
             lines.append(f"| {cluster} | {abl} | {r.ratio.mean():.3f}x | {r.ratio.median():.3f}x "
-                         f"| {len(r)} | {int((r.ratio <= 1 + 1e-6).sum())} | {largest} |")
+                         f"| {len(r)} | {int((r.ratio <= 1 + 1e-6).sum())} | {largest} | {tied} |")
     return lines
 
 
