@@ -434,3 +434,20 @@ def test_higher_throughput_is_read_strictly_per_model_or_per_point(tmp_path):
     assert by_model.value == 0.5 and "above 1.01x on 1 of 2 models" in by_model.detail
     by_point = measure(run, "fig", {"of": "share_above", "planner": "x", "by": "point"})
     assert by_point.value == 0.25 and "at 1 of 4 points: b 8 mbs 1 1.500x" in by_point.detail
+
+
+def test_the_figures_decomposition_table_counts_ties_of_different_real_time(tmp_path):
+    """An ablation at 2 points: 2 s (tied with a 4 s placement) and 1 s; NEST 1 s at both. The
+    mean is 1.5x; with the slowest tied placement (4 + 1) / 2 = 2.5x, from 1 tied point."""
+    from nest.measures import Run
+    from nest.reproduction import decomposition_lines
+    dec = [_row("m", 8, 1, "nest", 1.0), _row("m", 16, 1, "nest", 1.0),
+           _row("m", 8, 1, "abl", 2.0), _row("m", 16, 1, "abl", 1.0)]
+    dec = pd.DataFrame(dec, columns=COLUMNS)
+    dec["time_per_batch_tied_min_s"] = [1.0, 1.0, 2.0, 1.0]
+    dec["time_per_batch_tied_max_s"] = [1.0, 1.0, 4.0, 1.0]
+    path = tmp_path / "decomposition.csv"
+    dec.to_csv(path, index=False)
+    fig = dec[dec.planner == "nest"]
+    lines = decomposition_lines(Run({"decomposition": path}), fig)
+    assert "| c | abl | 1.500x | 1.500x | 2 | 1 | 2.000x (m, 8 devices) | 1 (2.500x) |" in lines
