@@ -50,9 +50,15 @@ def _plan(r) -> str:
     return f"pp={int(r.pp)} dp={int(r.dp)} tp={int(r.tp)}"
 
 
+def _stages(v) -> str:
+    """A per-stage column as written ('1*3,0'); a whole float read back from a one-stage
+    column ('1.0') as the integer it is."""
+    return str(int(v)) if isinstance(v, float) and v == v and v.is_integer() else str(v)
+
+
 def _plan_memory(r) -> str:
     """The plan with what memory made it choose (ZeRO, recomputation)."""
-    return f"{_plan(r)} ZeRO {r.zero} recompute {r.recompute}"
+    return f"{_plan(r)} ZeRO {_stages(r.zero)} recompute {r.recompute}"
 
 
 def _peak(r) -> str:
@@ -96,7 +102,7 @@ def _row_plan(df: pd.DataFrame, planner: str, key) -> str:
     r = next(row.itertuples())
     out = _plan(r) + (f" {r.placement}" if hasattr(r, "placement") else "")
     if hasattr(r, "zero") and hasattr(r, "recompute"):
-        out += f" ZeRO {r.zero} recompute {r.recompute}"
+        out += f" ZeRO {_stages(r.zero)} recompute {r.recompute}"
     return out
 
 
