@@ -129,6 +129,11 @@ def load_claims(path: str | Path | None = None) -> dict[str, list[dict]]:
                 raise bad("known", "must be a list of sentences, each citing the docs/ page "
                           "that records the fact")
             rob = c.get("robustness")
+            if isinstance(rob, dict) and "invariant" in rob:
+                if rob["invariant"] != "memory":
+                    raise bad("robustness", f"invariant is '{rob['invariant']}', expected "
+                              "memory (a quantity the perturbed times cannot change)")
+                continue
             rescore = isinstance(rob, dict) and rob.get("rescore") is True
             if rescore and (m or {}).get("of") not in RESCORABLE:
                 raise bad("robustness", "rescore needs a measure of "
@@ -252,6 +257,19 @@ def rescored_robustness(claim: dict, run: Run, exp: str, table) -> dict | None:
             "low": min(v for _, _, v, _ in out), "high": max(v for _, _, v, _ in out),
             "base": next(v for c, m, v, _ in out if c == 1 and m == 1), "points": None,
             "rescored": True}
+
+
+def invariant_robustness(claim: dict, value, table) -> dict | None:
+    """A claim about memory only (robustness {invariant: memory}): the perturbations scale
+    times, never bytes (nest.settings.CostScale), so its value and verdict are the same at
+    every perturbation of the grid. None without a grid or a value."""
+    pairs = grid(table)
+    if not pairs or value is None:
+        return None
+    verdict = judge(claim, value)
+    v = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return {"verdicts": [(c, m, v, verdict) for c, m in pairs], "survives": True,
+            "low": v, "high": v, "base": v, "points": None, "invariant": True}
 
 
 def final_verdict(verdict: str, robust: dict | None) -> str:

@@ -20,7 +20,8 @@ import pandas as pd
 from nest.claims import TOLERANCE
 from nest.claims import claims_path as default_claims_path
 from nest.claims import (final_verdict, judge, load_claims, measure, paper_text,
-                         read_robustness, rescored_robustness, robustness)
+                         invariant_robustness, read_robustness, rescored_robustness,
+                         robustness)
 from nest.measures import KEY, Run, batch_adjusted, excluded_points, ratios
 from nest.results import REASON_CLASSES
 from nest.specs import read_yaml
@@ -91,6 +92,9 @@ def _robust_text(rob: dict | None, ours, points: int | None = None) -> str:
     if rob is None:
         return "not rerun"
     n = len(rob["verdicts"])
+    if rob.get("invariant"):
+        return (f"survives all {n}: a memory quantity, which the perturbations (times only, "
+                "nest.settings.CostScale) do not change")
     rng = f"{rob['low']:.3g}-{rob['high']:.3g}"
     if rob.get("rescored"):
         rng += ", this run's plans rescored"
@@ -119,7 +123,9 @@ def evaluate(run: Run, exp: str, claims: list[dict], rob_table) -> list[dict]:
         ours = measure(run, exp, c["measure"]) if c.get("measure") else None
         value = ours.value if ours else None
         v = judge(c, value)
-        if (c.get("robustness") or {}).get("rescore"):
+        if (c.get("robustness") or {}).get("invariant"):
+            rob = invariant_robustness(c, value, rob_table) if ours else None
+        elif (c.get("robustness") or {}).get("rescore"):
             rob = rescored_robustness(c, run, exp, rob_table) if ours else None
         else:
             rob = robustness(c, rob_table, value) if ours else None

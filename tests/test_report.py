@@ -451,3 +451,14 @@ def test_the_figures_decomposition_table_counts_ties_of_different_real_time(tmp_
     fig = dec[dec.planner == "nest"]
     lines = decomposition_lines(Run({"decomposition": path}), fig)
     assert "| c | abl | 1.500x | 1.500x | 2 | 1 | 2.000x (m, 8 devices) | 1 (2.500x) |" in lines
+
+
+def test_a_memory_claim_survives_every_perturbation_by_construction():
+    from nest.claims import invariant_robustness
+    from nest.reproduction import _robust_text
+    claim = {"kind": "match", "value": "infeasible"}
+    table = pd.DataFrame({"compute_scale": [0.85, 1.15], "comm_scale": [1.3, 0.7]})
+    rob = invariant_robustness(claim, "feasible", table)
+    assert rob["survives"] and [v for *_, v in rob["verdicts"]] == ["contradicted"] * 3
+    assert _robust_text(rob, "feasible").startswith("survives all 3: a memory quantity")
+    assert invariant_robustness(claim, "feasible", None) is None
