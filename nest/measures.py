@@ -22,6 +22,8 @@ class Ours:
     value: object
     points: int
     detail: str = ""
+    # a mean's value without its largest point, and that point: whether a verdict rests on it
+    without_top: tuple[float, str] | None = None
 
 
 class Run:
@@ -133,6 +135,11 @@ def mean_gain(run, exp, planner, models=None, num_devices=None, stat="mean"):
         return _none(f"no point of {exp} where NEST and {planner} both fit")
     value = {"mean": r.gain.mean(), "min": r.gain.min(), "max": r.gain.max()}[stat]
     detail = _gain_detail(df, planner, r)
+    top = r.gain.idxmax()
+    loo = None
+    if stat == "mean" and len(r) > 1:
+        loo = (float(r.gain.drop(index=top).mean()),
+               f"{r.model[top]}, {int(r.num_devices[top])} devices, mbs {int(r.mbs[top])}")
     own = f"paper_{planner}"
     if own in set(df.planner):
         o, lost = ratios(df, own), excluded_points(df, own)
@@ -143,7 +150,7 @@ def mean_gain(run, exp, planner, models=None, num_devices=None, stat="mean"):
                       if adj else "")
                    + (" (not scored: " + ", ".join(f"{n} {k}" for k, n in sorted(lost.items()))
                       + ")" if lost else ""))
-    return Ours(float(value), len(r), detail)
+    return Ours(float(value), len(r), detail, loo)
 
 
 def min_gain(run, exp, planner, models=None):

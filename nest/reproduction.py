@@ -132,6 +132,12 @@ def evaluate(run: Run, exp: str, claims: list[dict], rob_table) -> list[dict]:
         why = (ours.detail if ours else "") or ""
         if c["kind"] in ("qualitative", "not_reproducible"):
             why = c["why"] + (f" (ours: {ours.detail})" if ours and ours.detail else "")
+        if ours and ours.without_top and v in ("holds", "contradicted"):
+            rest, point = ours.without_top
+            if judge(c, rest) != v:
+                # a mean whose verdict one point decides: said, with the verdict without it
+                why += (f"; the verdict rests on one point: without {point} ours is "
+                        f"{rest:.3g} ({judge(c, rest)})")
         final = final_verdict(v, rob)
         if final in ("differs", "contradicted") and c.get("known"):
             # recorded differences between the paper's setup and this run, each with its page

@@ -163,11 +163,14 @@ def ablation(run, exp, ablation, cluster):
         return _none(f"no decomposition rows for {ablation} on {cluster}")
     top = r.loc[r.ratio.idxmax()]
     rest = r.drop(index=r.ratio.idxmax()).ratio
+    loo = ((float(rest.mean()), f"{top.model}, {int(top.num_devices)} devices")
+           if len(rest) else None)
     return Ours(float(r.ratio.mean()), len(r),
                 f"{ablation} on {cluster}: median {r.ratio.median():.3f}x over {len(r)} points, "
                 f"equal at {int((r.ratio <= 1 + 1e-6).sum())}; the largest, "
                 f"{top.ratio:.3f}x ({top.model}, {int(top.num_devices)} devices); the mean "
-                f"without it: {rest.mean() if len(rest) else float('nan'):.3f}x" + _tied(r))
+                f"without it: {rest.mean() if len(rest) else float('nan'):.3f}x" + _tied(r),
+                loo)
 
 
 def _tied(r: pd.DataFrame) -> str:

@@ -462,3 +462,22 @@ def test_a_memory_claim_survives_every_perturbation_by_construction():
     assert rob["survives"] and [v for *_, v in rob["verdicts"]] == ["contradicted"] * 3
     assert _robust_text(rob, "feasible").startswith("survives all 3: a memory quantity")
     assert invariant_robustness(claim, "feasible", None) is None
+
+
+def test_a_verdict_that_rests_on_one_point_says_so(tmp_path):
+    """Gains 1.0, 1.0, 1.0 and 3.4 average 1.6 (holds against 1.59); without the 3.4 point the
+    mean is 1.0 (differs): the report names the point and the verdict without it."""
+    from nest.claims import load_claims
+    from nest.measures import Run
+    from nest.reproduction import evaluate
+    rows = []
+    for n, t in zip((8, 16, 32, 64), (1.0, 1.0, 1.0, 3.4)):
+        rows += [_row("m", n, 1, "nest", 1.0), _row("m", n, 1, "manual", t)]
+    path = tmp_path / "fig.csv"
+    pd.DataFrame(rows, columns=COLUMNS).to_csv(path, index=False)
+    claims = load_claims(_claims(tmp_path))["fig"]
+    got = {r["id"]: r for r in evaluate(Run({"fig": path}), "fig", claims, None)}
+    r = got["gain_manual"]
+    assert r["verdict"] == "holds"
+    assert "the verdict rests on one point: without m, 64 devices, mbs 1 ours is 1 (differs)" \
+        in r["why"]
