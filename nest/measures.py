@@ -103,7 +103,7 @@ def _row_plan(df: pd.DataFrame, planner: str, key) -> str:
         return "-"
     r = next(row.itertuples())
     out = _plan(r) + (f" {r.placement}" if hasattr(r, "placement") else "")
-    if hasattr(r, "zero") and hasattr(r, "recompute"):
+    if pd.notna(getattr(r, "zero", None)) and pd.notna(getattr(r, "recompute", None)):
         out += f" ZeRO {_stages(r.zero)} recompute {r.recompute}"
     return out
 

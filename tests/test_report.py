@@ -466,7 +466,7 @@ def test_a_memory_claim_survives_every_perturbation_by_construction():
 
 def test_a_verdict_that_rests_on_one_point_says_so(tmp_path):
     """Gains 1.0, 1.0, 1.0 and 3.4 average 1.6 (holds against 1.59); without the 3.4 point the
-    mean is 1.0 (differs): the report names the point and the verdict without it."""
+    mean is 1.0, no gain at all (contradicted): the report names the point and that verdict."""
     from nest.claims import load_claims
     from nest.measures import Run
     from nest.reproduction import evaluate
@@ -479,5 +479,5 @@ def test_a_verdict_that_rests_on_one_point_says_so(tmp_path):
     got = {r["id"]: r for r in evaluate(Run({"fig": path}), "fig", claims, None)}
     r = got["gain_manual"]
     assert r["verdict"] == "holds"
-    assert "the verdict rests on one point: without m, 64 devices, mbs 1 ours is 1 (differs)" \
-        in r["why"]
+    assert "the verdict rests on one point: without m, 64 devices, mbs 1 ours is 1 (contradicted)" \
+        in r["why"] and "nan" not in r["why"]
