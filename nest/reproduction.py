@@ -71,9 +71,11 @@ def tolerance_lines(table: pd.DataFrame | None) -> list[str]:
     return [f"Why {TOLERANCE:.0%}: under the {n} perturbed cost models of results/robustness.csv "
             "the largest move of each quantity from its unperturbed value is, by kind, "
             + "; ".join(parts) + f". Where the perturbations move a quantity by less than "
-            f"{TOLERANCE:.0%}, no verdict on it can flip within the cost model's measured error; "
-            "where they move it by more, the verdict is decided by the perturbations (the last "
-            "column), not by the tolerance.", ""]
+            f"{TOLERANCE:.0%}, the tolerance is wider than the cost model's measured error, so "
+            "a verdict on it flips only when our value lies within that move of the "
+            "tolerance's edge; where they move it by more, the perturbations, not the "
+            "tolerance, decide. The last column checks each such verdict at every "
+            "perturbation.", ""]
 
 
 def _fmt(v) -> str:
