@@ -33,6 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from nest import measures as fig
+from nest import plan_measures as plans
 from nest import table_measures as tab
 from nest.errors import SpecError
 from nest.measures import Ours, Run
@@ -47,8 +48,8 @@ BAND_FROM = ("paper", "reading")  # a band's edges: the paper's numbers, or our 
 # every computation a claim's `measure: {of: ...}` may name
 MEASURES = {f.__name__: f for f in (
     fig.mean_gain, fig.min_gain, fig.gain_ratio, fig.gain_over_devices, fig.match_devices,
-    fig.scaling, fig.mbs_trend, fig.gain_change, fig.same_plan, fig.plan_changes,
-    fig.planner_status, fig.shallower, fig.share_above,
+    fig.scaling, fig.share_above, plans.mbs_trend, plans.gain_change, plans.same_plan,
+    plans.plan_changes, plans.planner_status, plans.shallower,
     tab.search_reduction, tab.table2_match, tab.table6_error, tab.table7, tab.comm_share,
     tab.comm_share_ratio, tab.ablation, tab.ablation_ratio, tab.codesign_trend)}
 
