@@ -139,12 +139,15 @@ def load_claims(path: str | Path | None = None) -> dict[str, list[dict]]:
             if rescore and (m or {}).get("of") not in RESCORABLE:
                 raise bad("robustness", "rescore needs a measure of "
                           f"{', '.join(sorted(RESCORABLE))}")
+            ratio = isinstance(rob, dict) and isinstance(rob.get("ratio"), list) \
+                and len(rob["ratio"]) == 2
             if rob is not None and not rescore and not (
                     isinstance(rob, dict) and rob.get("experiment")
-                    and (rob.get("quantity") or rob.get("aggregate") in CELL_AGGREGATES)):
-                raise bad("robustness", "must name an experiment and a quantity, or cells and "
-                          f"an aggregate of {', '.join(sorted(CELL_AGGREGATES))}, or be "
-                          "{rescore: true}")
+                    and (rob.get("quantity") or ratio
+                         or rob.get("aggregate") in CELL_AGGREGATES)):
+                raise bad("robustness", "must name an experiment and a quantity, a ratio "
+                          "[quantity, quantity], or cells and an aggregate of "
+                          f"{', '.join(sorted(CELL_AGGREGATES))}, or be {{rescore: true}}")
             if m is not None and (not isinstance(m, dict) or m.get("of") not in MEASURES):
                 raise bad("measure", f"names '{(m or {}).get('of')}', expected one of "
                           f"{', '.join(sorted(MEASURES))}")
@@ -212,7 +215,15 @@ def robustness(claim: dict, table: pd.DataFrame | None, ours) -> dict | None:
     if not key or table is None or table.empty:
         return None
     rows = table[table.experiment == key["experiment"]]
-    if "cells" in key:
+    if "ratio" in key:
+        # one quantity over another, per perturbation (e.g. network awareness's mean gain on
+        # the spine-leaf over that on the fat tree)
+        num, den = (rows[rows.quantity == q].set_index(["compute_scale", "comm_scale"]).value
+                    for q in key["ratio"])
+        both = pd.concat([num.rename("n"), den.rename("d")], axis=1, join="inner")
+        rows = pd.DataFrame([{"compute_scale": c, "comm_scale": m, "value": r.n / r.d}
+                             for (c, m), r in both.iterrows()])
+    elif "cells" in key:
         # a quantity of many cells (codesign:n<N>_bw<B>_os<O>), aggregated per perturbation
         rows = rows[rows.quantity.str.startswith(key["cells"])]
         agg = CELL_AGGREGATES[key["aggregate"]]

@@ -481,3 +481,17 @@ def test_a_verdict_that_rests_on_one_point_says_so(tmp_path):
     assert r["verdict"] == "holds"
     assert "the verdict rests on one point: without m, 64 devices, mbs 1 ours is 1 (contradicted)" \
         in r["why"] and "nan" not in r["why"]
+
+
+def test_a_ratio_of_two_rerun_quantities_is_judged_per_perturbation():
+    from nest.claims import robustness
+    claim = {"kind": "trend", "direction": "up",
+             "robustness": {"experiment": "decomposition", "ratio": ["a", "b"]}}
+    t = pd.DataFrame({"experiment": "decomposition", "quantity": ["a", "a", "b", "b"],
+                      "compute_scale": [1.0, 0.85] * 2, "comm_scale": [1.0, 0.7] * 2,
+                      "value": [1.2, 1.05, 1.0, 1.0], "points": 3})
+    rob = robustness(claim, t, 1.2)
+    # 1.05 / 1.0 is flat at (0.85, 0.7): the trend does not survive
+    assert [(c, round(v, 3), w) for c, _, v, w in rob["verdicts"]] == [
+        (0.85, 1.05, "differs"), (1.0, 1.2, "holds")]
+    assert not rob["survives"]
