@@ -38,8 +38,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-SCHEDULES = ("1f1b", "gpipe", "interleaved")
-OVERLAPS = ("none", "stage", "bucketed")
+from nest.costs.pipeline import OVERLAPS, SCHEDULES, interleaved_order
 
 
 class Op(NamedTuple):
@@ -100,22 +99,12 @@ def order_gpipe(p: int, m: int, j: int) -> list[tuple[str, int, int]]:
 
 
 def order_interleaved(p: int, m: int, v: int, d: int) -> list[tuple[str, int, int]]:
+    """Megatron-LM's interleaved order on device d (nest.costs.pipeline.interleaved_order, with
+    its default group of p micro-batches), chunk c as virtual stage c p + d."""
     if m % p:
         raise ValueError(f"interleaved schedule: num_microbatches={m} must be a multiple of "
                          f"the number of stages p={p} (Megatron-LM requires it)")
-    total = m * v
-    warm = total if m == p else min(2 * (p - d - 1) + (v - 1) * p, total)
-
-    def op(kind: str, k: int) -> tuple[str, int, int]:
-        r = k % (p * v)
-        chunk = r // p if kind == "F" else v - 1 - r // p
-        return kind, chunk * p + d, (k // (p * v)) * p + r % p
-
-    ops = [op("F", k) for k in range(warm)]
-    for i in range(total - warm):
-        ops += [op("F", warm + i), op("B", i)]
-    ops += [op("B", k) for k in range(total - warm, total)]
-    return ops
+    return [(kind, c * p + d, mb) for kind, c, mb in interleaved_order(p, m, v, d)]
 
 
 # --------------------------------------------------------------------------------------------
