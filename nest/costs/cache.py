@@ -40,6 +40,12 @@ class ProblemCache:
             s.popitem(last=False)
         return out
 
+    def items(self):
+        """(store, key, entry) of every entry kept, oldest first within a store."""
+        for store, s in self._stores.items():
+            for key, entry in s.items():
+                yield store, key, entry
+
     def __len__(self) -> int:
         return sum(len(s) for s in self._stores.values())
 
