@@ -125,8 +125,7 @@ class StageTable:
 
 def flat_problem(problem: Problem) -> Problem:
     """The same problem on a network-blind view of the cluster (one flat bandwidth)."""
-    return Problem(problem.model, flattened(problem.cluster), problem.graph, problem.costs,
-                   problem.training, problem.model_ref, problem.cluster_ref)
+    return problem.with_cluster(flattened(problem.cluster))
 
 
 def canonical_range(j: int, p: int, n: int, num_blocks: int) -> tuple[int, int]:

@@ -69,7 +69,6 @@ Speed: no time cap is needed; the slowest Figure 5 solve takes 4-10 s on 2 cores
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import numpy as np
 
@@ -126,7 +125,7 @@ def network_blind(problem: Problem, flat_bandwidth_GBps: float | None = None) ->
     """The same problem on Phaze's view of the network: one bandwidth, no hierarchy effects.
     Compute costs, memory and the layer graph are shared with the real problem."""
     bw = None if flat_bandwidth_GBps is None else flat_bandwidth_GBps * 1e9
-    return replace(problem, cluster=flattened(problem.cluster, bw))
+    return problem.with_cluster(flattened(problem.cluster, bw))
 
 
 def plan(problem: Problem, settings: dict):

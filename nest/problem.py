@@ -4,7 +4,9 @@ A Problem never changes once built: its layer graph holds every sub-graph varian
 with, and a plan or a space that needs another variant gets a *new* problem
 (`with_variants`), so one planner can never change the space the next one searches.
 `with_mbs`, `with_cluster`, `with_hardware` and `with_training` likewise return new problems.
-Layer graphs come from nest.graph.build_graph's per-process cache and are shared, never mutated.
+Layer graphs come from nest.graph.build_graph's per-process cache and are shared: they are frozen
+(nest.graph.layer_graph), so no problem can change one. What a problem derives (layer tables,
+group terms, stage grids) lives in its own nest.costs.cache.ProblemCache, shared with no other.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from nest.costs.table import CostTable
+from nest.costs.cache import ProblemCache
+from nest.costs.table import AUTO, CostTable
 from nest.errors import PlanError
 from nest.graph import build_graph
 from nest.graph.attention import resolve as resolve_attention
@@ -25,60 +28,81 @@ from nest.specs import ClusterSpec, HardwareSpec, ModelSpec, load_cluster, load_
 
 @dataclass(frozen=True, eq=False)
 class Problem:
-    """Everything a planner and the evaluator need: model, cluster, graph, costs, training."""
+    """Everything a planner and the evaluator need: model, cluster, graph, costs, training.
+
+    Built whole by `Problem.build` (and the `with_*` methods, which call it): no field is set
+    after construction. Constructing one directly checks that its fields agree (the graph viewed
+    as the training settings run it, the cost table on that graph, the cost scale applied)."""
 
     model: ModelSpec
     cluster: ClusterSpec
-    graph: LayerGraph
+    graph: LayerGraph  # as the training settings' attention implementation runs it
     costs: CostTable
     training: TrainingSettings
     model_ref: str = ""  # how the plan names the model (catalog name or path)
     cluster_ref: str = ""
-    # derived tables of this problem (nest.costs.layers.layer_table); a new problem starts empty
-    cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-    # the layer graph as built (attention "described"); `graph` is it as the training settings'
-    # attention implementation runs it (nest.graph.attention), set by __post_init__
+    # the layer graph as built (attention "described"; nest.graph.attention); None when the
+    # problem was given an already viewed graph
     described: LayerGraph | None = field(default=None, repr=False, compare=False)
+    # the tables derived from this problem (nest.costs.cache); a new problem starts empty
+    cache: ProblemCache = field(default_factory=ProblemCache, init=False, repr=False,
+                                compare=False)
 
     def __post_init__(self):
         from nest.precision import check
 
         check(self.training.precision, f"training settings for {self.cluster.hardware.name}",
               self.training.optimizer, self.cluster.hardware)
-        self._view_attention()
-        self._apply_cost_scale()
-
-    def _apply_cost_scale(self) -> None:
-        """The training settings' cost_scale (nest.settings.CostScale) on the cost table and the
-        cluster, whatever built this problem: every planner and the evaluator price through
-        these two, so each re-plans under the perturbed model (a no-op at 1.0 / 1.0)."""
-        cs = self.training.cost_scale
-        if self.costs.scale != cs.compute:
-            object.__setattr__(self, "costs", CostTable(self.graph, self.costs.hw,
-                                                        self.costs.profile, self.costs.compute,
-                                                        cs.compute))
-        if self.cluster.comm_scale != cs.communication:
-            object.__setattr__(self, "cluster", self.cluster.with_comm_scale(cs.communication))
-
-    def _view_attention(self) -> None:
-        """`graph` := the described graph viewed with this problem's attention implementation
-        and, under FP8 compute, FP8 saved GEMM inputs (nest.graph.fp8); a new cost table when
-        the view changes, the same objects otherwise."""
-        raw = self.graph if self.graph.attention == "described" else self.described
+        cs, where = self.training.cost_scale, f"problem for {self.model.name}"
         impl = resolve_attention(self.training.attention, self.cluster.hardware)
+        if self.graph.attention != impl:
+            raise ValueError(f"{where}: layer graph of {self.graph.model} is viewed with "
+                             f"{self.graph.attention} attention, the settings ask {impl}")
+        if self.described is not None and self.described.attention != "described":
+            raise ValueError(f"{where}: `described` must be the layer graph as built")
+        if (self.costs.graph is not self.graph or self.costs.hw != self.cluster.hardware
+                or self.costs.compute != self.compute or self.costs.scale != cs.compute
+                or self.cluster.comm_scale != cs.communication):
+            raise ValueError(f"{where}: cost table, cluster and training settings disagree: "
+                             f"build problems with Problem.build")
+
+    @classmethod
+    def build(cls, model: ModelSpec, cluster: ClusterSpec, graph: LayerGraph,
+              training: TrainingSettings, model_ref: str = "", cluster_ref: str = "", *,
+              profile=AUTO, described: LayerGraph | None = None) -> "Problem":
+        """The problem of `graph` (as built, or already viewed with `described` its built form)
+        under `training`: the graph viewed with the settings' attention implementation and,
+        under FP8 compute, FP8 saved GEMM inputs (nest.graph.fp8); the training settings'
+        cost_scale (nest.settings.CostScale) on the cost table and the cluster, so every
+        planner and the evaluator price the perturbed model (a no-op at 1.0 / 1.0).
+        profile: the cost table's (nest.costs.table.CostTable)."""
+        raw = graph if graph.attention == "described" else described
+        impl = resolve_attention(training.attention, cluster.hardware)
         if raw is None:  # a graph given already viewed, without its description
-            if self.graph.attention != impl:
-                raise ValueError(f"layer graph of {self.graph.model} is viewed with "
-                                 f"{self.graph.attention} attention, the settings ask {impl}")
-            return
-        g = with_attention(raw, impl, self.model.has_dropout)
-        if self.training.precision.fp8:  # Transformer Engine keeps FP8 GEMM inputs
-            g = with_fp8_activations(g)
-        object.__setattr__(self, "described", raw)
-        if g is not self.graph:
-            object.__setattr__(self, "graph", g)
-            object.__setattr__(self, "costs", CostTable(g, self.costs.hw, self.costs.profile,
-                                                        self.costs.compute, self.costs.scale))
+            if graph.attention != impl:
+                raise ValueError(f"layer graph of {graph.model} is viewed with "
+                                 f"{graph.attention} attention, the settings ask {impl}")
+            g = graph
+        else:
+            g = with_attention(raw, impl, model.has_dropout)
+            if training.precision.fp8:  # Transformer Engine keeps FP8 GEMM inputs
+                g = with_fp8_activations(g)
+        cs = training.cost_scale
+        if cluster.comm_scale != cs.communication:
+            cluster = cluster.with_comm_scale(cs.communication)
+        costs = CostTable(g, cluster.hardware, profile, training.precision.compute, cs.compute)
+        return cls(model, cluster, g, costs, training, model_ref, cluster_ref, raw)
+
+    def _rebuild(self, **changes) -> "Problem":
+        """This problem with fields changed, built whole again (`build`); the cost table keeps
+        this one's profile unless the hardware changes."""
+        kw = {"model": self.model, "cluster": self.cluster, "training": self.training,
+              "model_ref": self.model_ref, "cluster_ref": self.cluster_ref,
+              "graph": self.graph, "described": self.described, "profile": self.costs.profile}
+        kw.update(changes)
+        if kw["cluster"].hardware != self.cluster.hardware and "profile" not in changes:
+            kw["profile"] = AUTO
+        return Problem.build(**kw)
 
     @property
     def attention(self) -> str:
@@ -138,8 +162,7 @@ class Problem:
         layers = [replace(la, costs={**la.costs, **{v.key: new.costs[v.key] for v in missing}})
                   for la, new in zip(raw.layers, extra.layers)]
         g = replace(raw, layers=layers, variants=[*raw.variants, *missing])
-        return replace(self, graph=g, costs=CostTable(g, self.cluster.hardware,
-                                                      self.costs.profile, self.compute))
+        return self._rebuild(graph=g, described=None)
 
     def with_mbs(self, mbs: int) -> "Problem":
         """The same problem for another micro-batch size (its own layer graph and cost table),
@@ -147,15 +170,11 @@ class Problem:
         if mbs == self.mbs:
             return self
         g = build_graph(self.model, mbs, self.training.graph_source)
-        out = replace(self, graph=g, described=None, costs=CostTable(g, self.cluster.hardware,
-                                                     self.costs.profile, self.compute))
-        return out.with_variants(self.graph.variants)
+        return self._rebuild(graph=g, described=None).with_variants(self.graph.variants)
 
     def with_cluster(self, cluster: ClusterSpec) -> "Problem":
-        costs = self.costs
-        if cluster.hardware != self.cluster.hardware:
-            costs = CostTable(self.graph, cluster.hardware, compute=self.compute)
-        return replace(self, cluster=cluster, costs=costs)
+        """Another cluster (the training settings' communication scale applied to it)."""
+        return self._rebuild(cluster=cluster)
 
     def with_hardware(self, **kw) -> "Problem":
         """Hardware fields replaced, e.g. with_hardware(hbm_bytes=4e9)."""
@@ -164,16 +183,12 @@ class Problem:
 
     def with_training(self, training: TrainingSettings | None = None, **kw) -> "Problem":
         tr = (training or self.training).with_(**kw) if kw else (training or self.training)
-        if tr.precision.compute != self.compute:  # FP8 GEMMs are priced differently
-            return replace(self, training=tr, costs=CostTable(self.graph, self.cluster.hardware,
-                                                              self.costs.profile,
-                                                              tr.precision.compute))
-        return replace(self, training=tr)
+        return self._rebuild(training=tr)
 
     def with_graph(self, graph: LayerGraph, model: ModelSpec | None = None) -> "Problem":
         """Another layer graph, as built (its attention described)."""
-        return replace(self, model=model or self.model, graph=graph, described=None,
-                       costs=CostTable(graph, self.cluster.hardware, compute=self.compute))
+        return self._rebuild(model=model or self.model, graph=graph, described=None,
+                             profile=AUTO)
 
 
 def check_variant(m: ModelSpec, v: Variant, where: str) -> None:
@@ -205,6 +220,5 @@ def make_problem(model: str, cluster: str, num_devices: int | None = None, mbs: 
     c = load_cluster(cluster, num_devices)
     tr = training or load_training()
     g = graph or build_graph(m, mbs, tr.graph_source)
-    pr = Problem(m, c, g, CostTable(g, c.hardware, compute=tr.precision.compute), tr, str(model),
-                 str(cluster))
+    pr = Problem.build(m, c, g, tr, str(model), str(cluster))
     return pr.with_variants(variants) if variants else pr

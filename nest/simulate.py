@@ -2,20 +2,9 @@
 
 Every device runs its operations in the fixed order its schedule prescribes; an operation starts
 when its device is free and its input has arrived, and its end is an event that may let the next
-operation of its own device or of a neighbour start. The per-device orders are those of the
-reference implementations:
-    1F1B (PipeDream-Flush; Narayanan et al. 2021a, section 3; Megatron-LM
-        `forward_backward_pipelining_without_interleaving`): stage j runs min(p - j - 1, m)
-        warm-up forwards, then one forward + one backward until the forwards run out, then the
-        remaining backwards (drain).
-    GPipe (Huang et al. 2019, section 2.3): all m forwards, then all m backwards (the last
-        micro-batch first, as autograd unwinds them).
-    interleaved 1F1B (Narayanan et al. 2021b, section 2.2; Megatron-LM
-        `forward_backward_pipelining_with_interleaving`): device d holds v model chunks; chunk c
-        is virtual stage c * p + d. Micro-batches go in groups of p; the k-th forward on a device
-        runs chunk (k mod p v) // p on micro-batch (k // p v) p + k mod p, the k-th backward the
-        mirrored chunk v - 1 - (k mod p v) // p; warm-up 2 (p - d - 1) + (v - 1) p forwards
-        (all m v when m == p), then 1F1B, then drain.
+operation of its own device or of a neighbour start. The per-device orders (1F1B, GPipe,
+Megatron-LM's interleaved 1F1B) are nest.costs.pipeline's `order_1f1b`, `order_gpipe` and
+`interleaved_order`, where a stage's place in the pipeline is written once.
 Dependencies: forward of micro-batch i on (virtual) stage s needs forward of i on s - 1 plus its
 transfer; backward of i on s needs backward of i on s + 1 plus its transfer and its own forward.
 Transfers: with `blocking_sends` (default, the evaluator's pricing) the sender is busy for the
@@ -38,8 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-SCHEDULES = ("1f1b", "gpipe", "interleaved")
-OVERLAPS = ("none", "stage", "bucketed")
+from nest.costs.pipeline import OVERLAPS, SCHEDULES, interleaved_order, order_1f1b, order_gpipe
 
 
 class Op(NamedTuple):
@@ -86,36 +74,13 @@ class SimResult:
 # --------------------------------------------------------------------------------------------
 
 
-def order_1f1b(p: int, m: int, j: int) -> list[tuple[str, int, int]]:
-    warm = min(p - j - 1, m)
-    ops = [("F", j, i) for i in range(warm)]
-    for i in range(m - warm):
-        ops += [("F", j, warm + i), ("B", j, i)]
-    ops += [("B", j, i) for i in range(m - warm, m)]
-    return ops
-
-
-def order_gpipe(p: int, m: int, j: int) -> list[tuple[str, int, int]]:
-    return [("F", j, i) for i in range(m)] + [("B", j, i) for i in reversed(range(m))]
-
-
 def order_interleaved(p: int, m: int, v: int, d: int) -> list[tuple[str, int, int]]:
+    """Megatron-LM's interleaved order on device d (nest.costs.pipeline.interleaved_order, with
+    its default group of p micro-batches), chunk c as virtual stage c p + d."""
     if m % p:
         raise ValueError(f"interleaved schedule: num_microbatches={m} must be a multiple of "
                          f"the number of stages p={p} (Megatron-LM requires it)")
-    total = m * v
-    warm = total if m == p else min(2 * (p - d - 1) + (v - 1) * p, total)
-
-    def op(kind: str, k: int) -> tuple[str, int, int]:
-        r = k % (p * v)
-        chunk = r // p if kind == "F" else v - 1 - r // p
-        return kind, chunk * p + d, (k // (p * v)) * p + r % p
-
-    ops = [op("F", k) for k in range(warm)]
-    for i in range(total - warm):
-        ops += [op("F", warm + i), op("B", i)]
-    ops += [op("B", k) for k in range(total - warm, total)]
-    return ops
+    return [(kind, c * p + d, mb) for kind, c, mb in interleaved_order(p, m, v, d)]
 
 
 # --------------------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
-from nest.costs.table import CostTable
 from nest.graph import build_graph
 from nest.graph.layer_graph import Variant
 from nest.problem import Problem
@@ -101,7 +100,7 @@ def build(spec: dict) -> tuple[Problem, SearchSpace]:
     cluster = cluster_from_dict(spec["cluster"], "hypothesis cluster", spec["num_devices"])
     tr = TrainingSettings(global_batch=spec["global_batch"])
     g = build_graph(m, spec["mbs"], tr.graph_source)
-    pr = Problem(m, cluster, g, CostTable(g, cluster.hardware), tr, m.name, cluster.name)
+    pr = Problem.build(m, cluster, g, tr, m.name, cluster.name)
     if spec.get("tp2_variants"):  # tiny_llama / tiny_moe: a class {tp2, tp2+sp(, cp2)}
         pr = pr.with_variants(TP2)
     pr = pr.with_hardware(hbm_bytes=spec["hbm_GB"] * 1e9)

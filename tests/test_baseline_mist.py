@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from baselines import mist
-from nest.evaluate import Problem, evaluate, make_problem
+from nest.evaluate import evaluate, make_problem
 from nest.graph.layer_graph import Variant
 from nest.network.collectives import flattened
 from nest.planners import run_planner
@@ -25,8 +25,7 @@ SMALL = {"zero_stages": [0, 3], "recompute_modes": ["none", "full"]}
 def tiny(model="tiny_gpt", n=4, batch=8, flat=False):
     pr = make_problem(model, "tiny_cluster", n, training=TrainingSettings(global_batch=batch))
     if flat:
-        pr = Problem(pr.model, flattened(pr.cluster), pr.graph, pr.costs, pr.training,
-                     pr.model_ref, pr.cluster_ref)
+        pr = pr.with_cluster(flattened(pr.cluster))
     return pr
 
 

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exactness import assert_solver_equals_exhaustive
-from nest.evaluate import Problem, evaluate, make_problem
+from nest.evaluate import evaluate, make_problem
 from nest.network.collectives import flattened
 from nest.planners import run_planner
 from nest.settings import TrainingSettings
@@ -69,8 +69,7 @@ def test_network_blind_ties_go_to_megatron_order_on_spine_leaf():
     default order (nest.ties), which is NEST's own plan here, and the tied range shows what the
     blind planner risks: the other placement is more than 2x slower on the real network."""
     real = make_problem("llama3_70b", "h100_spineleaf", 128)
-    blind = Problem(real.model, flattened(real.cluster), real.graph, real.costs, real.training,
-                    real.model_ref, real.cluster_ref)
+    blind = real.with_cluster(flattened(real.cluster))
     nest = run_planner("nest", real)
     blind_plan = run_planner("nest", blind).plan
     assert blind_plan.placement == "replica_major"

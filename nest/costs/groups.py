@@ -2,20 +2,22 @@
 
 Part of the stage kernel (nest.costs.stage): the variant's collectives per layer on the stage's
 groups (named terms per network level), and the alpha-beta lines of its data-parallel groups,
-cached per (d, ids shifted to the origin): stages that sit alike in the hierarchy share them.
+kept per (d, ids shifted to the origin) in the problem's nest.costs.cache.ProblemCache: stages
+that sit alike in the hierarchy share them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
+from nest.costs.cache import read_only
 from nest.costs.layers import LayerTable, prefix
 from nest.network.collectives import (group_lines, group_lines_by_kind, lines_time, shifted,
                                       span_level)
 
-GROUP_CACHE_ENTRIES = 256  # each entry holds O(K L) floats; bounded so memory stays small
 SYNC_KINDS = ("all_reduce", "reduce_scatter", "all_gather")
 
 
@@ -38,29 +40,29 @@ def level_name(cluster, group) -> str:
     return cluster.levels[lvl].name if lvl >= 0 else "local"
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class GroupTerms:
     """What a stage's device set decides: its variant collectives per layer (K named terms) and
-    the alpha-beta lines of its data-parallel groups."""
+    the alpha-beta lines of its data-parallel groups (every array read-only)."""
 
-    names: list[str]  # "<group>_<kind>.<level>"
+    names: tuple[str, ...]  # "<group>_<kind>.<level>"
     fwd_K: np.ndarray  # bool: the term runs in the forward pass
     cum_LK: np.ndarray  # prefix sums over layers, [L + 1, K]
     cum_LR: np.ndarray  # prefix sums of the total per recompute mode (full re-runs fwd terms)
-    dp_lines: dict  # {"dense" | "expert": {kind: lines per distinct group}}
+    dp_lines: Mapping  # {"dense" | "expert": {kind: lines per distinct group}}
     dp_level: str
-    layer_LR: np.ndarray = None  # per layer and recompute mode: the total (cum_LR's terms)
-    fwd_L: np.ndarray = None  # per layer: its forward collectives
-    grid: dict = field(default_factory=dict)  # stage_cost's [b, a] terms per (d, options)
+    layer_LR: np.ndarray  # per layer and recompute mode: the total (cum_LR's terms)
+    fwd_L: np.ndarray  # per layer: its forward collectives
 
 
 def group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
+    """The stage's group terms, kept in the problem's cache per (d, shifted ids)."""
+    return problem.cache.get(lt.store, ("group", d, shifted(problem.cluster, ids)),
+                             lambda: _group_terms(problem, lt, ids, d))
+
+
+def _group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
     cl, v = problem.cluster, lt.variant
-    key = (d, shifted(cl, ids))
-    hit = lt.group_cache.get(key)
-    if hit is not None:
-        lt.group_cache.move_to_end(key)
-        return hit
     groups = inner_groups(ids, v.tp, v.cp, v.ep, d)
     lines: dict = {}
 
@@ -101,11 +103,8 @@ def group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
     fwd_L = x_LK[:, fwd_K].sum(axis=1) if K else np.zeros(L)
     tot_LR = total_L[:, None] + np.where(full_R, fwd_L[:, None], 0.0)
     dp, dp_level = dp_lines(problem, lt, ids, d, groups)
-    out = GroupTerms(names, fwd_K, prefix(x_LK), prefix(tot_LR), dp, dp_level, tot_LR, fwd_L)
-    lt.group_cache[key] = out
-    if len(lt.group_cache) > GROUP_CACHE_ENTRIES:
-        lt.group_cache.popitem(last=False)
-    return out
+    return GroupTerms(tuple(names), read_only(fwd_K), read_only(prefix(x_LK)),
+                      read_only(prefix(tot_LR)), dp, dp_level, read_only(tot_LR), read_only(fwd_L))
 
 
 def tp_overlapped(x_LK: np.ndarray, fwd_K: np.ndarray, tp_K: np.ndarray, lt: LayerTable):
@@ -126,18 +125,16 @@ def tp_overlapped(x_LK: np.ndarray, fwd_K: np.ndarray, tp_K: np.ndarray, lt: Lay
 
 def dp_lines(problem, lt: LayerTable, ids, d: int, groups=None):
     """Alpha-beta lines of a stage's data-parallel groups ({"dense" | "expert": {kind: lines}})
-    and the level name of its dense group (cached per (d, shifted ids))."""
+    and the level name of its dense group (kept in the problem's cache per (d, shifted ids))."""
+    return problem.cache.get(lt.store, ("dp", d, shifted(problem.cluster, ids)),
+                             lambda: _dp_lines(problem, lt, ids, d, groups))
+
+
+def _dp_lines(problem, lt: LayerTable, ids, d: int, groups):
     cl, v = problem.cluster, lt.variant
-    key = ("dp", d, shifted(cl, ids))
-    hit = lt.group_cache.get(key)
-    if hit is not None:
-        return hit
     if groups is None:
         groups = inner_groups(ids, v.tp, v.cp, v.ep, d)
     dp = {part: group_lines_by_kind(cl, SYNC_KINDS, groups["dp_" + part])
           for part in ("dense", "expert")}
     dg = groups["dp_dense"]
-    out = lt.group_cache[key] = (dp, level_name(cl, dg[0]) if dg.shape[1] > 1 else "local")
-    if len(lt.group_cache) > GROUP_CACHE_ENTRIES:
-        lt.group_cache.popitem(last=False)
-    return out
+    return read_only(dp), level_name(cl, dg[0]) if dg.shape[1] > 1 else "local"

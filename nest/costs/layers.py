@@ -8,18 +8,21 @@ boundary bytes, and their range sums / maxima over every stage a..b, indexed [b,
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
+from nest.costs.cache import read_only
 from nest.costs.memory import tied_embedding_params
+from nest.costs.table import LayerTimes
 from nest.graph.layer_graph import Variant
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class LayerTable:
-    """Per-layer vectors of one variant and their range tables over every stage a..b."""
+    """Per-layer vectors of one variant and their range tables over every stage a..b (built by
+    `layer_table`, kept in the problem's nest.costs.cache.ProblemCache; every array read-only)."""
 
     variant: Variant
     modes: tuple[str, ...]
@@ -31,20 +34,19 @@ class LayerTable:
     dense_L: np.ndarray
     expert_L: np.ndarray
     out_L: np.ndarray  # boundary activation bytes per device (the layer's output)
-    costs: list  # LayerCost per layer
+    costs: tuple  # LayerCost per layer
     tied: float  # tied embedding parameters per device (nest.costs.memory)
     # [b, a] range tables: sums (maxima for work / maxpar) over layers a..b
-    pd_LL: np.ndarray = None
-    pe_LL: np.ndarray = None
-    comp_LLR: np.ndarray = None
-    act_LLR: np.ndarray = None
-    work_LLR: np.ndarray = None
-    maxpar_LL: np.ndarray = None
-    fp8_LL: np.ndarray = None  # parameters of the stage's FP8 GEMMs (its blocks; nest.precision)
-    gemm_fwd_L: np.ndarray = None  # the GEMMs' part of fwd_L / bwd_L (tensor-parallel overlap)
-    gemm_bwd_L: np.ndarray = None
-    cum: dict = field(default_factory=dict)  # prefix sums for one-cell breakdowns
-    group_cache: OrderedDict = field(default_factory=OrderedDict)
+    pd_LL: np.ndarray
+    pe_LL: np.ndarray
+    comp_LLR: np.ndarray
+    act_LLR: np.ndarray
+    work_LLR: np.ndarray
+    maxpar_LL: np.ndarray
+    fp8_LL: np.ndarray  # parameters of the stage's FP8 GEMMs (its blocks; nest.precision)
+    gemm_fwd_L: np.ndarray  # the GEMMs' part of fwd_L / bwd_L (tensor-parallel overlap)
+    gemm_bwd_L: np.ndarray
+    cum: Mapping[str, np.ndarray]  # prefix sums of fwd_L, bwd_L, rec_LR for one-cell breakdowns
 
     @property
     def num_layers(self) -> int:
@@ -54,46 +56,57 @@ class LayerTable:
     def comp_LR(self) -> np.ndarray:
         return (self.fwd_L + self.bwd_L)[:, None] + self.rec_LR
 
+    @property
+    def store(self) -> tuple:
+        """The ProblemCache store of what is derived from this table (nest.costs.cache)."""
+        return ("derived", self.variant, self.modes)
+
 
 def layer_table(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
-    """The variant's table (cached on the problem; the problem must hold the variant)."""
-    key = ("layer_table", v, tuple(modes))
-    cache = problem.cache
-    if key in cache:
-        return cache[key]
+    """The variant's table (kept in the problem's cache; the problem must hold the variant)."""
+    modes = tuple(modes)
+    return problem.cache.get("layer_tables", (v, modes), lambda: _build(problem, v, modes))
+
+
+def _build(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
     g = problem.graph
     if not problem.has_variant(v):
         raise KeyError(f"the problem's layer graph has no variant {v.key}: "
                        f"use problem.with_variants([...]) first")
-    costs = [la.costs[v.key] for la in g.layers]
-    times = [problem.costs.times(i, v.key) for i in range(g.num_layers)]
-    lt = LayerTable(
-        v, tuple(modes), np.array([t.fwd_s for t in times]), np.array([t.bwd_s for t in times]),
-        np.array([[t.recompute_s[r] for r in modes] for t in times]),
-        np.array([[c.act_bytes[r] for r in modes] for c in costs]),
-        np.array([[c.act_bytes["none"] - c.act_bytes[r] for r in modes] for c in costs]),
-        np.array([c.dense_params for c in costs]), np.array([c.expert_params for c in costs]),
-        np.array([c.output_bytes for c in costs]), costs,
-        tied_embedding_params(problem.model, g, v.tp))
+    costs = tuple(la.costs[v.key] for la in g.layers)
+    priced: dict[int, LayerTimes] = {}  # identical blocks share one cost object: priced once
+    for c in costs:
+        if id(c) not in priced:
+            priced[id(c)] = problem.costs.times_of(c)
+    times = [priced[id(c)] for c in costs]
     L = g.num_layers
-    lt.pd_LL = range_sum(lt.dense_L)
-    lt.pd_LL[L - 1, 0] -= lt.tied  # one stage holding embedding and head keeps one copy
-    lt.pe_LL = range_sum(lt.expert_L)
-    lt.comp_LLR = range_sum(lt.comp_LR)
-    lt.act_LLR = range_sum(lt.act_LR)
-    lt.work_LLR = range_max(lt.work_LR)
-    lt.maxpar_LL = range_max(lt.dense_L + lt.expert_L)
+    fwd_L, bwd_L = np.array([t.fwd_s for t in times]), np.array([t.bwd_s for t in times])
+    rec_LR = np.array([[t.recompute_s[r] for r in modes] for t in times])
+    act_LR = np.array([[c.act_bytes[r] for r in modes] for c in costs])
+    dense_L = np.array([c.dense_params for c in costs])
+    expert_L = np.array([c.expert_params for c in costs])
+    tied = tied_embedding_params(problem.model, g, v.tp)
+    pd_LL = range_sum(dense_L)
+    pd_LL[L - 1, 0] -= tied  # one stage holding embedding and head keeps one copy
+    comp_LR = (fwd_L + bwd_L)[:, None] + rec_LR
     # Transformer Engine runs the blocks' linear layers in FP8 (nest.precision.FP8_GEMMS); the
     # embedding and the LM head stay BF16. A block's norm and router weights (2h + h E) are
     # counted with them: < 0.1% of a block.
-    lt.fp8_LL = range_sum(np.array([(c.dense_params + c.expert_params) * (la.kind == "block")
-                                    for c, la in zip(costs, g.layers)]))
-    lt.gemm_fwd_L = np.array([t.gemm_fwd_s for t in times])
-    lt.gemm_bwd_L = np.array([t.gemm_bwd_s for t in times])
-    for name in ("fwd_L", "bwd_L", "rec_LR"):
-        lt.cum[name] = prefix(getattr(lt, name))
-    cache[key] = lt
-    return lt
+    fp8_L = np.array([(c.dense_params + c.expert_params) * (la.kind == "block")
+                      for c, la in zip(costs, g.layers)])
+    work_LR = np.array([[c.act_bytes["none"] - c.act_bytes[r] for r in modes] for c in costs])
+    return LayerTable(
+        v, modes, read_only(fwd_L), read_only(bwd_L), read_only(rec_LR), read_only(act_LR),
+        read_only(work_LR),
+        read_only(dense_L), read_only(expert_L),
+        read_only(np.array([c.output_bytes for c in costs])), costs, tied,
+        pd_LL=read_only(pd_LL), pe_LL=read_only(range_sum(expert_L)),
+        comp_LLR=read_only(range_sum(comp_LR)), act_LLR=read_only(range_sum(act_LR)),
+        work_LLR=read_only(range_max(work_LR)), maxpar_LL=read_only(range_max(dense_L + expert_L)),
+        fp8_LL=read_only(range_sum(fp8_L)),
+        gemm_fwd_L=read_only(np.array([t.gemm_fwd_s for t in times])),
+        gemm_bwd_L=read_only(np.array([t.gemm_bwd_s for t in times])),
+        cum=read_only({"fwd_L": prefix(fwd_L), "bwd_L": prefix(bwd_L), "rec_LR": prefix(rec_LR)}))
 
 
 def prefix(x_L: np.ndarray) -> np.ndarray:

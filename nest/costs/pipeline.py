@@ -353,6 +353,25 @@ def alpa_objective(t, num_microbatches: int) -> float:
     return float(dapple(sum(t), max(t), num_microbatches))
 
 
+def order_1f1b(p: int, m: int, j: int) -> list[tuple[str, int, int]]:
+    """Stage j's operation order under 1F1B (PipeDream-Flush, Narayanan et al. 2021a, section 3;
+    Megatron-LM's forward_backward_pipelining_without_interleaving): min(p - j - 1, m) warm-up forwards (the stash less the forward in flight),
+    then one forward and one backward at a time, then the remaining backwards.
+    ('F' | 'B', stage, micro-batch) per operation."""
+    warm = min(p - j - 1, m)
+    ops = [("F", j, i) for i in range(warm)]
+    for i in range(m - warm):
+        ops += [("F", j, warm + i), ("B", j, i)]
+    ops += [("B", j, i) for i in range(m - warm, m)]
+    return ops
+
+
+def order_gpipe(p: int, m: int, j: int) -> list[tuple[str, int, int]]:
+    """Stage j's operation order under GPipe (Huang et al. 2019, section 2.3): all m forwards,
+    then all m backwards, the last micro-batch first (as autograd unwinds them)."""
+    return [("F", j, i) for i in range(m)] + [("B", j, i) for i in reversed(range(m))]
+
+
 def interleaved_order(p: int, m: int, v: int, d: int, group: int | None = None):
     """Device d's operation order under Megatron-LM's interleaved 1F1B (Narayanan et al. 2021b,
     section 2.2; megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_

@@ -26,12 +26,13 @@ from functools import lru_cache
 
 import numpy as np
 
+from nest.costs.cache import read_only
 from nest.costs.groups import GroupTerms, group_terms
 from nest.costs.layers import LayerTable
 from nest.costs.memory import (optimizer_step_for, peak, state_bytes, with_overheads,
                                working_bytes)
 from nest.costs.pipeline import held_bytes
-from nest.network.collectives import lines_time, pairs, send_time, worst
+from nest.network.collectives import lines_time, pairs, send_time, shifted, worst
 from nest.schedule import dp_sync_exposed_s
 
 
@@ -171,10 +172,8 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
     gt = group_terms(problem, lt, ids, d)
     if cell is None:
         b, a = np.arange(L)[:, None], np.arange(L)[None, :]
-        key = ("grid", d, opts)
-        terms = gt.grid.get(key)
-        if terms is None:
-            terms = gt.grid[key] = _terms(problem, lt, gt, d, opts, None)
+        terms = problem.cache.get(lt.store, ("grid", d, shifted(cl, ids), opts),
+                                  lambda: read_only(_terms(problem, lt, gt, d, opts, None)))
     else:
         a, b = cell
         terms = _terms(problem, lt, gt, d, opts, (b, a))

@@ -3,7 +3,7 @@
 Each operator of a layer is priced by nest.costs.profiled.price_op: from a measured profile (by
 default the one the hardware file names) where it covers the shape, else by the analytical
 roofline (nest.costs.roofline.op_times). A layer's forward, backward and recompute times are
-sums over its operators; CostTable caches them per (layer cost, hardware) for the evaluator.
+sums over its operators.
 
 Imports: roofline <- profiled <- table.
 """
@@ -11,8 +11,10 @@ Imports: roofline <- profiled <- table.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 
 from nest.costs.profiled import ProfileSet, price_op, profile_for
 from nest.graph.layer_graph import RECOMPUTE_MODES, LayerCost, LayerGraph
@@ -26,10 +28,10 @@ AUTO = "auto"  # CostTable(profile=AUTO): the profile the hardware file names, i
 class LayerTimes:
     fwd_s: float
     bwd_s: float
-    recompute_s: dict[str, float]  # mode -> forward time re-run during backward
+    recompute_s: Mapping[str, float]  # mode -> forward time re-run during backward
     source: str = "roofline"  # "profile" when any operator came from a measured profile
     # op name -> "profile" | "roofline" | "mixed" (forward and backward from different sources)
-    op_sources: dict[str, str] = field(default_factory=dict)
+    op_sources: Mapping[str, str] = field(default_factory=dict)
     # the GEMMs' share of fwd_s / bwd_s: what tensor-parallel communication can overlap
     # (TrainingSettings.tp_comm_overlap, nest.costs.groups)
     gemm_fwd_s: float = 0.0
@@ -55,43 +57,50 @@ def layer_times(hw: HardwareSpec, cost: LayerCost,
            for mode in RECOMPUTE_MODES for names in [cost.recompute_ops.get(mode, ())]}
     source = "roofline" if all(s == "roofline" for s in srcs.values()) else "profile"
     gemm = [per_op[op.name] for op in cost.ops if op.kind == "matmul"]
-    return LayerTimes(fwd, bwd, rec, source, srcs, sum(f for f, _ in gemm),
+    return LayerTimes(fwd, bwd, MappingProxyType(rec), source, MappingProxyType(srcs),
+                      sum(f for f, _ in gemm),
                       sum(b for _, b in gemm))
 
 
 class CostTable:
-    """Cached per-(layer cost, hardware) times; identical blocks share one entry.
+    """Per-layer times of one graph on one hardware: a pure function of its five fields, with no
+    state of its own (a Problem keeps the priced layers in its nest.costs.cache.ProblemCache).
 
     profile: AUTO (default) uses the measured profile the hardware file names (`profile:` key;
     H100 SXM has one), None forces the roofline, or an explicit nest.costs.profiled.ProfileSet.
     compute: the training's compute dtype (nest.precision.Precision.compute).
     scale: every time multiplied by it (the training settings' cost_scale.compute, applied by
-    nest.problem.Problem; the one point where compute time enters every planner's costs).
+    nest.problem.Problem.build; the one point where compute time enters every planner's costs).
     """
+
+    __slots__ = ("graph", "hw", "compute", "scale", "profile")
 
     def __init__(self, graph: LayerGraph, hw: HardwareSpec,
                  profile: ProfileSet | None | str = AUTO, compute: str = "bf16",
                  scale: float = 1.0):
-        self.graph, self.hw, self.compute, self.scale = graph, hw, compute, scale
         if isinstance(profile, str):
             if profile != AUTO:
                 raise ValueError(f"CostTable: profile must be a ProfileSet, None or {AUTO!r}")
             profile = profile_for(hw)
-        self.profile = profile
-        self._cache: dict[int, LayerTimes] = {}
+        for name, value in (("graph", graph), ("hw", hw), ("compute", compute),
+                            ("scale", scale), ("profile", profile)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"CostTable is immutable: cannot set {name!r}")
+
+    def times_of(self, cost: LayerCost) -> LayerTimes:
+        """One layer's times (any LayerCost of this table's graph)."""
+        t = layer_times(self.hw, cost, self.profile, self.compute)
+        if self.scale != 1.0:
+            k = self.scale
+            t = replace(t, fwd_s=t.fwd_s * k, bwd_s=t.bwd_s * k,
+                        recompute_s=MappingProxyType({m: x * k for m, x in t.recompute_s.items()}),
+                        gemm_fwd_s=t.gemm_fwd_s * k, gemm_bwd_s=t.gemm_bwd_s * k)
+        return t
 
     def times(self, layer_index: int, variant_key: str) -> LayerTimes:
-        cost = self.graph.layers[layer_index].costs[variant_key]
-        key = id(cost)
-        if key not in self._cache:
-            t = layer_times(self.hw, cost, self.profile, self.compute)
-            if self.scale != 1.0:
-                k = self.scale
-                t = replace(t, fwd_s=t.fwd_s * k, bwd_s=t.bwd_s * k,
-                            recompute_s={m: x * k for m, x in t.recompute_s.items()},
-                            gemm_fwd_s=t.gemm_fwd_s * k, gemm_bwd_s=t.gemm_bwd_s * k)
-            self._cache[key] = t
-        return self._cache[key]
+        return self.times_of(self.graph.layers[layer_index].costs[variant_key])
 
     def to_dict(self) -> dict:
         rows = []
@@ -99,8 +108,8 @@ class CostTable:
             for v in self.graph.variants:
                 t = self.times(la.index, v.key)
                 rows.append({"layer": la.index, "name": la.name, "variant": v.key,
-                             "fwd_s": t.fwd_s, "bwd_s": t.bwd_s, "recompute_s": t.recompute_s,
-                             "source": t.source, "op_sources": t.op_sources})
+                             "fwd_s": t.fwd_s, "bwd_s": t.bwd_s, "recompute_s": dict(t.recompute_s),
+                             "source": t.source, "op_sources": dict(t.op_sources)})
         return {"schema": SCHEMA, "model": self.graph.model, "mbs": self.graph.mbs,
                 "hardware": self.hw.name, "rows": rows}
 

@@ -28,10 +28,12 @@ score FLOPs it is credited with.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 from nest.graph.layer_graph import LayerCost, LayerGraph, Op, Variant
 
 IMPLEMENTATIONS = ("flash", "unfused")
+VIEWS = 128  # graphs viewed per process (build_graph keeps 64 graphs)
 BF16 = 2
 LSE_BYTES = 4  # fp32 log-sum-exp per query row and head (FlashAttention-2's softmax statistic)
 DROPOUT_MASK_BYTES = 1  # Megatron's fused dropout keeps a byte mask
@@ -54,12 +56,10 @@ def with_attention(graph: LayerGraph, impl: str, dropout: bool) -> LayerGraph:
         return graph
     if graph.attention != "described":
         raise ValueError(f"layer graph of {graph.model} is already viewed as {graph.attention}")
-    views = graph.__dict__.setdefault("_attention_views", {})  # one view per graph and kind
-    if (impl, dropout) not in views:
-        views[impl, dropout] = _view(graph, impl, dropout)
-    return views[impl, dropout]
+    return _view(graph, impl, dropout)
 
 
+@lru_cache(maxsize=VIEWS)  # one view per graph (frozen, by identity) and kind
 def _view(graph: LayerGraph, impl: str, dropout: bool) -> LayerGraph:
     done: dict[int, LayerCost] = {}  # identical blocks share one cost object: keep that
 

@@ -20,6 +20,7 @@ Modes "none" and "selective" keep the GEMM inputs and change; "full" keeps only 
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 from nest.graph.layer_graph import LayerCost, LayerGraph, Variant
 from nest.precision import FP8_GEMMS
@@ -31,19 +32,21 @@ def with_fp8_activations(graph: LayerGraph) -> LayerGraph:
     """`graph` (viewed with its attention kernel) with FP8 saved GEMM inputs (cached)."""
     if graph.fp8_activations:
         return graph
-    hit = graph.__dict__.get("_fp8_view")
-    if hit is None:
-        done: dict[int, LayerCost] = {}
+    return _fp8_view(graph)
 
-        def view(key: str, c: LayerCost) -> LayerCost:
-            if (key, id(c)) not in done:
-                done[key, id(c)] = _fp8(c, Variant.from_key(key), graph.attention)
-            return done[key, id(c)]
 
-        layers = [replace(la, costs={k: view(k, c) for k, c in la.costs.items()})
-                  for la in graph.layers]
-        hit = graph.__dict__["_fp8_view"] = replace(graph, layers=layers, fp8_activations=True)
-    return hit
+@lru_cache(maxsize=128)  # one view per graph (frozen, compared by identity)
+def _fp8_view(graph: LayerGraph) -> LayerGraph:
+    done: dict[int, LayerCost] = {}
+
+    def view(key: str, c: LayerCost) -> LayerCost:
+        if (key, id(c)) not in done:
+            done[key, id(c)] = _fp8(c, Variant.from_key(key), graph.attention)
+        return done[key, id(c)]
+
+    layers = [replace(la, costs={k: view(k, c) for k, c in la.costs.items()})
+              for la in graph.layers]
+    return replace(graph, layers=layers, fp8_activations=True)
 
 
 def saved_input_change(c: LayerCost, v: Variant, attention: str) -> float:

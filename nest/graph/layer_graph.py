@@ -11,8 +11,10 @@ the collectives the variant inserts (kind, bytes, group). All values are SI (FLO
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 from nest.specs import validate
 
@@ -68,15 +70,33 @@ class Collective:
     count: int = 1
 
 
+def read_only(d) -> MappingProxyType:
+    """A read-only copy of a mapping (what a frozen graph holds instead of a dict)."""
+    return d if isinstance(d, MappingProxyType) else MappingProxyType(dict(d))
+
+
+def _hold(obj, **fields) -> None:
+    """Frozen-dataclass input normalisation, at construction only: each container field stored
+    as its read-only form (a list as a tuple, a dict as a read-only mapping) with the same items,
+    so nothing reachable from a layer graph can be written."""
+    for name, value in fields.items():
+        object.__setattr__(obj, name, value)
+
+
 @dataclass(frozen=True)
 class LayerCost:
     ops: tuple[Op, ...]
     collectives: tuple[Collective, ...]
     dense_params: float  # per device, replicated over the data-parallel group d * ep * cp
     expert_params: float  # per device, replicated over the expert-data-parallel group d * cp
-    act_bytes: dict[str, float]  # recompute mode -> bytes saved for backward per micro-batch
-    recompute_ops: dict[str, tuple[str, ...]]  # recompute mode -> names of ops re-run in backward
+    act_bytes: Mapping[str, float]  # recompute mode -> bytes saved for backward per micro-batch
+    recompute_ops: Mapping[str, tuple[str, ...]]  # recompute mode -> names of ops re-run
     output_bytes: float  # boundary activation sent to the next stage per micro-batch
+
+    def __post_init__(self):
+        _hold(self, ops=tuple(self.ops), collectives=tuple(self.collectives),
+              act_bytes=read_only(self.act_bytes),
+              recompute_ops=read_only({k: tuple(v) for k, v in self.recompute_ops.items()}))
 
     @property
     def params(self) -> float:
@@ -91,24 +111,31 @@ class LayerCost:
         return sum(o.bwd_flops * o.count for o in self.ops)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Layer:
     index: int
     name: str
     kind: str  # embedding | block | head
     num_params: float  # unsharded, counted once for the whole model
-    costs: dict[str, LayerCost] = field(default_factory=dict)
+    costs: Mapping[str, LayerCost] = field(default_factory=dict)  # variant key -> cost
+
+    def __post_init__(self):
+        _hold(self, costs=read_only(self.costs))
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class LayerGraph:
+    """Frozen all the way down (tuples, read-only mappings, frozen dataclasses): a graph shared
+    by every problem built on it (nest.graph.build_graph's cache) cannot be changed through
+    any of them. Compared by identity; compare `to_dict()` for content."""
+
     model: str
     mbs: int
     seq_len: int
     hidden_size: int
     tied_embeddings: bool
-    variants: list[Variant]
-    layers: list[Layer]
+    variants: tuple[Variant, ...]
+    layers: tuple[Layer, ...]
     source: str = "closed_form"
     # "described": as built (nest.graph.attention); "flash" | "unfused" once viewed as a run
     # implements attention (nest.graph.attention.with_attention; not serialised)
@@ -116,6 +143,10 @@ class LayerGraph:
     # model FLOPs per sample {causal half, full square}, kept from the described graph by a view
     model_flops: dict | None = None
     fp8_activations: bool = False  # saved GEMM inputs in FP8 (nest.graph.fp8; not serialised)
+
+    def __post_init__(self):
+        _hold(self, variants=tuple(self.variants), layers=tuple(self.layers),
+              model_flops=None if self.model_flops is None else read_only(self.model_flops))
 
     @property
     def num_layers(self) -> int:
@@ -214,11 +245,12 @@ class LayerGraph:
 
 
 def _cost_to_dict(c: LayerCost) -> dict:
-    d = asdict(c)
-    d["ops"] = [dict(asdict(o), shape=list(o.shape)) for o in c.ops]
-    d["collectives"] = [asdict(x) for x in c.collectives]
-    d["recompute_ops"] = {k: list(v) for k, v in c.recompute_ops.items()}
-    return d
+    return {"ops": [dict(asdict(o), shape=list(o.shape)) for o in c.ops],
+            "collectives": [asdict(x) for x in c.collectives],
+            "dense_params": c.dense_params, "expert_params": c.expert_params,
+            "act_bytes": dict(c.act_bytes),
+            "recompute_ops": {k: list(v) for k, v in c.recompute_ops.items()},
+            "output_bytes": c.output_bytes}
 
 
 def _cost_from_dict(d: dict) -> LayerCost:

@@ -113,7 +113,9 @@ def group_lines_by_kind(cluster: ClusterSpec, kinds, groups) -> dict:
     if missing:
         reps = [tuple(g[i].tolist()) for i in first]
         for k in missing:
-            out[k] = _GROUP_SETS[(key, k)] = [coefficients(cluster, k, r) for r in reps]
+            # a tuple: the memo is shared by every problem on this cluster, so nothing in it
+            # can be written
+            out[k] = _GROUP_SETS[(key, k)] = tuple(coefficients(cluster, k, r) for r in reps)
         while len(_GROUP_SETS) > GROUP_SET_ENTRIES:
             _GROUP_SETS.popitem(last=False)
     return {k: out[k] for k in kinds}

@@ -17,7 +17,8 @@ import math
 
 import numpy as np
 
-from nest.costs.groups import GROUP_CACHE_ENTRIES, group_terms
+from nest.costs.cache import read_only
+from nest.costs.groups import group_terms
 from nest.costs.layers import LayerTable, range_sum
 from nest.costs.pipeline import (bottleneck_weight, links, solver_form, stash,
                                  stash_capacity)
@@ -212,13 +213,6 @@ def minmax_over_cuts(cost_of, p: int, L: int, send_fwd_L, send_bwd_L) -> float:
 def _max_stash(problem: Problem, space: SearchSpace, lt: LayerTable, d: int) -> np.ndarray:
     """Micro-batches a stage a..b can stash with (z, r) and d replicas and still fit (-1: none),
     [b, a, z, r] (the kernel's memory model; cached per table and d)."""
-    key = ("max_stash", d, space.zero_stages)
-    hit = lt.group_cache.get(key)
-    if hit is not None:
-        return hit
-    out = stash_capacity(fixed_bytes(problem, lt, d, Options(space.zero_stages, lt.modes)),
-                         lt.act_LLR[:, :, None, :], problem.cluster.hardware)
-    lt.group_cache[key] = out
-    if len(lt.group_cache) > GROUP_CACHE_ENTRIES:
-        lt.group_cache.popitem(last=False)
-    return out
+    return problem.cache.get(lt.store, ("max_stash", d, space.zero_stages), lambda: read_only(
+        stash_capacity(fixed_bytes(problem, lt, d, Options(space.zero_stages, lt.modes)),
+                       lt.act_LLR[:, :, None, :], problem.cluster.hardware)))

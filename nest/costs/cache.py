@@ -1,0 +1,63 @@
+"""One Problem's derived tables: the one store that keeps them, with one eviction rule.
+
+A Problem (nest.problem) owns exactly one ProblemCache; a new problem (every `with_*`) starts with
+an empty one, so no two problems share an entry. What it keeps, by store:
+    "layer_tables"                 key (variant, modes): nest.costs.layers.LayerTable
+    ("derived", variant, modes)    per layer table: group terms and data-parallel lines
+                                   (nest.costs.groups), the stage kernel's [b, a] grids
+                                   (nest.costs.stage), stash capacities (nest.solver.bounds)
+Entries are immutable (frozen dataclasses, read-only arrays: `read_only`), so what one caller is
+handed cannot change what the next one reads. The eviction rule: each store keeps its ENTRIES
+most recently used entries (an evicted entry is recomputed, to the same bytes, when asked again).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from types import MappingProxyType
+
+import numpy as np
+
+ENTRIES = 512  # per store; each entry holds O(L^2) floats at most, bounded so memory stays small
+
+
+class ProblemCache:
+    """The derived tables of one Problem (module docstring), least recently used evicted."""
+
+    def __init__(self, entries: int = ENTRIES):
+        self.entries = entries
+        self._stores: dict[Hashable, OrderedDict] = {}
+
+    def get(self, store: Hashable, key: Hashable, make: Callable[[], object]):
+        """The entry `key` of `store`, made by make() on a miss (the one eviction rule here)."""
+        s = self._stores.setdefault(store, OrderedDict())
+        if key in s:
+            s.move_to_end(key)
+            return s[key]
+        out = s[key] = make()
+        if len(s) > self.entries:
+            s.popitem(last=False)
+        return out
+
+    def items(self):
+        """(store, key, entry) of every entry kept, oldest first within a store."""
+        for store, s in self._stores.items():
+            for key, entry in s.items():
+                yield store, key, entry
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self._stores.values())
+
+
+def read_only(x):
+    """x with every array in it made read-only (arrays, dicts -> read-only mappings, tuples,
+    lists -> tuples): what a cache hands out cannot be written through."""
+    if isinstance(x, np.ndarray):
+        x.setflags(write=False)
+        return x
+    if isinstance(x, dict):
+        return MappingProxyType({k: read_only(v) for k, v in x.items()})
+    if isinstance(x, (list, tuple)):
+        return tuple(read_only(v) for v in x)
+    return x
