@@ -36,3 +36,26 @@ rule current_networks:
     """Every figure of config/current_clusters.yaml (figures/current_*.png, results/current_*)."""
     input:
         lambda wc: [out for fig in CURRENT_NETWORKS for out in figure_outputs(fig)],
+        "results/current_networks.md",
+        "figures/current_networks.png",
+
+
+rule current_networks_report:
+    """The experiment's figure (NEST's speed-up over the blind plan and Phaze, per cluster) and
+    its REPRODUCTION.md section (results/current_networks.md), from the figures' CSVs."""
+    input:
+        [f"results/{fig}.csv" for fig in CURRENT_NETWORKS],
+    output:
+        md="results/current_networks.md",
+        png="figures/current_networks.png",
+        pdf="figures/current_networks.pdf",
+    log:
+        "logs/current_networks_report.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    conda:
+        "../envs/nest.yaml"
+    script:
+        "../scripts/current_networks_report.py"
