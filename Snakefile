@@ -16,6 +16,7 @@ check_config_schema("workflow/schemas/config.schema.yaml")
 validate(config, "workflow/schemas/config.schema.yaml")
 
 
+include: "workflow/rules/current_networks.smk"  # `snakemake current_networks`, not in figures
 include: "workflow/rules/common.smk"
 include: "workflow/rules/inputs.smk"
 include: "workflow/rules/graph.smk"

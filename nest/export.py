@@ -484,7 +484,7 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
     warnings: list[str] = []
     original = evaluate(plan, problem)
     out = _project(plan, warnings)
-    hw_per_node = problem.cluster.levels[0].devices_per_group
+    hw_per_node = problem.cluster.node_size  # hosts, not the first network level
     if out.heterogeneous:
         out = _project_variants(out, problem, hw_per_node, original.time_per_batch_s, warnings)
     if out.cp > 1 and out.ep > 1:

@@ -428,6 +428,16 @@ class ClusterSpec:
     # the levels' bandwidths / comm_scale and latencies x comm_scale relative to the cluster as
     # described (the training settings' cost_scale.communication; `with_comm_scale`)
     comm_scale: float = 1.0
+    # accelerators per host (server / compute tray): what a launcher runs one agent on, which
+    # need not be the first network level (a GB200 NVL72 rack: trays of 4 GPUs, NVLink domain
+    # of 72); 0: the first level's group size (`node_size`)
+    devices_per_node: int = 0
+
+    @property
+    def node_size(self) -> int:
+        """Devices per host: the cluster file's `devices_per_node` (or its rail-optimised /
+        multi-plane network's), else the first network level's group size."""
+        return self.devices_per_node or self.levels[0].devices_per_group
 
     def with_comm_scale(self, k: float) -> "ClusterSpec":
         """This cluster with every network time scaled by k relative to the cluster as described
@@ -457,13 +467,16 @@ class ClusterSpec:
 
 
 def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSpec:
-    network, notes, files = "levels", (), ()
+    network, notes, files, per_node = "levels", (), (), 0
     if isinstance(d, dict) and "network" in d:  # a named builder or a graph file
         from nest.network.fabric import expand_network
 
         network = d["network"].get("kind", "?") if isinstance(d["network"], dict) else "?"
+        if network in ("rail_optimized", "multi_plane"):  # the builder's own node
+            per_node = d["network"].get("devices_per_node", 0)
         d, notes, files = expand_network(d, where)
     validate(d, "cluster", where)
+    per_node = d.get("devices_per_node", per_node)
     levels = tuple(
         NetworkLevel(
             name=lv["name"],
@@ -497,6 +510,9 @@ def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSp
     if n > inner and n % inner:
         raise SpecError(f"{where}: num_devices={n} must be a multiple of {inner} (devices per "
                         f"'{levels[0].name}') when it spans more than one")
+    if per_node and (top % per_node or (n > per_node and n % per_node)):
+        raise SpecError(f"{where}: key 'devices_per_node': {per_node} must divide the cluster's "
+                        f"{top} devices and num_devices={n} when that spans more than one node")
     try:
         hardware = load_hardware(d["hardware"])
     except SpecError as e:
@@ -511,6 +527,7 @@ def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSp
         network=network,
         notes=notes,
         network_files=files,
+        devices_per_node=int(per_node),
     )
 
 

@@ -296,3 +296,41 @@ def test_cli_plans_evaluates_exports_on_a_torus_cluster_file(tmp_path, capsys):
     assert "priced by the roofline" in out and "note: network: torus 16x16x16" in out
     assert main(["evaluate", p]) == 0 and "note: network: torus" in capsys.readouterr().out
     assert main(["export", p]) == 0 and "64 ranks" in capsys.readouterr().out
+
+
+SHIPPED = sorted(p.stem for p in (config_dir() / "clusters").glob("*.yaml")
+                 if "network" in read_yaml(p))
+
+
+def test_every_topology_kind_ships_as_a_cluster_file_with_its_source():
+    kinds = {read_yaml(config_dir() / "clusters" / f"{n}.yaml")["network"]["kind"]
+             for n in SHIPPED}
+    assert {"spine_leaf", "scale_up", "rail_optimized", "multi_plane", "torus", "graph"} <= kinds
+    for n in SHIPPED:
+        assert len(load_cluster(n).source) > 40, n
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_nest_plan_plans_on_every_shipped_network_cluster(name, capsys):
+    """`nest plan` (the CLI, exit 0) on each shipped builder / graph cluster, one node-group's
+    worth of devices above the first level (72 on NVL72: a plan spans whole domains)."""
+    from nest.cli import main
+
+    first = load_cluster(name).levels[0].devices_per_group
+    n = first if first >= 64 else 64
+    rc = main(["plan", "--model", "tiny_gpt", "--cluster", name, "--num-devices", str(n),
+               "--planner", "nest"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert " pp=" in out.out
+
+
+def test_dragonfly_graph_is_not_a_tree_and_says_so():
+    """The dragonfly (a graph of our choosing, scripts/make_dragonfly_graph.py): single linkage
+    finds node, group and machine; groups without a direct global link route through a third
+    group, which the loader's note quantifies; the machine level's share is the global links'
+    (36 links x 100 GB/s for 288 GPUs, each pair of groups once) over the NICs."""
+    c = load_cluster("dragonfly_h100_graph")
+    assert [lv.devices_per_group for lv in c.levels] == [8, 32, 288]
+    assert any("chains of cheaper routes" in n for n in c.notes)
+    assert c.levels[2].oversubscription > 1

@@ -467,3 +467,30 @@ def test_examples_pass_megatron_lms_own_validation():
                         os.environ["MEGATRON_LM"], *map(str, sorted(EXAMPLES.glob("*.yaml")))],
                        capture_output=True, text=True, cwd=EXAMPLES.parent)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_hosts_come_from_the_node_definition_not_the_first_network_level():
+    """GB200 NVL72: the NVLink domain (first level) is 72 GPUs, a host (compute tray) 4: 144
+    GPUs launch as 36 torchrun agents of 4 processes, never 2 of 72."""
+    from nest.plan_spec import block_cuts
+
+    pr = make_problem("llama2_7b", "gb200_nvl72", 144)
+    assert pr.cluster.levels[0].devices_per_group == 72 and pr.cluster.node_size == 4
+    plan = make_plan(pr, "h", Variant(tp=8, sp=True), 2, 9, block_cuts(32, 2), [1, 1],
+                     ["none", "none"], "replica_major")
+    exp = to_megatron(plan, pr)
+    assert exp.world_size == 144 and exp.num_agents == 36
+    assert "--nnodes 36 --nproc-per-node 4 " in exp.command()
+    assert "#SBATCH --nodes=36" in exp.slurm()
+    # a rail-optimised network's own devices_per_node; a level file's first level
+    assert make_problem("llama2_7b", "dgx_h100_rail_superpod", 64).cluster.node_size == 8
+    assert make_problem("llama2_7b", "h100_spineleaf", 128).cluster.node_size == 8
+
+
+def test_a_node_size_that_does_not_divide_the_cluster_is_refused(tmp_path):
+    from nest.errors import SpecError
+    from nest.specs import cluster_from_dict, config_dir, read_yaml
+
+    d = read_yaml(config_dir() / "clusters" / "gb200_nvl72.yaml")
+    with pytest.raises(SpecError, match="devices_per_node.*5 must divide"):
+        cluster_from_dict({**d, "devices_per_node": 5}, "x.yaml", 144)
