@@ -317,6 +317,11 @@ class HardwareSpec:
     # share of the HBM bandwidth the memory-bound operators (norms, softmax, dropout, residual
     # adds, activations; nest.costs.roofline) reach; None: memory_efficiency
     elementwise_efficiency: float | None = None
+    # "serial": a GEMM's epilogue (here the FP32 main-gradient read-modify-write of a wgrad,
+    # nest.costs.table.main_grad_accumulation_s) runs after each tile's main loop (Ampere and
+    # earlier); "overlapped": Hopper's warp-specialized persistent kernels run one tile's
+    # epilogue under another's main loop, so it hides under a compute-bound GEMM
+    gemm_epilogue: str = "overlapped"
 
 
 def _profile_dir(name: str, where: str) -> str:
@@ -384,6 +389,7 @@ def hardware_from_dict(d: dict, where: str) -> HardwareSpec:
         attention_implementation=d.get("attention_implementation", "flash"),
         host_fwd_s_per_op=d.get("host_fwd_us_per_op", 0.0) * US,
         elementwise_efficiency=d.get("elementwise_efficiency"),
+        gemm_epilogue=d.get("gemm_epilogue", "overlapped"),
         host_bwd_s_per_op=d.get("host_bwd_us_per_op", 0.0) * US,
     )
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from nest.costs.profiled import profile_for
-from nest.costs.table import layer_times
+from nest.costs.table import layer_times, main_grad_accumulation_s, main_grad_traffic_s
 from nest.errors import SpecError
 from nest.graph.closed_form import block_cost
 from nest.graph.layer_graph import Variant
@@ -114,7 +114,11 @@ def predict_block(block: dict, hw: HardwareSpec, profile, *, first: bool = False
     if opt not in HELD_BYTES:
         raise SpecError(f"blocks.json: block '{block['model']}' key 'optimizer': {opt!r} is not "
                         f"one of {sorted(HELD_BYTES)}")
-    opt_s = optimizer_step_s(params, MIXED, hw)
+    # the measured block writes BF16 gradients in its backward and copies them into the FP32
+    # main_grad in its optimizer step (nest.profiling.blocks, MixedAdam): no fused accumulation in
+    # its backward, and the step runs the copy as its own kernel (always additive)
+    times = replace(times, bwd_s=times.bwd_s - main_grad_accumulation_s(hw, cost))
+    opt_s = optimizer_step_s(params, MIXED, hw) + main_grad_traffic_s(hw, cost)  # a copy kernel
     tokens = b * m.seq_len
     mem = {k: v * params for k, v in HELD_BYTES[opt].items()}
     mem["bf16_grads"] = TRANSIENT_GRAD_BYTES[opt] * params

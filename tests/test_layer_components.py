@@ -11,7 +11,10 @@ Megatron-LM's unfused attention core; profiles/a100_sxm/published_layer_times.cs
 The A100 hardware file's `elementwise_efficiency` is a disclosed calibration to this table (the
 only constant fitted to it; the end-to-end rows stay out of sample). Before it, with the
 streaming memory_efficiency 0.85 for every memory-bound operator, every term was fast: forward
-13-15%, backward 8-10%. No published H100 per-layer breakdown is recorded here yet.
+13-15%, backward 8-10%.
+
+H100: no published per-layer breakdown was found; the check uses our own measured blocks
+(profiles/h100_sxm/blocks.json), see the second part of this file.
 """
 
 from dataclasses import replace
@@ -47,12 +50,13 @@ def test_22b_layer_against_korthikanti_table4(problem, row):
 
 def test_uncalibrated_pricing_was_uniformly_fast(problem):
     """The miss the calibration closes: with memory_efficiency for the memory-bound operators,
-    every forward is 12-16% and every backward 7-11% below the table."""
+    every forward is 12-16% and every backward 6-9% below the table (7-11% before the
+    main-gradient accumulation term, nest.costs.table.main_grad_accumulation_s, was priced)."""
     hw = replace(problem.cluster.hardware, elementwise_efficiency=None)
     for row in ROWS:
         fwd, bwd = layer_time_s(problem, row, hw)
         assert -0.16 <= fwd / row.fwd_s - 1 <= -0.12
-        assert -0.11 <= bwd / row.bwd_s - 1 <= -0.07
+        assert -0.09 <= bwd / row.bwd_s - 1 <= -0.06
 
 
 def test_22b_layer_differences_follow_table4(problem):
@@ -76,3 +80,86 @@ def test_hardware_file_holds_the_fit(problem):
     e, rms = fit_elementwise(ROWS)
     assert problem.cluster.hardware.elementwise_efficiency == e
     assert rms < 0.05
+
+
+# --------------------------------------------------------------------------------------------
+# H100: no published per-layer forward / backward breakdown of an H100 transformer layer was
+# found (searched: vendor performance summaries, Megatron-LM / NeMo / Megatron-Bridge docs, the
+# Llama 3 paper; they report end-to-end throughput only). The best citable component measurement
+# is our own: one transformer block of each model timed on an H100 80GB HBM3 (torch 2.11,
+# 2026-11-26; profiles/h100_sxm/blocks.json, meta.json; `nest validate`, nest.validate), forward
+# and backward separately, with the operators priced from the separately measured operator sweep
+# (profiles/h100_sxm/*.csv). No constant is fitted to these blocks.
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def h100_blocks():
+    from nest.validate import validate
+
+    return [r for r in validate("h100_sxm")["rows"] if r["gpu_bound"]]
+
+
+def test_h100_blocks_are_the_measured_dense_ones(h100_blocks):
+    """The GPU-bound dense blocks (enough GPU work per operator to hide eager PyTorch's host
+    time; the MoE block's expert loop synchronises with the host)."""
+    assert [r["model"] for r in h100_blocks] == ["llama2_7b", "llama3_70b", "gpt3_175b"]
+
+
+@pytest.mark.parametrize("phase", ["fwd_s", "bwd_s"])
+def test_h100_layer_against_measured_blocks(h100_blocks, phase):
+    """Forward and backward of each dense block within 13% of the measurement (a GEMM in a
+    short block step runs at ~800 TFLOP/s, in the long operator sweep at ~680: profiles/
+    h100_sxm/validation.md, 'Why it misses'), and never too fast: the H100 end-to-end rows'
+    optimism (results/validation_published.md) is not per-layer compute priced fast."""
+    for r in h100_blocks:
+        pred, meas = r["pred"][phase], r["meas"][phase]
+        assert 0.0 <= pred / meas - 1 <= 0.13, (r["model"], phase, pred, meas)
+
+
+def test_h100_optimizer_step_with_the_fp32_copy(h100_blocks):
+    """Component check of the main-gradient term outside the layer: the measured block copies
+    its BF16 gradients into the FP32 main_grad in its optimizer step (nest.profiling.blocks,
+    MixedAdam), which nest.validate prices with nest.costs.table.main_grad_traffic_s (6
+    bytes per weight element, not fitted). Without that term the step is priced 19-22% fast in
+    every block, with it 6-9%."""
+    import json
+    from pathlib import Path
+
+    from nest.costs.table import main_grad_traffic_s
+    from nest.graph.closed_form import block_cost
+    from nest.graph.layer_graph import Variant
+    from nest.specs import load_hardware
+    from nest.validate import block_model
+
+    hw = load_hardware("h100_sxm")
+    blocks = {b["model"]: b for b in json.loads(
+        Path("profiles/h100_sxm/blocks.json").read_text())["blocks"]}
+    for r in h100_blocks:
+        blk = blocks[r["model"]]
+        acc = main_grad_traffic_s(hw, block_cost(block_model(blk), int(blk["mbs"]),
+                                                      Variant()))
+        pred, meas = r["pred"]["opt_s"], r["meas"]["opt_s"]
+        assert -0.09 <= pred / meas - 1 <= -0.06, (r["model"], pred, meas)
+        assert -0.22 <= (pred - acc) / meas - 1 <= -0.19, (r["model"], pred - acc, meas)
+
+
+def test_main_grad_accumulation_closed_form():
+    """6 bytes per weight element of a GPT block (12 h^2 weights, t = 1) at the A100's
+    streaming bandwidth; 0 on the H100 (overlapped epilogue); the layer's backward carries it."""
+    from nest.costs.table import layer_times, main_grad_accumulation_s, main_grad_traffic_s
+    from nest.graph.closed_form import block_cost
+    from nest.graph.layer_graph import Variant
+    from nest.specs import load_hardware, load_model
+
+    a100, h100 = load_hardware("a100_sxm"), load_hardware("h100_sxm")
+    m = load_model("gpt3_175b", seq_len=2048)
+    cost = block_cost(m, 1, Variant())
+    h = m.hidden_size
+    want = 6 * 12 * h * h / (a100.hbm_bytes_per_s * a100.memory_efficiency)
+    assert main_grad_accumulation_s(a100, cost) == pytest.approx(want, rel=1e-3)
+    assert main_grad_accumulation_s(h100, cost) == 0.0
+    assert main_grad_traffic_s(h100, cost) > 0.0
+    off = replace(a100, gemm_epilogue="overlapped")
+    assert (layer_times(a100, cost).bwd_s - layer_times(off, cost).bwd_s
+            == pytest.approx(want, rel=1e-3))

@@ -267,3 +267,24 @@ def test_narayanan_rows_reproduce_the_papers_training_days(rid, days):
     assert published.flops_per_step(r, m) == pytest.approx(f, rel=1e-12)
     step, _ = published.measured_step_s(r, m)
     assert 300e9 / (b * s) * step / 86400 == pytest.approx(days, abs=1.0)
+
+
+def test_readme_trust_section_is_the_committed_run():
+    """The README's generated trust block (scripts/readme_trust.py) has one row per published run
+    and the same error as config/validation/residuals.yaml, written by the same run."""
+    import re
+    from pathlib import Path
+
+    from nest.uncertainty import load_residuals
+
+    readme = Path("README.md").read_text()
+    block = readme.split("<!-- trust:begin -->")[1].split("<!-- trust:end -->")[0]
+    rows = {m.group(1): float(m.group(2)) for m in
+            re.finditer(r"^\| ([a-z0-9_]+) \|.*\| ([+-]\d+\.\d)% \|$", block, re.M)}
+    errs = {}
+    for cls in load_residuals()["classes"].values():
+        for rid, e in cls["runs"].items():
+            errs[rid] = e["error"] if isinstance(e, dict) else e
+    assert set(rows) == set(errs)
+    for rid, e in errs.items():
+        assert rows[rid] == pytest.approx(100 * e, abs=0.051), rid

@@ -5,6 +5,27 @@ default the one the hardware file names) where it covers the shape, else by the 
 roofline (nest.costs.roofline.op_times). A layer's forward, backward and recompute times are
 sums over its operators.
 
+Main-gradient accumulation (`main_grad_accumulation_s`, part of the backward): every weight
+gradient is added into the FP32 main-gradient buffer the memory model holds (nest.costs.memory:
+Megatron-LM's param.main_grad). Megatron-LM runs it inside the wgrad GEMM
+(--gradient-accumulation-fusion, on by default: fused_weight_gradient_mlp_cuda's
+wgrad_gemm_accum_fp32, a cuBLAS GEMM with beta = 1 into the FP32 buffer;
+megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication;
+Transformer Engine's fuse_wgrad_accumulation does the same), so the GEMM's epilogue reads and
+writes 4 + 4 bytes per weight element where the measured / fitted GEMMs (BF16 output) write 2:
+6 extra bytes per weight element per micro-batch, at the streaming share of HBM bandwidth
+(memory_efficiency). Priced additive where the hardware file says `gemm_epilogue: serial`
+(A100; the V100 file does not set it): a non-persistent GEMM runs its epilogue after each
+tile's main loop, and all tiles of a wave reach it together (CUTLASS 2.x kernel structure).
+Hidden where it says `overlapped` (Hopper and later: CUTLASS 3's warp-specialized persistent
+ping-pong kernels run one tile's epilogue under another tile's main loop; CUTLASS docs,
+"efficient_gemm", Hopper warp-specialized kernels). A separate cast / copy kernel would be
+additive anywhere (`main_grad_traffic_s`): the measured H100 blocks copy the BF16 gradients
+into FP32 in their optimizer step (nest.validate prices it so). PyTorch FSDP with an FP32 reduce
+dtype casts in a separate kernel too (read 2 + write 4); the cost table does not know a run's
+framework, so that cast is not priced (the MosaicML rows). Weight elements: every
+non-batched matmul's k x n (the attention core's batched GEMMs have no weights).
+
 Imports: roofline <- profiled <- table.
 """
 
@@ -55,11 +76,38 @@ def layer_times(hw: HardwareSpec, cost: LayerCost,
     rec = {mode: max(sum(per_op[name][0] for name in names),
                      hw.host_fwd_s_per_op * sum(calls[name] for name in names))
            for mode in RECOMPUTE_MODES for names in [cost.recompute_ops.get(mode, ())]}
+    bwd += main_grad_accumulation_s(hw, cost)
     source = "roofline" if all(s == "roofline" for s in srcs.values()) else "profile"
     gemm = [per_op[op.name] for op in cost.ops if op.kind == "matmul"]
     return LayerTimes(fwd, bwd, MappingProxyType(rec), source, MappingProxyType(srcs),
                       sum(f for f, _ in gemm),
                       sum(b for _, b in gemm))
+
+
+MAIN_GRAD_EXTRA_BYTES = 6  # FP32 read + write of main_grad, less the BF16 write a GEMM prices
+
+
+def weight_elements(cost: LayerCost) -> float:
+    """Weight elements of a layer's matmuls per device (k x n of every non-batched GEMM)."""
+    return float(sum(op.shape[1] * op.shape[2] * op.count for op in cost.ops
+                     if op.kind == "matmul" and len(op.shape) == 3))
+
+
+def main_grad_traffic_s(hw: HardwareSpec, cost: LayerCost) -> float:
+    """MAIN_GRAD_EXTRA_BYTES per weight element of a layer at the streaming bandwidth: the
+    FP32 main-gradient traffic of one micro-batch (fused into the wgrad GEMM, or as a separate
+    cast / add kernel)."""
+    return (MAIN_GRAD_EXTRA_BYTES * weight_elements(cost)
+            / (hw.hbm_bytes_per_s * hw.memory_efficiency))
+
+
+def main_grad_accumulation_s(hw: HardwareSpec, cost: LayerCost) -> float:
+    """What the fused accumulation into the FP32 main gradients adds to a layer's backward
+    (module docstring): its traffic where the hardware's GEMM epilogue is serial (A100: the
+    epilogue follows each tile's main loop), 0 where it overlaps (Hopper's warp-specialized
+    persistent kernels run one tile's epilogue under another's main loop; every wgrad of the
+    published rows is compute-bound, so the traffic hides under the roofline's max)."""
+    return main_grad_traffic_s(hw, cost) if hw.gemm_epilogue == "serial" else 0.0
 
 
 class CostTable:
