@@ -184,7 +184,7 @@ def _check_estimates(pr, plan):
     D = plan.dp * plan.ep
     knobs = sorted({(s.zero_stage, s.recompute) for s in plan.stages})
     ev = evaluate(plan, pr)
-    ev_mesh = evaluate(plan, replace(pr, cluster=mesh))
+    ev_mesh = evaluate(plan, pr.with_cluster(mesh))
     hw = pr.cluster.hardware
     ts = []
     for j, s in enumerate(plan.stages):

@@ -46,9 +46,7 @@ def _random_plans(model, cluster, n, count, seed, global_batch=4096):
 
 
 def _with(pr, **kw):
-    from dataclasses import replace
-
-    return replace(pr, training=pr.training.with_(**kw))
+    return pr.with_training(**kw)
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
