@@ -50,3 +50,43 @@ def test_local_sort_enters_the_layer_time(mixtral):
     assert with_sort.bwd_s - without.bwd_s == pytest.approx(2 * one, rel=1e-9)
     assert with_sort.recompute_s["full"] - without.recompute_s["full"] == pytest.approx(
         2 * one, rel=1e-9)
+
+
+def test_routing_imbalance_prices_the_busiest_ranks_bytes():
+    """Mixtral 8x7B, ep 8 inside one DGX H100: with moe_routing_imbalance r the expert-parallel
+    all-to-all terms equal the group's alpha-beta line at r times the balanced bytes (the
+    busiest rank's), so at r = 2 each term lies between the balanced one and twice it; every
+    other term is untouched; the schema refuses r < 1."""
+    import numpy as np
+
+    from nest.costs.groups import group_terms, inner_groups
+    from nest.costs.layers import layer_table
+    from nest.errors import SpecError
+    from nest.network.collectives import group_lines, lines_time
+    from nest.evaluate import make_problem
+    from nest.specs import validate
+
+    v = Variant(ep=8)
+    pr = make_problem("mixtral_8x7b", "dgx_h100_superpod", 8).with_variants([v])
+    ids = list(range(8))
+    x = {}
+    for r in (1.0, 2.0):
+        p = pr.with_training(moe_routing_imbalance=r)
+        g = group_terms(p, layer_table(p, v, ("none",)), ids, 1)
+        x[r] = (g.names, np.diff(g.cum_LK, axis=0))
+    names, x1 = x[1.0]
+    assert x[2.0][0] == names
+    a2a = np.array([n.startswith("ep_all_to_all") for n in names])
+    assert a2a.any()
+    blk = 1  # a transformer block
+    col = next(c for c in pr.graph.layers[blk].costs[v.key].collectives if c.kind == "all_to_all")
+    lines = group_lines(pr.cluster, "all_to_all", inner_groups(ids, 1, 1, 8, 1)["ep"])
+    for r, (_, xr) in x.items():
+        want = float(lines_time(lines, r * col.bytes)) * col.count
+        assert xr[blk, a2a] == pytest.approx(want, rel=1e-9)
+    # alpha-beta: more than the balanced time, less than twice it (the latency is paid once)
+    assert (x1[blk, a2a] < x[2.0][1][blk, a2a]).all()
+    assert (x[2.0][1][blk, a2a] < 2 * x1[blk, a2a]).all()
+    assert (x[2.0][1][:, ~a2a] == x1[:, ~a2a]).all()
+    with pytest.raises(SpecError):
+        validate({"moe_routing_imbalance": 0.5}, "training", "training.yaml")
