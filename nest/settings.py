@@ -79,6 +79,9 @@ class TrainingSettings:
     # tensor-parallel communication overlapped with the GEMMs (Transformer Engine userbuffers,
     # NeMo / Megatron-Bridge `tp_comm_overlap`; sequence-parallel stages; nest.costs.groups)
     tp_comm_overlap: bool = False
+    # the busiest expert-parallel rank's received tokens over the mean (>= 1; 1.0: balanced
+    # routing): its all-to-all buffers grow by this factor (nest.costs.groups.ep_a2a_bytes)
+    moe_routing_imbalance: float = 1.0
     # the distributed optimizer's (ZeRO-1 / 2) all-gather of the updated weights overlapped with
     # the next batch's first forward, bucket by bucket (Megatron-LM --overlap-param-gather, NeMo
     # `overlap_param_sync`): only dp_sync_exposed_s(all-gather, first forward, buckets) stays

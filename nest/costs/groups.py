@@ -80,7 +80,7 @@ def _group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
             continue
         row = []
         for col in c.collectives:
-            x = time(col.kind, col.group, col.bytes) * col.count
+            x = time(col.kind, col.group, ep_a2a_bytes(problem.training, col)) * col.count
             if not x:
                 continue
             name = f"{col.group}_{col.kind}.{level_name(cl, groups[col.group][0])}"
@@ -105,6 +105,22 @@ def _group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
     dp, dp_level = dp_lines(problem, lt, ids, d, groups)
     return GroupTerms(tuple(names), read_only(fwd_K), read_only(prefix(x_LK)),
                       read_only(prefix(tot_LR)), dp, dp_level, read_only(tot_LR), read_only(fwd_L))
+
+
+def ep_a2a_bytes(training, col) -> float:
+    """A collective's buffer; the expert-parallel all-to-all's grown by the routing imbalance
+    (training.moe_routing_imbalance: the busiest rank's received tokens over the mean). The
+    all-to-all ends when its busiest rank has received its tokens, so the alpha-beta line is
+    priced at that rank's bytes. The layer graph's all-to-all assumes balanced routing (each
+    rank receives the b s k h of the mean). Where a run drops tokens at a capacity factor c
+    (Megatron-Core --moe-expert-capacity-factor), no expert receives more than c times its
+    mean, so c bounds the factor; dropless runs with an auxiliary balancing loss have no
+    such bound, and no cited measurement of the factor is in the published table (its MoE
+    rows force-balance routing: factor 1). The experts' GEMMs on the busiest rank are not
+    scaled (their time stays the balanced one)."""
+    if col.kind == "all_to_all" and col.group == "ep":
+        return col.bytes * training.moe_routing_imbalance
+    return col.bytes
 
 
 def tp_overlapped(x_LK: np.ndarray, fwd_K: np.ndarray, tp_K: np.ndarray, lt: LayerTable):

@@ -26,6 +26,19 @@ dtype casts in a separate kernel too (read 2 + write 4); the cost table does not
 framework, so that cast is not priced (the MosaicML rows). Weight elements: every
 non-batched matmul's k x n (the attention core's batched GEMMs have no weights).
 
+MoE local-expert sort (`moe_local_sort_op`): the layer graph holds the sender side of token
+routing (moe_permute into expert order, the expert-parallel all-to-alls, moe_combine back to token
+order). Megatron-Core's alltoall token dispatcher (the one the launch template selects,
+--moe-token-dispatcher-type alltoall) adds, when a rank holds more than one expert, a second
+permutation on the receiving side: the received tokens arrive grouped by source rank and are
+re-sorted by local expert before the expert GEMMs ("Permutation 2: Sort tokens by local
+expert", MoEAlltoAllTokenDispatcher.dispatch_postprocess, sort_chunks_by_idxs) and un-sorted
+before the combine all-to-all ("Unpermutation 2", combine_preprocess); megatron-core 0.16,
+megatron/core/transformer/moe/token_dispatcher.py. Each is a memory-bound gather that reads and
+writes every received token (under balanced routing as many bytes as the all-to-all's buffer),
+and backward runs the two adjoint scatters over the gradients: one op of two kernels per phase,
+each moving 2 x the all-to-all bytes, priced like the graph's moe_permute (price_op).
+
 Imports: roofline <- profiled <- table.
 """
 
@@ -38,7 +51,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from nest.costs.profiled import ProfileSet, price_op, profile_for
-from nest.graph.layer_graph import RECOMPUTE_MODES, LayerCost, LayerGraph
+from nest.graph.layer_graph import RECOMPUTE_MODES, LayerCost, LayerGraph, Op
 from nest.specs import HardwareSpec, validate
 
 SCHEMA = "nest.cost_table/v1"
@@ -64,24 +77,53 @@ def layer_times(hw: HardwareSpec, cost: LayerCost,
     """Forward, backward and recompute seconds of one layer; from `profile` where it covers,
     else (or with profile None) the roofline; compute: the training's compute dtype
     (nest.precision: "fp8" runs the linear layers' GEMMs in FP8)."""
-    priced = {op.name: price_op(hw, op, profile, compute) for op in cost.ops}
+    ops = (*cost.ops, *moe_local_sort_op(cost))
+    priced = {op.name: price_op(hw, op, profile, compute) for op in ops}
     per_op = {name: (t.fwd_s, t.bwd_s) for name, t in priced.items()}
     srcs = {name: t.fwd_source if t.fwd_source == t.bwd_source else "mixed"
             for name, t in priced.items()}
-    calls = {op.name: op.count for op in cost.ops}  # operator calls the host issues
+    calls = {op.name: op.count for op in ops}  # operator calls the host issues
     # host floor: the GPU cannot run a layer faster than the host issues its operators (per
     # layer; nest.profiling.host measures the per-operator time)
     fwd = max(sum(f for f, _ in per_op.values()), hw.host_fwd_s_per_op * sum(calls.values()))
     bwd = max(sum(b for _, b in per_op.values()), hw.host_bwd_s_per_op * sum(calls.values()))
     rec = {mode: max(sum(per_op[name][0] for name in names),
                      hw.host_fwd_s_per_op * sum(calls[name] for name in names))
-           for mode in RECOMPUTE_MODES for names in [cost.recompute_ops.get(mode, ())]}
+           for mode in RECOMPUTE_MODES for names in [_recomputed(cost, mode, per_op)]}
     bwd += main_grad_accumulation_s(hw, cost)
     source = "roofline" if all(s == "roofline" for s in srcs.values()) else "profile"
-    gemm = [per_op[op.name] for op in cost.ops if op.kind == "matmul"]
+    gemm = [per_op[op.name] for op in ops if op.kind == "matmul"]
     return LayerTimes(fwd, bwd, MappingProxyType(rec), source, MappingProxyType(srcs),
                       sum(f for f, _ in gemm),
                       sum(b for _, b in gemm))
+
+
+MOE_SORT = "moe_local_sort"
+
+
+def moe_local_sort_op(cost: LayerCost) -> tuple[Op, ...]:
+    """The receiving side's sort of tokens by local expert and its un-sort (module docstring):
+    () unless the layer has an expert-parallel all-to-all and more than one local expert; else
+    one memory-bound op, `count` = 2 kernels per phase (sort + un-sort), each reading and writing
+    the all-to-all's buffer (forward: the dispatched tokens; backward: their gradients)."""
+    local = max((op.count for op in cost.ops
+                 if op.kind == "matmul" and op.name.startswith("expert_")), default=0)
+    a2a = {ph: [c for c in cost.collectives if c.kind == "all_to_all" and c.group == "ep"
+                and c.phase == ph] for ph in ("fwd", "bwd")}
+    if local <= 1 or not a2a["fwd"]:
+        return ()
+    n = sum(c.count for c in a2a["fwd"])  # dispatch + combine: one sort each
+    per = {ph: 2.0 * sum(c.bytes * c.count for c in cs) / n for ph, cs in a2a.items()}
+    return (Op(MOE_SORT, "memory", 0.0, 0.0, per["fwd"], per["bwd"], (), n),)
+
+
+def _recomputed(cost: LayerCost, mode: str, per_op: Mapping) -> tuple[str, ...]:
+    """Op names a recompute mode re-runs; the local-expert sort with the graph's moe_permute (or
+    when the mode re-runs every op of the layer)."""
+    names = tuple(cost.recompute_ops.get(mode, ()))
+    every = bool(names) and set(names) >= {op.name for op in cost.ops}
+    return names + (MOE_SORT,) if MOE_SORT in per_op and ("moe_permute" in names or every) \
+        else names
 
 
 MAIN_GRAD_EXTRA_BYTES = 6  # FP32 read + write of main_grad, less the BF16 write a GEMM prices
