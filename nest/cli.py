@@ -119,6 +119,10 @@ def summarize(plan, ev, problem=None) -> str:
              f"  placement={plan.placement}  micro-batches={plan.num_microbatches}"
              f"  devices used={plan.devices_used}"
              + (f"  schedule={plan.schedule}" if plan.schedule != "1f1b" else "")]
+    from nest.compare import shape_of
+
+    if "stages of" in shape_of(plan):  # the degrees above are stage 0's
+        lines.append(f"  stages differ: {shape_of(plan)} (the degrees above are stage 0's)")
     hbm = problem.cluster.hardware.hbm_bytes if problem is not None else None
     hetero = len({plan.stage_variant(j).key for j in range(len(plan.stages))}) > 1
 
