@@ -68,17 +68,36 @@ def interleaved_candidates(problem: Problem, space: SearchSpace, max_v: int | No
     bound of the module docstring under the cheapest recomputation mode of the space."""
     from nest.solver.bounds import floor_LR
 
+    from nest.costs.memory import allocatable
+
     num_blocks = problem.graph.num_layers - 2
+    cap = allocatable(problem.cluster.hardware) * (1 + 1e-9)
     out = []
     for vi, var in enumerate(space.variants):
-        lt = layer_table(problem, var, space.recompute_modes)
-        floor = float(floor_LR(problem, [lt], space).sum(axis=0).min())
+        floor = None
         for p, d in pp_dp_options(problem, space, var):
             m = problem.num_microbatches(d, var.ep)
             for v in virtual_options(num_blocks, p, m, max_v):
+                if floor is None:
+                    lt = layer_table(problem, var, space.recompute_modes)
+                    floor = float(floor_LR(problem, [lt], space).sum(axis=0).min())
+                if states_floor(problem, lt, space, d) / p > cap:
+                    break  # no device group can hold its share of the model states
                 out.append((m * floor / p, (vi, p, d, v), var, p, d, v))
     out.sort(key=lambda c: (c[0], c[1]))
     return out
+
+
+def states_floor(problem: Problem, lt, space: SearchSpace, d: int) -> float:
+    """The whole model's weights, gradients and optimizer states per device under the space's
+    most sharding ZeRO stage (nest.costs.memory.state_bytes): additive over layers, so some device
+    group of p holds at least this / p of them, and nothing else it allocates is negative."""
+    from nest.costs.memory import state_bytes
+
+    L, v = lt.num_layers, lt.variant
+    c = (L - 1, 0)
+    return min(sum(state_bytes(lt.pd_LL[c], lt.pe_LL[c], d, v.ep, v.cp, z, problem.training,
+                               lt.fp8_LL[c]).values()) for z in space.zero_stages)
 
 
 def device_time_bounds(problem: Problem, space: SearchSpace, plan) -> np.ndarray:
