@@ -153,3 +153,20 @@ def test_plan_json_round_trip_keeps_training(tmp_path):
     plan.write(p)
     back, pr2 = load_plan(str(p))
     assert isinstance(back, Plan) and pr2.training.dp_overlap == "stage"
+
+
+def test_heterogeneous_plan_says_why_it_cannot_be_launched():
+    from dataclasses import replace
+
+    from nest.plan_spec import expand
+
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=TrainingSettings(global_batch=8))
+    plan = expand({"model": "tiny_gpt", "cluster": "tiny_cluster", "num_devices": 4, "pp": 2,
+                   "dp": 2, "zero_stage": [0, 1], "recompute": ["none", "full"]}, pr, "x")
+    ev = evaluate(plan, pr)
+    lines = " ".join(cli.launchability(plan, ev, pr, {"mbs_options": []}, True))
+    assert "NOT launchable" in lines and "zero [0, 1]" in lines
+    assert "recompute ['full', 'none']" in lines and "launchable optimum takes" in lines
+    same = plan.with_(stages=tuple(replace(s, zero_stage=1, recompute="none")
+                                   for s in plan.stages))
+    assert "launchable as priced" in cli.launchability(same, ev, pr, {}, False)[0]
