@@ -119,6 +119,10 @@ def summarize(plan, ev, problem=None) -> str:
              f"  placement={plan.placement}  micro-batches={plan.num_microbatches}"
              f"  devices used={plan.devices_used}"
              + (f"  schedule={plan.schedule}" if plan.schedule != "1f1b" else "")]
+    if plan.ep > 1:  # the two conventions (docs/planning.md): ours counts ep apart
+        lines.append(f"  dp counts replicas of the tp x cp x ep group; Megatron-LM's "
+                     f"data-parallel size is dp x ep = {plan.dp * plan.ep} (a plan file: "
+                     f"dp_includes_ep: true)")
     from nest.compare import shape_of
 
     if "stages of" in shape_of(plan):  # the degrees above are stage 0's
