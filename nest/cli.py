@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from nest.cli_run import _mbs_list, add_training_flags
 from nest.errors import SpecError, debug_enabled, one_line, short
 
 EXIT_ERROR = 2  # bad input (a file or a flag's value): the message names the file / key
@@ -116,7 +117,24 @@ def summarize(plan, ev, problem=None) -> str:
              f"mbs={plan.mbs}, global batch {plan.global_batch}",
              f"  pp={plan.pp} dp={plan.dp} tp={plan.tp} sp={plan.sp} ep={plan.ep} cp={plan.cp}"
              f"  placement={plan.placement}  micro-batches={plan.num_microbatches}"
-             f"  devices used={plan.pp * plan.dp * plan.width}"]
+             f"  devices used={plan.devices_used}"
+             + (f"  schedule={plan.schedule}" if plan.schedule != "1f1b" else "")]
+    if plan.ep > 1:  # the two conventions (docs/planning.md): ours counts ep apart
+        lines.append(f"  dp counts replicas of the tp x cp x ep group; Megatron-LM's "
+                     f"data-parallel size is dp x ep = {plan.dp * plan.ep} (a plan file: "
+                     f"dp_includes_ep: true)")
+    from nest.compare import shape_of
+
+    if "stages of" in shape_of(plan):  # the degrees above are stage 0's
+        lines.append(f"  stages differ: {shape_of(plan)} (the degrees above are stage 0's)")
+    hbm = problem.cluster.hardware.hbm_bytes if problem is not None else None
+    hetero = len({plan.stage_variant(j).key for j in range(len(plan.stages))}) > 1
+
+    def extra(j: int, r) -> str:
+        out = f"  variant={plan.stage_variant(j).key}" if hetero else ""
+        if hbm:
+            out += f"  free={_fmt_bytes(hbm - r.peak_memory_bytes)}"
+        return out
     if plan.schedule == "interleaved":  # one line per device group: totals over its chunks
         from nest.evaluate import device_chunks
 
@@ -128,13 +146,13 @@ def summarize(plan, ev, problem=None) -> str:
             lines.append(f"  device group {r.index:3d}: layers {ranges}  "
                          f"zero={s.zero_stage} recompute={s.recompute:9s} "
                          f"t/mb={r.time_per_microbatch_s * 1e3:9.3f} ms  "
-                         f"mem={_fmt_bytes(r.peak_memory_bytes)}")
+                         f"mem={_fmt_bytes(r.peak_memory_bytes)}{extra(r.index, r)}")
     else:
         for s, r in zip(plan.stages, ev.stages):
             lines.append(f"  stage {r.index:3d}: layers {s.first_layer:3d}-{s.last_layer:3d}  "
                          f"zero={s.zero_stage} recompute={s.recompute:9s} "
                          f"t/mb={r.time_per_microbatch_s * 1e3:9.3f} ms  "
-                         f"mem={_fmt_bytes(r.peak_memory_bytes)}")
+                         f"mem={_fmt_bytes(r.peak_memory_bytes)}{extra(r.index, r)}")
     if ev.feasible:
         lines.append(f"  time per batch {ev.time_per_batch_s:.4f} s, throughput "
                      f"{ev.throughput_samples_per_s:.2f} samples/s, MFU {ev.mfu:.1%} "
@@ -168,7 +186,9 @@ def model_notes(problem) -> list[str]:
 
 
 def cmd_plan(a) -> int:
-    from nest.evaluate import make_problem
+    from nest.cli_run import (DEFAULT_MBS_OPTIONS, devices_that_fit, planning_problem,
+                              training_of, warnings_for)
+    from nest.evaluate import evaluate, make_problem
     from nest.planners import planner_entry, run_planner
 
     from nest import progress
@@ -180,30 +200,84 @@ def cmd_plan(a) -> int:
 
         check_picture_path(a.placement_picture, "--placement-picture")
     planner_entry(a.planner)  # an unknown planner before the graph is built
+    training = training_of(a)
     with progress.status("building the layer graph"):
-        problem = make_problem(a.model, a.cluster, a.num_devices, a.mbs, seq_len=a.seq_len)
+        problem = make_problem(a.model, a.cluster, a.num_devices, a.mbs or 1, training,
+                               seq_len=a.seq_len)
+    is_nest = planner_entry(a.planner)[0] == "nest.solver:plan"
+    over: dict = {}
+    if is_nest:
+        over["mbs_options"] = [] if a.mbs else list(a.mbs_options or DEFAULT_MBS_OPTIONS)
+        if not a.heterogeneous:
+            over["launchable"] = True
+    seen = planning_problem(problem)  # HBM less the headroom
     with progress.status(f"planning with {a.planner}"):
-        out = run_planner(a.planner, problem, simulated=True,  # printed beside the closed form
-                          log_crash=debug_enabled())
+        out = run_planner(a.planner, seen, over, log_crash=debug_enabled())
     if out.plan is None:
         print(f"{a.planner}: {out.reason}", file=sys.stderr)
+        if out.status != "crashed":
+            with progress.status("searching how many devices would do"):
+                k = devices_that_fit(a.model, a.cluster, a.num_devices, a.mbs or 1, training,
+                                     a.planner, a.seq_len, over, problem.graph)
+            print(f"{a.planner}: " + (f"the smallest power-of-two multiple of {a.num_devices} "
+                                      f"devices with a plan: {k} (--num-devices {k})" if k else
+                                      f"no plan on up to the cluster's "
+                                      f"{problem.cluster.max_devices} devices either"),
+                  file=sys.stderr)
         _remove_stale(a.output, a.placement_picture)
         return EXIT_CRASH if out.status == "crashed" else EXIT_INFEASIBLE
-    print(summarize(out.plan, out.evaluation, problem))
+    plan = out.plan
+    real = problem.with_mbs(plan.mbs)
+    ev = evaluate(plan, real, simulated=True)  # on the whole HBM: margins against the real size
+    print(summarize(plan, ev, real))
+    if is_nest:
+        for line in launchability(plan, ev, seen, over, a.heterogeneous):
+            print(line)
+    for w in warnings_for(plan, ev, real):
+        print(f"warning: {w}")
     for line in model_notes(problem):
         print(line)
     if a.seq_len is not None:  # `nest evaluate` / `nest export` rebuild the model with it
-        out.plan.extra["seq_len"] = a.seq_len
+        plan.extra["seq_len"] = a.seq_len
+    from nest.cli_run import overrides
+
+    if overrides(a):  # the run's settings travel with the plan
+        plan.extra["training"] = overrides(a)
     if a.output:
         stop_if_interrupted()
-        out.plan.write(a.output)
+        plan.write(a.output)
         print(f"plan written to {a.output}")
     if a.placement_picture:
         from nest.viz import placement_picture
 
-        placement_picture(out.plan, problem.cluster, a.placement_picture)
+        placement_picture(plan, problem.cluster, a.placement_picture)
         print(f"placement picture written to {a.placement_picture}")
-    return 0 if out.evaluation.feasible else EXIT_INFEASIBLE
+    return 0 if ev.feasible else EXIT_INFEASIBLE
+
+
+def launchability(plan, ev, seen, over: dict, heterogeneous: bool) -> list[str]:
+    """Whether Megatron-LM launches the plan as priced; with --heterogeneous, the launchable
+    optimum beside the paper's (by how much it differs, and why the other cannot be launched)."""
+    from nest.evaluate import evaluate
+    from nest.planners import run_planner
+    from nest.solver.launchable import differs
+
+    diff = differs(plan)
+    if not heterogeneous:
+        return ["  launchable as priced: one variant, ZeRO stage and recomputation mode for all "
+                "stages (nest export writes it unchanged)"]
+    if not diff:
+        return ["  the paper's space found a launchable plan (one variant, ZeRO stage and "
+                "recomputation mode)"]
+    other = run_planner("nest", seen, {**over, "launchable": True})
+    why = "; ".join(f"stages use {k} {v}" for k, v in diff.items())
+    if other.plan is None:
+        return [f"  NOT launchable as priced ({why}: Megatron-LM applies one to all stages), and "
+                f"no launchable plan fits"]
+    t = evaluate(other.plan, seen.with_mbs(other.plan.mbs)).time_per_batch_s
+    return [f"  NOT launchable as priced ({why}: Megatron-LM applies one to all stages; nest "
+            f"export would project it): the launchable optimum takes {t:.4f} s, "
+            f"{t / ev.time_per_batch_s - 1:+.2%} vs this plan (drop --heterogeneous for it)"]
 
 
 def cmd_evaluate(a) -> int:
@@ -226,7 +300,10 @@ def cmd_evaluate(a) -> int:
         if path:
             check_picture_path(path, option)
     with progress.status("reading the plan and building the layer graph"):
-        plan, problem = load_plan(a.plan)  # a full plan JSON or a compact YAML (nest.plan_spec)
+        from nest.cli_run import overrides
+
+        extra = overrides(a) | ({"seq_len": a.seq_len} if a.seq_len else {})
+        plan, problem = load_plan(a.plan, overrides=extra)  # full JSON or compact YAML
     training = problem.training
     try:
         with progress.status("evaluating (and simulating the schedule)"):
@@ -234,6 +311,10 @@ def cmd_evaluate(a) -> int:
     except SpecError as e:
         raise SpecError(f"{a.plan}: {e}") from None
     print(summarize(plan, ev, problem))
+    from nest.cli_run import warnings_for
+
+    for w in warnings_for(plan, ev, problem):
+        print(f"warning: {w}")
     for line in model_notes(problem):
         print(line)
     hbm = problem.cluster.hardware.hbm_bytes
@@ -307,9 +388,12 @@ def cmd_compare(a) -> int:
 
     if a.output:
         check_output(a.output)
+    from nest.cli_run import training_of
+
     names, explicit = parse_planners(a.planners)  # unknown names before the graph is built
     with progress.status("building the layer graph"):
-        problem = make_problem(a.model, a.cluster, a.num_devices, a.mbs, seq_len=a.seq_len)
+        problem = make_problem(a.model, a.cluster, a.num_devices, a.mbs, training_of(a),
+                               seq_len=a.seq_len)
     rows = compare(problem, names)
     skipped = [r for r in rows if r.status == "not_applicable" and not explicit]
     rows = [r for r in rows if r not in skipped]
@@ -448,13 +532,22 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("plan", help="plan a model on a cluster with a planner",
                         epilog=_epilog(_planners_epilog()), formatter_class=_FORMAT)
     _point_args(sp)
-    sp.add_argument("--planner", default="manual",
-                    help="a planner of config/planners.yaml (listed below; default: manual)")
-    sp.add_argument("--mbs", type=_bounded("plan", "mbs"), default=1,
-                    help="micro-batch size in samples (default: 1)")
+    sp.add_argument("--planner", default="nest",
+                    help="a planner of config/planners.yaml (listed below; default: nest, on "
+                         "the space Megatron-LM launches as priced)")
+    sp.add_argument("--mbs", type=_bounded("plan", "mbs"),
+                    help="micro-batch size in samples (default: searched among --mbs-options "
+                         "by nest, 1 for the other planners)")
+    sp.add_argument("--mbs-options", type=_mbs_list, metavar="A,B,...",
+                    help="micro-batch sizes nest searches when --mbs is not given (default: 1,2)")
+    sp.add_argument("--heterogeneous", action="store_true",
+                    help="nest on the paper's space (each stage its own variant, ZeRO stage and "
+                         "recomputation): faster plans Megatron-LM cannot launch as priced; the "
+                         "output compares them with the launchable optimum")
     sp.add_argument("--seq-len", type=_bounded("model", "seq_len"),
                     help="training sequence length in tokens (replaces the model's; a Hugging "
                          "Face config.json has none: default 4096 with a warning)")
+    add_training_flags(sp)
     sp.add_argument("-o", "--output", help=_OUT_JSON.format("plan"))
     sp.add_argument("--placement-picture", metavar="PNG",
                     help="draw where the plan puts its stages and replicas on the cluster's "
@@ -465,6 +558,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "examples/*.yaml) with the shared evaluator", epilog=EPILOG,
                         formatter_class=_FORMAT)
     se.add_argument("plan", help="a plan JSON (nest plan -o) or a compact plan YAML")
+    se.add_argument("--seq-len", type=_bounded("model", "seq_len"),
+                    help="training sequence length in tokens (replaces the plan file's)")
+    add_training_flags(se)
     se.add_argument("-o", "--output", help=_OUT_JSON.format("evaluation"))
     se.add_argument("--timeline", help="simulate the schedule and plot the per-device timeline "
                                        "(PNG; a PDF is written beside it); above 64 "
@@ -490,6 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="micro-batch size in samples (default: 1; a planner may search it)")
     sc.add_argument("--seq-len", type=_bounded("model", "seq_len"),
                     help="training sequence length in tokens (replaces the model's)")
+    add_training_flags(sc)
     sc.add_argument("-o", "--output", metavar="CSV", help="also write the table as a CSV")
     sc.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=_QUIET)
     sc.set_defaults(fn=cmd_compare)

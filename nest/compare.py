@@ -37,6 +37,21 @@ class Row:
     mbs: int | None
     solve_time_s: float
     reason: str
+    # the table's shape cell (not a CSV column): pp x dp x tp x ep x cp, or for a plan whose
+    # stages have their own devices / variants (Alpa-E's submeshes, the paper's heterogeneous
+    # stages) the stage count, the per-stage device range and the devices used
+    shape: str = ""
+
+
+def shape_of(plan) -> str:
+    """pp x dp x tp x ep x cp of a plan whose stages all share them; else what differs."""
+    n = len(plan.stages)
+    devs = [s.num_devices for s in plan.stages[:plan.pp]]
+    keys = {plan.stage_variant(j).key for j in range(n)}
+    if len(set(devs)) == 1 and len(keys) == 1:
+        return f"{plan.pp}x{plan.dp}x{plan.tp}x{plan.ep}x{plan.cp}"
+    what = f"{min(devs)}-{max(devs)} devices" if len(set(devs)) > 1 else f"{devs[0]} devices"
+    return (f"{plan.pp} stages of {what} ({len(keys)} variant(s)), {plan.devices_used} used")
 
 
 def parse_planners(text: str | None) -> tuple[list[str], bool]:
@@ -72,7 +87,8 @@ def compare(problem, planners: list[str]) -> list[Row]:
             name, out.status, ev.time_per_batch_s if feasible else None,
             ev.throughput_samples_per_s if feasible else None, ev.mfu if feasible else None, None,
             *((plan.pp, plan.dp, plan.tp, plan.ep, plan.cp, plan.mbs) if plan else (None,) * 6),
-            out.solve_time_s, "" if feasible else " ".join(str(out.reason).split())))
+            out.solve_time_s, "" if feasible else " ".join(str(out.reason).split()),
+            shape_of(plan) if plan else ""))
     # by throughput: a replayed plan may be scored on the batch it processes (batch_adjusted)
     tputs = [r.throughput_samples_per_s for r in rows if r.throughput_samples_per_s]
     if tputs:
@@ -104,7 +120,7 @@ def format_table(rows: list[Row], title: str = "") -> str:
             "pp x dp x tp x ep x cp", "mbs", "solve s")
     body = []
     for r in order:
-        shape = (f"{r.pp}x{r.dp}x{r.tp}x{r.ep}x{r.cp}" if r.pp is not None else "-")
+        shape = r.shape or (f"{r.pp}x{r.dp}x{r.tp}x{r.ep}x{r.cp}" if r.pp is not None else "-")
         vs = ("best" if r.vs_best == 0 else _fmt(r.vs_best, "+.1%"))
         body.append((r.planner, r.status, _fmt(r.time_per_batch_s, ".4f"),
                      _fmt(r.throughput_samples_per_s, ".2f"), _fmt(r.mfu, ".1%"), vs, shape,

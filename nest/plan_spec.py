@@ -15,6 +15,12 @@ in the layer cuts and the device ids (nest.plan.place):
     ep: 1                       # expert parallel (MoE), cp: 1 context parallel
     recompute: selective        # none | selective | full, or one per stage
     zero_stage: 0               # 0..3, or one per stage (1 = Megatron's distributed optimizer)
+    seq_len: 8192               # optional: the training sequence (a Hugging Face config has none)
+    training: {dp_overlap: bucketed, tp_comm_overlap: true}  # optional: any config/training.yaml
+                                # key for this run (nest.settings.training_overrides)
+    dp_includes_ep: false       # true: dp is Megatron-LM's data-parallel size, expert ranks
+                                # included (ours: dp x ep); devices = pp x dp x tp x cp x ep when
+                                # false, pp x dp x tp x cp when true
     precision: {grad_reduce: bf16}   # optional: overrides of config/training.yaml's precision
                                 # (nest.precision: compute bf16 | fp8, params, grad_reduce,
                                 # main_grads, main_params, exp_avg, exp_avg_sq, fp8_recipe ...)
@@ -25,7 +31,8 @@ in the layer cuts and the device ids (nest.plan.place):
                                 # default: transformer blocks spread evenly, embedding first,
                                 # head last (Megatron-LM)
 
-`nest evaluate FILE` accepts either form; the keys are validated (nest/schemas/plan_spec.json) and
+A relative model or cluster path is read against the plan file's folder (the folder the user is
+in when no such file is there). `nest evaluate FILE` accepts either form; the keys are validated (nest/schemas/plan_spec.json) and
 errors name the file and the key.
 """
 
@@ -84,6 +91,15 @@ def expand(d: dict, problem, where: str) -> Plan:
     g = problem.graph
     tp, pp, dp = d.get("tp", 1), d["pp"], d["dp"]
     ep, cp, sp = d.get("ep", 1), d.get("cp", 1), bool(d.get("sp", False))
+    dp = megatron_dp(d, where)
+    if pp * dp * tp * cp * ep > d["num_devices"]:
+        conv = ("dp_includes_ep: true, so dp counts Megatron-LM's data-parallel ranks, expert "
+                "ranks included" if d.get("dp_includes_ep") else
+                "dp counts replicas of the whole tp x cp x ep group (write dp_includes_ep: true "
+                "to give Megatron-LM's data-parallel size, expert ranks included)")
+        raise PlanError(f"{where}: key 'dp': pp x dp x tp x cp x ep = {pp} x {dp} x {tp} x "
+                        f"{cp} x {ep} = {pp * dp * tp * cp * ep} devices > num_devices = "
+                        f"{d['num_devices']}; {conv}")
     schedule = d.get("schedule", "1f1b")
     v = d.get("virtual_stages", 1) if schedule == "interleaved" else 1
     if schedule != "interleaved" and d.get("virtual_stages", 1) != 1:
@@ -117,27 +133,68 @@ def expand(d: dict, problem, where: str) -> Plan:
                 schedule=schedule, virtual_stages=v)
 
 
-def load_plan(path: str | Path, training=None):
+def megatron_dp(d: dict, where: str) -> int:
+    """The plan's dp in the harness's convention (replicas of the tp x cp x ep group): `dp`, or
+    with dp_includes_ep Megatron-LM's data-parallel size divided by ep."""
+    dp, ep = d["dp"], d.get("ep", 1)
+    if not d.get("dp_includes_ep"):
+        return dp
+    if dp % ep:
+        raise PlanError(f"{where}: key 'dp': {dp} with dp_includes_ep: true must be a multiple "
+                        f"of ep = {ep} (Megatron-LM's data-parallel size includes the expert "
+                        f"ranks)")
+    return dp // ep
+
+
+def resolve_relative(name: str, base: Path) -> str:
+    """A model / cluster reference of a plan file: a relative path is read against the file's
+    folder (`base`), or as given when no such file is there; catalog names stay names."""
+    if not (name.endswith((".yaml", ".yml", ".json")) or "/" in name):
+        return name
+    p = Path(name)
+    if p.is_absolute():
+        return name
+    here = base / p
+    return str(here) if here.exists() or not p.exists() else name
+
+
+def load_plan(path: str | Path, training=None, overrides: dict | None = None):
     """(plan, problem) from a plan file in either form; the problem uses the plan's own global
-    batch and micro-batch size."""
-    from nest.settings import load_training
+    batch, micro-batch size, sequence length and training overrides; `overrides` (the command
+    line's training flags, nest.settings keys) come last."""
+    from nest.settings import load_training, training_overrides
 
     where = str(path)
     d = read_plan_file(path)
     check_kind(d, where)
     check_finite(d, where)
     tr = training or load_training()
+    base = Path(path).parent
     if is_spec(d):
         validate(d, "plan_spec", where)
+        d = dict(d, model=resolve_relative(d["model"], base),
+                 cluster=resolve_relative(d["cluster"], base))
+        tr = training_overrides(tr, d.get("training"), f"{where}: key 'training'")
         tr = tr.with_(global_batch=d.get("global_batch", tr.global_batch))
         tr = tr.with_precision(d.get("precision"), where)
+        over = dict(overrides or {})
+        seq = over.pop("seq_len", None) or d.get("seq_len")
+        tr = training_overrides(tr, over, "command line")
         problem = _problem(where, d["model"], d["cluster"], d["num_devices"], d.get("mbs", 1),
-                           tr)
+                           tr, seq)
         return expand(d, problem, where), problem
     plan = Plan.from_dict(d, where)
     tr = tr.with_(global_batch=plan.global_batch)
-    return plan, _problem(where, plan.model, plan.cluster, plan.num_devices, plan.mbs, tr,
-                          plan.extra.get("seq_len"))
+    tr = training_overrides(tr, plan.extra.get("training"), f"{where}: key 'extra.training'")
+    over = dict(overrides or {})
+    seq = over.pop("seq_len", None) or plan.extra.get("seq_len")
+    tr = training_overrides(tr, over, "command line")
+    if tr.global_batch != plan.global_batch:  # --global-batch on a full plan: its micro-batches
+        plan = plan.with_(global_batch=tr.global_batch,
+                          num_microbatches=-(-tr.global_batch // (plan.mbs * plan.dp * plan.ep)))
+    return plan, _problem(where, resolve_relative(plan.model, base),
+                          resolve_relative(plan.cluster, base), plan.num_devices, plan.mbs, tr,
+                          seq)
 
 
 def _problem(where: str, model, cluster, num_devices, mbs, training, seq_len=None):

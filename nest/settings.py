@@ -90,6 +90,10 @@ class TrainingSettings:
     # the cost model perturbed: compute and communication times scaled (CostScale; 1.0 / 1.0:
     # the model as it is)
     cost_scale: CostScale = CostScale()
+    # the share of HBM a plan of `nest plan` / `nest compare` leaves free (plans are searched on
+    # (1 - memory_headroom) x HBM; the evaluator reports each stage's margin and warns below it).
+    # 5%: docs/planning.md, "Memory headroom". The paper's figures plan on the whole HBM.
+    memory_headroom: float = 0.05
 
     @property
     def weight_bytes_per_param(self) -> int:
@@ -116,6 +120,24 @@ class TrainingSettings:
 
     def with_(self, **kw) -> "TrainingSettings":
         return replace(self, **kw)
+
+
+def training_overrides(base: TrainingSettings, d: dict | None, where: str) -> TrainingSettings:
+    """`base` with a mapping of training.yaml keys applied (a plan file's `training:`, the
+    command line's flags): validated against nest/schemas/training.json, errors naming `where`
+    and the key."""
+    if not d:
+        return base
+    d = dict(d)
+    validate(d, "training", where)
+    out = base
+    if "precision" in d:
+        out = out.with_precision(d.pop("precision"), f"{where}: key 'precision'")
+    if "cost_scale" in d:
+        d["cost_scale"] = cost_scale_from_dict(d["cost_scale"], where)
+    if "memory_headroom" in d:
+        d["memory_headroom"] = float(d["memory_headroom"])
+    return out.with_(**d)
 
 
 def load_training(path=None) -> TrainingSettings:

@@ -25,7 +25,7 @@ def test_plan_and_evaluate_round_trip(tmp_path):
 
 def test_hand_edited_plan_out_of_memory(tmp_path):
     nest("plan", "--model", "tiny_gpt", "--cluster", "tiny_cluster", "--num-devices", "4",
-         "-o", str(tmp_path / "p.json"))
+         "--planner", "manual", "-o", str(tmp_path / "p.json"))
     plan = json.loads((tmp_path / "p.json").read_text())
     plan["model"] = "llama2_7b"  # a 7B model on the 0.25 GB tiny accelerator
     plan["stages"] = [{"first_layer": 0, "last_layer": 33, "num_devices": 2,

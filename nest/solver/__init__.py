@@ -132,7 +132,7 @@ def num_blocks(problem: Problem) -> int:
 
 
 def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
-           even_cuts: bool = False):
+           even_cuts: bool = False, incumbent: float = math.inf):
     """The optimum plan of the space and statistics; best = (stage variants, p, d, placement,
     [(first, last, option)]) or None if nothing fits. even_cuts: only the most even splits of the
     blocks (p <= blocks); the bounds stay valid (they bound the unrestricted optimum, which is
@@ -142,8 +142,9 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
     popped from a heap by lower bound (nest.solver.bounds): first the compute-only bound (one DP
     for all p), refined on first pop by the memory-aware bound of (class, p), then, while still
     below the best time, the joint bound of (class, p, d). prune=False visits every
-    candidate (for tests: the same optimum)."""
-    best_T, best = math.inf, None
+    candidate (for tests: the same optimum). incumbent: a time already achieved elsewhere (another
+    space's plan): only plans strictly faster are returned (best None if there is none)."""
+    best_T, best = incumbent, None
     heap: list = []
     lts, refined, floors, sends = {}, {}, {}, {}
     form = solver_form(problem.training)
@@ -241,6 +242,8 @@ def plan(problem: Problem, settings: dict):
     from nest.planners import NoPlan
 
     flat, even = switches(settings)
+    if settings.get("launchable"):
+        return plan_launchable(problem, settings)
     real = problem
     # the network the search sees: the real one, or its flattened view (the returned plan is the
     # real problem's, so run_planner's evaluator scores it on the real network)
@@ -276,6 +279,24 @@ def plan(problem: Problem, settings: dict):
                   f"objective (nest.ties): the first kept")
     return out.with_(predicted_time_per_batch_s=best_T, solve_time_s=time.perf_counter() - t0,
                      notes=notes)
+
+
+def plan_launchable(problem: Problem, settings: dict):
+    """The launchable optimum (nest.solver.launchable): one variant, ZeRO stage and recomputation
+    mode for all stages, 1F1B or interleaved, the micro-batch size among settings' mbs_options."""
+    from nest.planners import NoPlan
+    from nest.solver.launchable import search_launchable
+
+    t0 = time.perf_counter()
+    best_T, best, stats, pr = search_launchable(problem, settings)
+    if best is None:
+        space = declare(problem, {**(settings.get("space") or {}), "heterogeneous_stages": False})
+        raise NoPlan(infeasibility_reason(problem, space))
+    notes = (f"launchable space (one variant, ZeRO stage and recomputation for all stages; 1F1B "
+             f"or interleaved): visited {stats['visited']} of {stats['candidates']} 1F1B "
+             f"candidates x placements, evaluated {stats['interleaved']} interleaved plans")
+    return best.with_(predicted_time_per_batch_s=best_T, solve_time_s=time.perf_counter() - t0,
+                      notes=notes)
 
 
 def tie_range(real: Problem, space: SearchSpace, tied) -> dict:

@@ -1,0 +1,203 @@
+"""Problem -> the fastest plan Megatron-LM launches exactly as priced (`nest plan`'s default space).
+
+The launchable space (what nest.export writes without projecting anything):
+  * one sub-graph variant (tp, sp, ep, cp) for every stage, one ZeRO stage and one recomputation
+    mode for every stage (Megatron-LM applies --recompute-granularity and the distributed
+    optimizer / Megatron-FSDP to the whole model);
+  * either 1F1B with any contiguous cuts (--pipeline-model-parallel-layout expresses them), or
+    interleaved 1F1B with v >= 2 model chunks per device group (--num-virtual-stages-per-
+    pipeline-rank v) on Megatron-LM's default split: pp x v divides the transformer blocks, every
+    chunk holds the same number of blocks, the embedding rides on the first chunk and the head on
+    the last (nest.plan_spec.block_cuts), and the micro-batches are a multiple of pp (Megatron);
+  * the micro-batch size among `mbs_options` (the problem's own when none are given).
+
+Exact for the evaluator: the 1F1B part is the NEST solver (nest.solver.search) on the space
+restricted to one ZeRO stage and one recomputation mode, run once per pair, each seeded with the
+best time found so far (its branch and bound stays exact: it discards only candidates whose lower
+bound reaches a plan already found). Each interleaved plan is fixed by (variant, p, d, v,
+placement, ZeRO, recomputation) and priced by the shared evaluator itself
+(nest.costs.pipeline's interleaved form: interleaved_order, interleaved_peak_activations);
+candidates are visited in order of a lower bound and the walk stops when the bound reaches the
+best time: t_d sums the per-layer floors of device d's chunks (nest.solver.bounds.floor_LR: its
+compute plus the least collective any stage of the variant pays), the batch takes at least
+m max_d t_d >= m sum_layers floor / p. Ties keep the first found: 1F1B before interleaved, fewer
+chunks first, the smaller micro-batch first.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nest.costs.layers import layer_table
+from nest.problem import Problem, with_mbs
+from nest.space import SearchSpace, declare, pp_dp_options
+
+
+def virtual_options(num_blocks: int, p: int, m: int, max_v: int | None = None) -> list[int]:
+    """v >= 2 with p >= 2, p x v dividing the blocks (every chunk the same number of blocks) and
+    m a multiple of p (Megatron-LM's interleaved schedule)."""
+    if p < 2 or m % p:
+        return []
+    top = num_blocks // p if max_v is None else min(max_v, num_blocks // p)
+    return [v for v in range(2, top + 1) if num_blocks % (p * v) == 0]
+
+
+def interleaved_plan(problem: Problem, variant, p: int, d: int, v: int, placement: str,
+                     zero: int, recompute: str, planner: str = "nest"):
+    """The interleaved plan of these knobs on Megatron-LM's default split."""
+    from nest.plan import Plan, Stage, place
+    from nest.plan_spec import block_cuts
+
+    num_blocks = problem.graph.num_layers - 2
+    ids = place(p, d, variant.width, placement, tp=variant.tp, cp=variant.cp, ep=variant.ep)
+    stages = tuple(Stage(a, b, d * variant.width, ids[c % p], zero, recompute)
+                   for c, (a, b) in enumerate(block_cuts(num_blocks, p * v)))
+    return Plan(planner=planner, model=problem.model_ref or problem.model.name,
+                cluster=problem.cluster_ref or problem.cluster.name,
+                num_devices=problem.num_devices, mbs=problem.mbs,
+                global_batch=problem.training.global_batch,
+                num_microbatches=problem.num_microbatches(d, variant.ep), tp=variant.tp, pp=p,
+                dp=d, ep=variant.ep, cp=variant.cp, sp=variant.sp, stages=stages,
+                placement=placement, schedule="interleaved", virtual_stages=v)
+
+
+def interleaved_candidates(problem: Problem, space: SearchSpace, max_v: int | None = None):
+    """(bound, order, variant, p, d, v) of every interleaved candidate, bound first: the floor
+    bound of the module docstring under the cheapest recomputation mode of the space."""
+    from nest.solver.bounds import floor_LR
+
+    from nest.costs.memory import allocatable
+
+    num_blocks = problem.graph.num_layers - 2
+    cap = allocatable(problem.cluster.hardware) * (1 + 1e-9)
+    out = []
+    for vi, var in enumerate(space.variants):
+        floor = None
+        for p, d in pp_dp_options(problem, space, var):
+            m = problem.num_microbatches(d, var.ep)
+            for v in virtual_options(num_blocks, p, m, max_v):
+                if floor is None:
+                    lt = layer_table(problem, var, space.recompute_modes)
+                    floor = float(floor_LR(problem, [lt], space).sum(axis=0).min())
+                if states_floor(problem, lt, space, d) / p > cap:
+                    break  # no device group can hold its share of the model states
+                out.append((m * floor / p, (vi, p, d, v), var, p, d, v))
+    out.sort(key=lambda c: (c[0], c[1]))
+    return out
+
+
+def states_floor(problem: Problem, lt, space: SearchSpace, d: int) -> float:
+    """The whole model's weights, gradients and optimizer states per device under the space's
+    most sharding ZeRO stage (nest.costs.memory.state_bytes): additive over layers, so some device
+    group of p holds at least this / p of them, and nothing else it allocates is negative."""
+    from nest.costs.memory import state_bytes
+
+    L, v = lt.num_layers, lt.variant
+    c = (L - 1, 0)
+    return min(sum(state_bytes(lt.pd_LL[c], lt.pe_LL[c], d, v.ep, v.cp, z, problem.training,
+                               lt.fp8_LL[c]).values()) for z in space.zero_stages)
+
+
+def device_time_bounds(problem: Problem, space: SearchSpace, plan) -> np.ndarray:
+    """Per (ZeRO stage, recomputation mode) of the space, a lower bound of the evaluator's time
+    for `plan` with those knobs on every chunk: the stage kernel's time per micro-batch of each
+    chunk (nest.costs.stage.stage_cost, with the links nest.costs.pipeline.links gives it, as the
+    evaluator prices it), summed per device group; the batch takes at least m max_d t_d (every
+    micro-batch passes each device's chunks once), and under the paper's form exactly
+    (m + (p - 1) / v) max_d t_d before the gradient sync's tail (nest.costs.pipeline)."""
+    from nest.costs.pipeline import chunks_of, links, paper_interleaved
+    from nest.costs.stage import stage_cost
+
+    p, v, m = plan.pp, plan.virtual_stages, plan.num_microbatches
+    lt = layer_table(problem, plan.stage_variant(0), space.recompute_modes)
+    ids = [s.device_ids for s in plan.stages]
+    t = []
+    for c, st in enumerate(plan.stages):
+        cost = stage_cost(problem, lt, st.device_ids, plan.dp, space.options, 0.0,
+                          cell=(st.first_layer, st.last_layer), **links(ids, c))
+        t.append(np.asarray(cost.t).reshape(len(space.zero_stages), len(space.recompute_modes)))
+    t_max = np.max([sum(t[c] for c in chunks_of(g, p, len(t))) for g in range(p)], axis=0)
+    if problem.training.pipeline_time == "paper":
+        return paper_interleaved(t_max, m, p, v)
+    return m * t_max
+
+
+def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
+                       max_v: int | None = None):
+    """(time, plan, evaluated) of the fastest feasible interleaved plan beating best_T, or
+    (best_T, None, evaluated)."""
+    from dataclasses import replace
+
+    from nest.evaluate import evaluate
+
+    best, n = None, 0
+    for bound, _, var, p, d, v in interleaved_candidates(problem, space, max_v):
+        if bound >= best_T:
+            break
+        for placement in space.placements_for(var, p, d):
+            plan = interleaved_plan(problem, var, p, d, v, placement, space.zero_stages[0],
+                                    space.recompute_modes[0])
+            lb = device_time_bounds(problem, space, plan)
+            for zi, ri in sorted(np.ndindex(*lb.shape), key=lambda k: (lb[k], k)):
+                if lb[zi, ri] >= best_T:
+                    break
+                z, r = space.zero_stages[zi], space.recompute_modes[ri]
+                q = plan.with_(stages=tuple(replace(s, zero_stage=z, recompute=r)
+                                            for s in plan.stages))
+                ev = evaluate(q, problem)
+                n += 1
+                if ev.feasible and ev.time_per_batch_s < best_T:
+                    best_T, best = ev.time_per_batch_s, q
+    return best_T, best, n
+
+
+def search_launchable(problem: Problem, settings: dict, log=None):
+    """(time, plan, stats, problem of the plan's micro-batch size) of the launchable optimum
+    (module docstring); plan None if nothing fits."""
+    from nest.evaluate import evaluate
+    from nest.solver import plan_of, search
+
+    best_T, best, best_pr = math.inf, None, problem
+    stats = {"candidates": 0, "visited": 0, "interleaved": 0, "tied": []}
+    interleave = settings.get("interleaved", True)
+    mbs_all = [problem.mbs, *[int(x) for x in settings.get("mbs_options") or ()
+                              if int(x) != problem.mbs]]
+    for mbs in sorted(set(mbs_all)):
+        pr = with_mbs(problem, mbs)
+        base = declare(pr, {**(settings.get("space") or {}), "heterogeneous_stages": False})
+        for z in base.zero_stages:
+            for r in base.recompute_modes:
+                space = base.with_(zero_stages=(z,), recompute_modes=(r,))
+                T, found, st = search(pr, space, incumbent=best_T)
+                stats["candidates"] += st["candidates"]
+                stats["visited"] += st["visited"]
+                if found is None:
+                    continue
+                plan = plan_of(pr, space, "nest", found)
+                ev = evaluate(plan, pr)  # the evaluator's time, whatever the form optimised
+                if ev.feasible and ev.time_per_batch_s < best_T:
+                    best_T, best, best_pr = ev.time_per_batch_s, plan, pr
+                    if log:
+                        log(f"  1f1b mbs={mbs} zero={z} recompute={r}: {best_T:.6g} s")
+        if interleave:
+            T, found, n = search_interleaved(pr, base, best_T, settings.get("max_virtual_stages"))
+            stats["interleaved"] += n
+            if found is not None:
+                best_T, best, best_pr = T, found, pr
+    return best_T, best, stats, best_pr
+
+
+def differs(plan) -> dict:
+    """What of a plan Megatron-LM cannot launch as priced: {'variants' | 'zero' | 'recompute':
+    sorted distinct values} for the knobs that differ between stages."""
+    out = {}
+    keys = {plan.stage_variant(j).key for j in range(len(plan.stages))}
+    if len(keys) > 1:
+        out["variants"] = sorted(keys)
+    for name, attr in (("zero", "zero_stage"), ("recompute", "recompute")):
+        vals = {getattr(s, attr) for s in plan.stages}
+        if len(vals) > 1:
+            out[name] = sorted(vals)
+    return out

@@ -1,0 +1,172 @@
+"""`nest plan` as a training engineer runs it (issue 25): the run's settings as flags and in one
+plan file, the memory headroom and its margins, the warnings, nothing-fits' device count."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import yaml
+
+from nest import cli
+from nest.cli_run import margins, warnings_for
+from nest.evaluate import evaluate, make_problem
+from nest.plan import Plan
+from nest.plan_spec import load_plan
+from nest.settings import TrainingSettings
+
+TINY = ["--model", "tiny_gpt", "--cluster", "tiny_cluster", "--num-devices", "4", "-q"]
+
+
+def run(capsys, *argv):
+    try:
+        rc = cli.main(list(argv))
+    except SystemExit as e:  # argparse's own exit (a bad flag value)
+        rc = e.code
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_flags_reach_the_plan(capsys, tmp_path):
+    p = tmp_path / "p.json"
+    rc, out, _ = run(capsys, "plan", *TINY, "--global-batch", "16", "--dp-overlap", "bucketed",
+                     "--tp-comm-overlap", "--grad-reduce", "bf16", "--headroom", "10%",
+                     "-o", str(p))
+    assert rc == 0, out
+    d = json.loads(p.read_text())
+    assert d["global_batch"] == 16 and d["planner"] == "nest"  # nest is the default planner
+    assert d["extra"]["training"] == {"global_batch": 16, "dp_overlap": "bucketed",
+                                      "tp_comm_overlap": True, "memory_headroom": 0.1,
+                                      "precision": {"grad_reduce": "bf16"}}
+    assert "dp_overlap=bucketed" in out and "launchable as priced" in out
+    # evaluate reads the run's settings back from the plan: the same time
+    rc, out2, _ = run(capsys, "evaluate", str(p), "-q")
+    assert rc == 0 and out.split("time per batch ")[1][:8] == out2.split("time per batch ")[1][:8]
+
+
+@pytest.mark.parametrize("argv,flag", [(["--headroom", "2"], "--headroom"),
+                                       (["--headroom", "x"], "--headroom"),
+                                       (["--dp-overlap", "always"], "--dp-overlap"),
+                                       (["--precision", "fp4"], "--precision"),
+                                       (["--global-batch", "0"], "--global-batch"),
+                                       (["--mbs-options", "1,a"], "--mbs-options")])
+def test_bad_flags_exit_2_naming_the_flag(capsys, argv, flag):
+    rc, _, err = run(capsys, "plan", *TINY, *argv)
+    assert rc == cli.EXIT_ERROR and flag in err
+
+
+def test_headroom_is_kept_and_reported():
+    """Planned with a 30% headroom, every stage leaves at least 30% of HBM free, and the plan
+    found on the whole HBM (headroom 0) does not (so the headroom changed the plan)."""
+    from nest.cli_run import planning_problem
+    from nest.planners import run_planner
+
+    def plan_with(h):
+        tr = TrainingSettings(global_batch=16, memory_headroom=h)
+        pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=tr).with_hardware(
+            hbm_bytes=50e6)  # memory binds: the fastest plan uses ~42 MB
+        out = run_planner("nest", planning_problem(pr), {"launchable": True})
+        return evaluate(out.plan, pr), pr
+
+    ev0, pr = plan_with(0.0)
+    hbm = pr.cluster.hardware.hbm_bytes
+    assert min(margins(ev0, hbm)) < 0.3 * hbm
+    ev, _ = plan_with(0.3)
+    assert ev.feasible and min(margins(ev, hbm)) >= 0.3 * hbm
+    assert ev.time_per_batch_s >= ev0.time_per_batch_s
+
+
+def test_warnings_headroom_and_idle_devices():
+    tr = TrainingSettings(global_batch=6, memory_headroom=0.5)
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=tr)
+    spec = {"model": "tiny_gpt", "cluster": "tiny_cluster", "num_devices": 4, "pp": 1, "dp": 3}
+    from nest.plan_spec import expand
+
+    plan = expand(spec, pr, "x")
+    ev = evaluate(plan, pr)
+    hbm = pr.cluster.hardware.hbm_bytes
+    w = " | ".join(warnings_for(plan, ev, pr))
+    assert "1 of 4 devices stay idle" in w and "global batch 6" in w
+    if min(margins(ev, hbm)) < 0.5 * hbm:
+        assert "memory headroom" in w
+    ev_full = evaluate(plan, pr.with_training(memory_headroom=0.0))
+    assert "memory headroom" not in " ".join(warnings_for(plan, ev_full,
+                                                          pr.with_training(memory_headroom=0.0)))
+
+
+def test_mfu_above_published_is_a_warning(monkeypatch):
+    import nest.uncertainty as u
+
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=TrainingSettings(global_batch=8))
+    from nest.plan_spec import expand
+
+    plan = expand({"model": "tiny_gpt", "cluster": "tiny_cluster", "num_devices": 4, "pp": 1,
+                   "dp": 4}, pr, "x")
+    ev = evaluate(plan, pr)
+    monkeypatch.setattr(u, "mfu_ceiling_note", lambda ev, pr: "ABOVE the best published MFU")
+    assert any("ABOVE the best published" in w for w in warnings_for(plan, ev, pr))
+
+
+def test_nothing_fits_says_how_many_devices_would(capsys):
+    rc, _, err = run(capsys, "plan", "--model", "gpt3_35b", "--cluster", "tiny_cluster",
+                     "--num-devices", "4", "--mbs", "1", "-q")
+    assert rc == cli.EXIT_INFEASIBLE
+    assert "devices with a plan" in err or "no plan on up to the cluster's" in err
+
+
+def test_one_file_states_a_run(tmp_path, monkeypatch):
+    """seq_len, training overrides and a model path relative to the plan file, read from another
+    folder; Megatron's MoE data-parallel convention (dp_includes_ep)."""
+    models = tmp_path / "models"
+    models.mkdir()
+    d = yaml.safe_load(open("config/models/tiny_moe.yaml"))
+    (models / "m.yaml").write_text(yaml.safe_dump(d))
+    spec = {"model": "models/m.yaml", "cluster": "tiny_cluster", "num_devices": 4, "pp": 1,
+            "dp": 4, "ep": 2, "dp_includes_ep": True, "seq_len": 128, "global_batch": 8,
+            "training": {"dp_overlap": "bucketed", "memory_headroom": 0.2}}
+    f = tmp_path / "run.yaml"
+    f.write_text(yaml.safe_dump(spec))
+    monkeypatch.chdir(os.path.dirname(os.path.abspath(cli.__file__)))  # not the plan's folder
+    plan, pr = load_plan(str(f))
+    assert pr.model.seq_len == 128 and pr.training.dp_overlap == "bucketed"
+    assert pr.training.memory_headroom == 0.2
+    assert plan.dp == 2 and plan.ep == 2  # Megatron's dp 4 includes the 2 expert ranks
+    bad = dict(spec, dp_includes_ep=False)
+    f.write_text(yaml.safe_dump(bad))
+    with pytest.raises(Exception, match="dp_includes_ep"):
+        load_plan(str(f))
+    f.write_text(yaml.safe_dump(dict(spec, training={"dp_overlap": "sometimes"})))
+    with pytest.raises(Exception, match="training.*dp_overlap"):
+        load_plan(str(f))
+
+
+def test_plan_json_round_trip_keeps_training(tmp_path):
+    tr = TrainingSettings(global_batch=8)
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=tr)
+    from nest.plan_spec import expand
+
+    plan = expand({"model": "tiny_gpt", "cluster": "tiny_cluster", "num_devices": 4, "pp": 1,
+                   "dp": 4}, pr, "x")
+    plan.extra["training"] = {"dp_overlap": "stage"}
+    p = tmp_path / "p.json"
+    plan.write(p)
+    back, pr2 = load_plan(str(p))
+    assert isinstance(back, Plan) and pr2.training.dp_overlap == "stage"
+
+
+def test_heterogeneous_plan_says_why_it_cannot_be_launched():
+    from dataclasses import replace
+
+    from nest.plan_spec import expand
+
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=TrainingSettings(global_batch=8))
+    plan = expand({"model": "tiny_gpt", "cluster": "tiny_cluster", "num_devices": 4, "pp": 2,
+                   "dp": 2, "zero_stage": [0, 1], "recompute": ["none", "full"]}, pr, "x")
+    ev = evaluate(plan, pr)
+    lines = " ".join(cli.launchability(plan, ev, pr, {"mbs_options": []}, True))
+    assert "NOT launchable" in lines and "zero [0, 1]" in lines
+    assert "recompute ['full', 'none']" in lines and "launchable optimum takes" in lines
+    same = plan.with_(stages=tuple(replace(s, zero_stage=1, recompute="none")
+                                   for s in plan.stages))
+    assert "launchable as priced" in cli.launchability(same, ev, pr, {}, False)[0]
