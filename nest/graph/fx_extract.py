@@ -376,7 +376,8 @@ def trace_layer(m: ModelSpec, kind: str, v: Variant | None = None, mbs: int = 1)
     (default: no parallelism). Layers without experts (embedding, head, a dense block) do not
     depend on ep: they are traced once at ep = 1 and shared by every ep."""
     v = v or Variant()
-    if v.ep > 1 and (kind in ("embedding", "head") or "dense" in kind):
+    if v.ep > 1 and (kind == "embedding" or "dense" in kind or (kind == "head"
+                                                                 and not m.mtp_layers)):
         v = dataclasses.replace(v, ep=1)
     return _cached(_dims(m), kind, v, mbs)
 
@@ -387,6 +388,8 @@ def _num_params(m: ModelSpec, kind: str) -> float:
     n = sum(p.numel() for p in module.parameters())
     if kind == "head" and m.tied_embeddings:
         n -= module.lm_head.weight.numel()  # the tied copy is counted once, in the embedding
+    if kind == "head":  # MTP modules use the main embedding table: counted there
+        n -= sum(mtp.embed.lookup.weight.numel() for mtp in module.mtp)
     return float(n)
 
 
