@@ -35,8 +35,8 @@ RoPE model gets DEFAULT_SEQ_LEN (capped at max_position_embeddings) with a warni
 BERT (learned positions) get their position table's length.
 
 Parallel variants, unless given: every tp <= NODE_SIZE dividing the attention heads, KV heads and
-every MLP width; sp both ways; every ep <= MAX_EP dividing the routed experts; every cp in
-{1, 2, 4, 8} dividing the sequence (with tp under sp).
+every MLP width; sp both ways; every power-of-two ep <= MAX_EP dividing the routed experts;
+every cp in {1, 2, 4, 8} dividing the sequence (with tp under sp).
 """
 
 from __future__ import annotations
@@ -261,7 +261,9 @@ def derive_variants(d: dict) -> dict:
     s, tmax = d["seq_len"], max(tps)
     cps = [c for c in CP_SIZES if s % (c * tmax) == 0]
     E = d.get("num_experts", 1)
-    eps = [e for e in range(1, min(E, MAX_EP) + 1) if E % e == 0]
+    # powers of two only: ep divides the data-parallel size, a divisor of a power-of-two GPU
+    # count on every catalog cluster (Qwen1.5-MoE's 60 experts: ep 1, 2, 4, not 3, 5, 6, 10 ...)
+    eps = [e for e in range(1, min(E, MAX_EP) + 1) if E % e == 0 and not e & (e - 1)]
     return {"tp": tps, "sp": [False, True] if tmax > 1 else [False], "ep": eps, "cp": cps}
 
 

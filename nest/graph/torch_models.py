@@ -1001,6 +1001,20 @@ def block_kinds(m: ModelSpec) -> list[str]:
     return [block_kind(m, i) for i in range(m.num_layers)]
 
 
+def layer_inputs(m: ModelSpec, kind: str, v: Variant | None = None, mbs: int = 1,
+                 device: str | torch.device = "meta") -> tuple[torch.Tensor, ...]:
+    """Fresh example inputs of layer `kind` (as build_layer gives them), without the module."""
+    v = v or Variant()
+    s_loc = m.seq_len // v.cp
+    s_in = s_loc // v.tp if v.sp else s_loc
+    with torch.device(device):
+        ids = torch.zeros(s_loc, mbs, dtype=torch.long)
+        if kind == "embedding":
+            return (ids,)
+        x = torch.empty(s_in, mbs, m.hidden_size, dtype=DTYPE, requires_grad=True)
+        return (x, ids) if kind == "head" else (x,)
+
+
 def build_layer(m: ModelSpec, kind: str, v: Variant | None = None, mbs: int = 1,
                 device: str | torch.device = "meta") -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """One device's module of layer `kind` under `v` (default: no parallelism) and fresh example
