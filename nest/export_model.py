@@ -35,7 +35,8 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
     else:  # Llama family: rotary, no biases (gpt-oss: biases on every linear)
         a += ["--position-embedding-type", "rope", "--rotary-base",
               str(int(m.rope_theta or 10000))]
-        a += ["--add-bias-linear"] if m.linear_bias else ["--disable-bias-linear"]
+        if not m.linear_bias:  # Megatron-LM's default adds them (gpt-oss keeps the default)
+            a.append("--disable-bias-linear")
         if getattr(m, "qkv_bias", False):
             a.append("--add-qkv-bias")
     if m.is_mla:  # DeepSeek-V2/V3 multi-latent attention (Megatron-LM MLATransformerConfig)
