@@ -416,3 +416,12 @@ def test_olmo2_post_norms_and_full_qk_norm():
     # the whole-projection norm's statistic all-reduced over tp, per token (fp32), Q and K
     stats = [c for c in tp2.collectives if c.bytes == 4 * 128]
     assert sum(c.count for c in stats) == 4
+
+
+def test_gemma3_image_text_config_plans_its_text_decoder_with_a_warning():
+    text = {k: v for k, v in TINY["gemma3_text"].items() if k != "model_type"}
+    wrapped = {"model_type": "gemma3", "text_config": {**text, "model_type": "gemma3_text"},
+               "vision_config": {"model_type": "siglip_vision_model"}}
+    with pytest.warns(UserWarning, match="vision tower"):
+        spec = model_spec_from_hf_config(wrapped, seq_len=128)
+    assert fx.total_params(spec) == hf_num_params(TINY["gemma3_text"])
