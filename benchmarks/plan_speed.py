@@ -8,6 +8,23 @@ cleared), then `nest plan --planner nest` with that graph cached in the process 
 `nest compare` (every planner of the figures' line-up, the graph still cached). Wall-clock
 seconds on this machine; the issue's target is graph + solve <= 10 s and compare <= 30 s on two
 cores.
+
+Measured at commit 6450f43 on the shared 2-core development machine (load average 6-13 while it
+ran, so several times slower than an idle 2-core machine), seconds:
+
+    model          variants  graph s  solve s compare s
+    llama3_70b           28     19.0     10.3      89.1
+    mixtral_8x22b       112     73.3     19.0     132.3
+    qwen1_5_moe          84    107.7      3.1      28.6
+    gemma3_1b             4     11.1      1.9       3.6
+    gpt_oss_20b         168    261.5      1.5      12.2
+    deepseek_v3         196    152.1      9.6     145.9
+
+The graph is one torch.fx trace per (layer kind, variant): about 0.3 s each on an idle core (a
+meta-tensor forward and backward through fx's Interpreter, dominated by Python dispatch, not by
+tensor sizes), times tp x sp x ep x cp variants (196 for DeepSeek-V3). Not yet within the 10 s
+target; what would reach it is fewer traces (the ep-dependent part of an MoE block derived from
+its ep = 1 trace, or symbolic shapes), not faster ones.
 """
 
 from __future__ import annotations
