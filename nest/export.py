@@ -187,14 +187,15 @@ class MegatronExport:
                 "rank_map.csv": buf.getvalue()}
 
 
-def layout_string(plan: Plan, num_layers: int) -> str:
-    """Megatron-Core's --pipeline-model-parallel-layout for the plan's chunks in model order."""
+def layout_string(plan: Plan, num_layers: int, mtp: int = 0) -> str:
+    """Megatron-Core's --pipeline-model-parallel-layout for the plan's chunks in model order
+    (`mtp` multi-token-prediction modules "m" just before the loss: the head layer prices them)."""
     chunks = []
     for st in plan.stages:
         blocks = sum(1 for i in range(st.first_layer, st.last_layer + 1) if 0 < i < num_layers - 1)
         s = "E" if st.first_layer == 0 else ""
         s += f"t*{blocks}" if blocks > 1 else ("t" if blocks == 1 else "")
-        s += "L" if st.last_layer == num_layers - 1 else ""
+        s += "m" * mtp + "L" if st.last_layer == num_layers - 1 else ""
         chunks.append(s)
     return "|".join(chunks)
 
@@ -421,7 +422,7 @@ def _project_folding(plan: Plan, problem: Problem, per_node: int, original_s: fl
     return q
 
 
-def _pipeline_args(out: Plan, num_blocks: int, num_layers: int) -> list[str]:
+def _pipeline_args(out: Plan, num_blocks: int, num_layers: int, mtp: int = 0) -> list[str]:
     """Interleaving and the split: Megatron's default (num_blocks divisible by pp x v, blocks
     spread evenly) needs no layout; any other split is a --pipeline-model-parallel-layout, which
     also fixes v (Megatron rejects it beside --num-virtual-stages-per-pipeline-rank)."""
@@ -429,7 +430,7 @@ def _pipeline_args(out: Plan, num_blocks: int, num_layers: int) -> list[str]:
     chunks = out.pp * v
     cuts = [(s.first_layer, s.last_layer) for s in out.stages]
     if chunks > 1 and (num_blocks % chunks or cuts != block_cuts(num_blocks, chunks)):
-        return ["--pipeline-model-parallel-layout", layout_string(out, num_layers)]
+        return ["--pipeline-model-parallel-layout", layout_string(out, num_layers, mtp)]
     return ["--num-virtual-stages-per-pipeline-rank", str(v)] if v > 1 else []
 
 
@@ -512,7 +513,13 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
         a += ["--context-parallel-size", str(out.cp)]
     if out.ep > 1:
         a += ["--expert-model-parallel-size", str(out.ep)]
-    a += _pipeline_args(out, L - 2, L)
+    if m.is_moe and m.linear_bias and out.tp > 1:
+        # Megatron-LM: "Bias in Moe is only supported when ETP==1" (TransformerConfig)
+        a += ["--expert-tensor-parallel-size", "1"]
+        warnings.append(f"{m.name}: Megatron-LM runs biased experts (gpt-oss) unsplit "
+                        f"(--expert-tensor-parallel-size 1); the plan priced them split over "
+                        f"tp={out.tp}")
+    a += _pipeline_args(out, L - 2, L, problem.model.mtp_layers)
     a += _memory_args(out)
     a += _overlap_args(out, problem.training, warnings)
     if order == "tp-cp-ep-pp-dp":

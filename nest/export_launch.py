@@ -124,8 +124,20 @@ def _pairs(args: list[str]) -> list[str]:
 
 DATA_ARGS = ["--mock-data", "--tokenizer-type", "NullTokenizer"]
 TRAIN_ARGS = ["--train-iters", "100", "--lr", "1.0e-4", "--min-lr", "1.0e-5",
-              "--lr-decay-style", "cosine", "--weight-decay", "0.1", "--clip-grad", "1.0",
-              "--eval-iters", "0", "--log-interval", "1"]
+              "--lr-decay-style", "cosine", "--lr-warmup-iters", "10", "--weight-decay", "0.1",
+              "--clip-grad", "1.0", "--eval-iters", "0", "--log-interval", "1",
+              "--save", "checkpoints", "--load", "checkpoints", "--save-interval", "50"]
+# The variables a user sets (README, "Launch template"); launch.sh documents each in a comment.
+VARIABLES = (
+    ("MEGATRON_LM", "the Megatron-LM checkout whose pretrain_gpt.py runs (default: .)"),
+    ("DATA_ARGS", "data and tokenizer; default mock data. E.g. '--data-path /data/tok_text_document "
+                  "--split 99,1,0 --tokenizer-type HuggingFaceTokenizer --tokenizer-model "
+                  "/models/tokenizer'"),
+    ("TRAIN_ARGS", "iterations, learning-rate schedule with warmup, checkpoint save / load / "
+                   "interval; default a 100-iteration run saving to ./checkpoints"),
+    ("NCCL_SOCKET_IFNAME, NCCL_IB_HCA, NCCL_IB_GID_INDEX", "the network interfaces and "
+     "InfiniBand / RoCE adapters NCCL uses; unset: NCCL's own detection (set them for RoCE)"),
+)
 
 
 def torchrun_script(args: list[str], script: str, env: dict[str, str], rank_map: list[dict],
@@ -136,6 +148,8 @@ def torchrun_script(args: list[str], script: str, env: dict[str, str], rank_map:
     runs = node_runs(rank_map)
     sizes = [len(rs) for _, rs in runs]
     lines = [f"# {len(rank_map)} ranks: {len(runs)} torchrun agents (NODE_RANK 0..{len(runs) - 1})"]
+    lines += ["# variables (set them in the environment; README, Launch template):"]
+    lines += [comment(f"  {k}: {what}") for k, what in VARIABLES]
     hosts = [n for n, _ in runs]
     if hosts != list(range(len(runs))):
         lines.append("# agent NODE_RANK=i runs on cluster node NODES[i] (rank_map.csv)")
@@ -154,6 +168,7 @@ def torchrun_script(args: list[str], script: str, env: dict[str, str], rank_map:
         lines.append("VISIBLE=(" + " ".join(f'"{v}"' for v in vis) + ")  # local rank i -> "
                      "device VISIBLE[NODE_RANK][i]")
         lines.append('export CUDA_VISIBLE_DEVICES="${VISIBLE[$NODE_RANK]}"')
+    lines.append('cd "${MEGATRON_LM:-.}"')
     lines.append(f"DATA_ARGS=${{DATA_ARGS:-{' '.join(DATA_ARGS)}}}")
     lines.append(f"TRAIN_ARGS=${{TRAIN_ARGS:-{' '.join(TRAIN_ARGS)}}}")
     lines.append(f"torchrun --nnodes {len(runs)} --nproc-per-node {nproc} --node-rank "
@@ -167,7 +182,10 @@ def torchrun_script(args: list[str], script: str, env: dict[str, str], rank_map:
 
 def slurm_script(num_agents: int, devices_per_node: int, job: str) -> str:
     """An sbatch file beside launch.sh: one task per node runs launch.sh with NODE_RANK =
-    SLURM_NODEID (a non-identity NODES list needs the job's nodes in that order: --nodelist)."""
+    SLURM_NODEID (a non-identity NODES list needs the job's nodes in that order: --nodelist).
+    Partition and account go on the command line (sbatch -p PARTITION -A ACCOUNT slurm.sbatch
+    overrides the #SBATCH lines, as does -t for the 4-hour default time); a container (pyxis /
+    enroot) comes from CONTAINER_IMAGE and CONTAINER_MOUNTS in sbatch's environment."""
     return "\n".join([
         "#!/usr/bin/env bash",
         f"#SBATCH --job-name={job_name(job)}",
@@ -175,8 +193,11 @@ def slurm_script(num_agents: int, devices_per_node: int, job: str) -> str:
         "#SBATCH --ntasks-per-node=1",
         f"#SBATCH --gpus-per-node={devices_per_node}",
         "#SBATCH --exclusive",
+        "#SBATCH --time=04:00:00",
         "set -euo pipefail",
         'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        "srun --ntasks-per-node=1 bash -c 'NODE_RANK=$SLURM_NODEID exec bash "
+        'srun --ntasks-per-node=1 ${CONTAINER_IMAGE:+--container-image="$CONTAINER_IMAGE"} '
+        '${CONTAINER_MOUNTS:+--container-mounts="$CONTAINER_MOUNTS"} '
+        "bash -c 'NODE_RANK=$SLURM_NODEID exec bash "
         '"$SLURM_SUBMIT_DIR/launch.sh"\'',
     ]) + "\n"

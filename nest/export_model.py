@@ -11,9 +11,11 @@ from nest.specs import ModelSpec
 
 # ModelSpec features of newer Hugging Face families Megatron-LM's GPT arguments do not carry
 UNEXPORTED = {"sandwich_norm": "--post-attention / post-MLP norms", "attn_softcap": "soft-capping",
-              "final_softcap": "logit soft-capping", "sliding_window": "sliding-window layers",
-              "kv_lora_rank": "multi-latent attention", "num_dense_layers": "leading dense layers",
-              "shared_expert_gate": "a gated shared expert"}
+              "final_softcap": "logit soft-capping",
+              "shared_expert_gate": "a gated shared expert",
+              "qk_norm_full": "a Q/K norm over the whole projection (exported per head)"}
+MTP_LOSS_SCALE = 0.1  # Megatron-LM's default --mtp-loss-scaling-factor (DeepSeek-V3: 0.3 early,
+# then 0.1; section 4.2)
 
 
 def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
@@ -30,11 +32,23 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
           "--norm-epsilon", repr(float(m.norm_eps or 1e-5))]
     if m.learned_positions:
         a += ["--position-embedding-type", "learned_absolute"]
-    else:  # Llama family: rotary, no biases
+    else:  # Llama family: rotary, no biases (gpt-oss: biases on every linear)
         a += ["--position-embedding-type", "rope", "--rotary-base",
-              str(int(m.rope_theta or 10000)), "--disable-bias-linear"]
+              str(int(m.rope_theta or 10000))]
+        if not m.linear_bias:  # Megatron-LM's default adds them (gpt-oss keeps the default)
+            a.append("--disable-bias-linear")
         if getattr(m, "qkv_bias", False):
             a.append("--add-qkv-bias")
+    if m.is_mla:  # DeepSeek-V2/V3 multi-latent attention (Megatron-LM MLATransformerConfig)
+        a += ["--multi-latent-attention", "--kv-lora-rank", str(m.kv_lora_rank),
+              "--qk-head-dim", str(m.head_dim - m.qk_rope_head_dim),
+              "--qk-pos-emb-head-dim", str(m.qk_rope_head_dim), "--v-head-dim", str(m.v_head_dim)]
+        if m.q_lora_rank:
+            a += ["--q-lora-rank", str(m.q_lora_rank)]
+    if m.attention_sinks:  # gpt-oss: a learned sink logit per head
+        a += ["--softmax-type", "learnable"]
+    if m.sliding_window and m.window_layers:
+        a += _window_args(m, warnings)
     if getattr(m, "qk_norm", False):
         a.append("--qk-layernorm")
     if m.ffn_type == "swiglu":
@@ -44,9 +58,18 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
     if m.is_moe:
         a += ["--num-experts", str(m.num_experts), "--moe-router-topk", str(m.top_k),
               "--moe-ffn-hidden-size", str(m.ffn_hidden_size),
-              "--moe-token-dispatcher-type", "alltoall"]  # the all-to-all the evaluator prices
+              "--moe-token-dispatcher-type", "alltoall",  # the all-to-all the evaluator prices
+              "--moe-grouped-gemm",  # the local experts as one batched GEMM, as priced
+              "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "1e-2"]
         if getattr(m, "shared_ffn_hidden_size", 0):
             a += ["--moe-shared-expert-intermediate-size", str(m.shared_ffn_hidden_size)]
+        if m.num_dense_layers:  # DeepSeek: the first blocks dense, of their own width
+            a[a.index("--ffn-hidden-size") + 1] = str(m.dense_ffn_hidden_size)
+            pattern = [0] * m.num_dense_layers + [1] * (m.num_layers - m.num_dense_layers)
+            a += ["--moe-layer-freq", _freq(pattern)]
+    if m.mtp_layers:  # DeepSeek-V3 multi-token prediction, on the last pipeline stage
+        a += ["--mtp-num-layers", str(m.mtp_layers), "--mtp-loss-scaling-factor",
+              repr(MTP_LOSS_SCALE)]
     if not m.tied_embeddings:
         a.append("--untie-embeddings-and-output-weights")
     if not m.has_dropout:
@@ -58,3 +81,24 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
         warnings.append(f"{m.name} uses {', '.join(left)}: not expressed by these Megatron-LM "
                         f"arguments (add them by hand)")
     return a
+
+
+def _freq(pattern: list[int]) -> str:
+    """A per-layer 0/1 list as Megatron-LM's moe_freq_type parses it: "([0]*3+[1]*58)"."""
+    runs: list[list[int]] = []
+    for x in pattern:
+        if runs and runs[-1][0] == x:
+            runs[-1][1] += 1
+        else:
+            runs.append([x, 1])
+    return "(" + "+".join(f"[{x}]*{n}" for x, n in runs) + ")"
+
+
+def _window_args(m: ModelSpec, warnings: list[str]) -> list[str]:
+    """--window-size (w - 1, 0): a query sees itself and the w - 1 keys before it, as the priced
+    band (nest.graph.torch_models.window_scale); the windowed layers as --window-attn-skip-freq
+    (Megatron-LM's per-layer list, megatron/core/transformer/utils.is_layer_window_attention:
+    1 = a sliding-window layer, 0 = full attention)."""
+    size = ["--window-size", f"({m.sliding_window - 1},0)"]
+    windowed = [1 if i in m.window_layers else 0 for i in range(m.num_layers)]
+    return size if all(windowed) else size + ["--window-attn-skip-freq", _freq(windowed)]

@@ -169,7 +169,12 @@ def _model_facts(model: str) -> dict | None:
         spec = load_model(model)
     except Exception:  # noqa: BLE001 (a model without a config file is reported unchecked)
         return None
-    g = build_graph(spec, 1, "closed_form")
+    try:
+        g = build_graph(spec, 1, "closed_form")
+    except SpecError:  # features only the traced modules model (Hugging Face families)
+        from nest.graph.fx_extract import build_layer_graph_fx
+
+        g = build_layer_graph_fx(spec, 1, variants=[Variant()])
     causal = g.model_flops_per_sample(False)
     attention = sum(o.count * (o.fwd_flops + o.bwd_flops) for la in g.layers
                     for o in la.costs[Variant().key].ops if o.kind == "attention") / g.mbs

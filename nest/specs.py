@@ -126,6 +126,11 @@ class ModelSpec:
     kv_lora_rank: int = 0  # MLA: compressed K/V rank (> 0 turns MLA on)
     qk_rope_head_dim: int = 0  # MLA: rotary part of each Q/K head (head_size = nope + rope)
     v_head_dim: int = 0  # MLA: V width per head
+    qk_norm_full: bool = False  # the Q / K norm spans the whole projection, not a head (OLMo-2)
+    pre_norm: bool = True  # a norm before attention and MLP (OLMo-2: after them only)
+    linear_bias: bool = False  # biases on every linear: Q, K, V, out, router, experts (gpt-oss)
+    attention_sinks: bool = False  # a learned sink logit per head in the softmax (gpt-oss)
+    mtp_layers: int = 0  # multi-token-prediction modules after the head (DeepSeek-V3)
 
     @property
     def head_dim(self) -> int:

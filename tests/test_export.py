@@ -494,3 +494,67 @@ def test_a_node_size_that_does_not_divide_the_cluster_is_refused(tmp_path):
     d = read_yaml(config_dir() / "clusters" / "gb200_nvl72.yaml")
     with pytest.raises(SpecError, match="devices_per_node.*5 must divide"):
         cluster_from_dict({**d, "devices_per_node": 5}, "x.yaml", 144)
+
+
+# ---- current families (issue 25): the model as it is, in Megatron-LM's own flags ---------------
+
+_TINY_DSV3 = dict(model_type="deepseek_v3", hidden_size=64, num_hidden_layers=4,
+                  num_attention_heads=4, num_key_value_heads=4, intermediate_size=128,
+                  moe_intermediate_size=32, n_routed_experts=4, n_shared_experts=1,
+                  num_experts_per_tok=2, first_k_dense_replace=1, kv_lora_rank=32,
+                  q_lora_rank=24, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                  num_nextn_predict_layers=1, vocab_size=1000, max_position_embeddings=512,
+                  tie_word_embeddings=False)
+
+
+def _export_tiny(tmp_path, cfg, variant, pp, dp, cuts=None):
+    import json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    pr = make_problem(str(path), "dgx_h100_superpod", variant.width * pp * dp, seq_len=128,
+                      variants=[variant])
+    L = pr.graph.num_layers
+    cuts = cuts or [(0, L // 2 - 1), (L // 2, L - 1)][:pp] if pp > 1 else [(0, L - 1)]
+    plan = make_plan(pr, "h", variant, pp, dp, cuts, [0] * pp, ["none"] * pp, "replica_major")
+    return pr, to_megatron(plan, pr)
+
+
+def test_deepseek_v3_exports_mla_dense_layers_and_mtp(tmp_path):
+    pr, exp = _export_tiny(tmp_path, _TINY_DSV3, Variant(tp=2, sp=True, ep=2), 2, 1,
+                           cuts=[(0, 1), (2, 5)])  # uneven: a layout, with the MTP module
+    a = exp.args
+    assert "--multi-latent-attention" in a
+    assert [_flag(a, f) for f in ("--kv-lora-rank", "--q-lora-rank", "--qk-head-dim",
+                                  "--qk-pos-emb-head-dim", "--v-head-dim")] == \
+        ["32", "24", "16", "8", "16"]
+    assert _flag(a, "--ffn-hidden-size") == "128" and _flag(a, "--moe-ffn-hidden-size") == "32"
+    assert _flag(a, "--moe-layer-freq") == "([0]*1+[1]*3)"
+    assert _flag(a, "--moe-shared-expert-intermediate-size") == "32"
+    assert _flag(a, "--mtp-num-layers") == "1" and "--moe-grouped-gemm" in a
+    assert _flag(a, "--pipeline-model-parallel-layout") == "Et|t*3mL"
+    assert not [w for w in exp.warnings if "not expressed" in w]
+
+
+def test_windowed_families_export_megatrons_window_pattern(tmp_path):
+    gemma3 = dict(model_type="gemma3_text", hidden_size=64, num_hidden_layers=6,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                  intermediate_size=128, vocab_size=1000, max_position_embeddings=512,
+                  sliding_window=32, sliding_window_pattern=3)
+    _, exp = _export_tiny(tmp_path, gemma3, Variant(), 1, 8)
+    # Megatron-LM's list: 1 = sliding window (is_layer_window_attention); blocks 3 and 6 global
+    assert _flag(exp.args, "--window-size") == "(31,0)"
+    assert _flag(exp.args, "--window-attn-skip-freq") == "([1]*2+[0]*1+[1]*2+[0]*1)"
+    assert "--qk-layernorm" in exp.args
+
+
+def test_gpt_oss_exports_sinks_and_biases(tmp_path):
+    cfg = dict(model_type="gpt_oss", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=32, intermediate_size=64, num_local_experts=4,
+               num_experts_per_tok=2, vocab_size=1000, max_position_embeddings=512,
+               sliding_window=32, attention_bias=True)
+    _, exp = _export_tiny(tmp_path, cfg, Variant(tp=2, ep=2), 1, 2)
+    a = exp.args
+    assert _flag(a, "--softmax-type") == "learnable" and "--disable-bias-linear" not in a
+    assert _flag(a, "--expert-tensor-parallel-size") == "1"
+    assert any("--expert-tensor-parallel-size 1" in w for w in exp.warnings)

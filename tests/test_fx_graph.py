@@ -195,3 +195,24 @@ def test_hf_transformers_block_exported_on_meta():
     assert tr.num_params == ours.params
     assert tr.fwd_flops == ours.fwd_flops  # causal attention halved on both sides
     assert tr.model_num_params == fx.total_params(spec)
+
+
+@pytest.mark.parametrize("name,variant", [
+    ("tiny_llama", Variant()), ("tiny_llama", Variant(2, True, 1, 2)),
+    ("tiny_moe", Variant(2, False, 2, 1)), ("tiny_gpt", Variant(2, True, 1, 1))])
+def test_full_recompute_bytes_equal_the_traced_checkpoint(name, variant):
+    """The whole-block checkpoint's saved bytes, computed from the block's input, equal the ones
+    measured by running the block under torch.utils.checkpoint (the pass they replace)."""
+    import torch.fx
+
+    from nest.graph import torch_models as tm
+
+    m = load_model(name)
+    if variant.key not in {v.key for v in cf.variants_of(m)}:
+        variant = cf.variants_of(m)[-1]  # the widest the tiny model declares
+    module, inputs = tm.build_layer(m, "block", variant)
+    gm = torch.fx.GraphModule(module, fx._Tracer().trace(module))
+    exclude = fx._excluded(module)
+    traced = fx.full_bytes_traced(gm, inputs, exclude)
+    assert fx.full_recompute_bytes(inputs, exclude) == traced > 0
+    assert fx.trace_layer(m, "block", variant).cost.act_bytes["full"] == traced

@@ -53,7 +53,8 @@ HOSTILE = {
 AS_FILE = {k: v for k, v in HOSTILE.items() if len(v.encode()) < 200 and "/" not in v}
 REFUSED_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u00a0\u2028\u2029\u202e]")
 LAUNCH_COMMANDS = ("NODES=(", "NPROC=(", "VISIBLE=(", "export ", "unset ", "DATA_ARGS=",
-                   "TRAIN_ARGS=", "set -euo pipefail")
+                   "TRAIN_ARGS=", "set -euo pipefail",
+                   'cd "${MEGATRON_LM:-.}"')
 
 
 @pytest.fixture(scope="module")

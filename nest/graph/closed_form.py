@@ -108,13 +108,15 @@ def head_params(m: ModelSpec) -> int:
 
 # Features of Hugging Face families that only the traced modules (torch_fx) model.
 _FX_ONLY = ("head_size", "qkv_bias", "qk_norm", "sandwich_norm", "sliding_window",
-            "final_softcap", "shared_ffn_hidden_size", "num_dense_layers", "kv_lora_rank")
+            "final_softcap", "shared_ffn_hidden_size", "num_dense_layers", "kv_lora_rank",
+            "qk_norm_full", "linear_bias", "attention_sinks", "mtp_layers")
 
 
 def check_supported(m: ModelSpec) -> None:
     """A SpecError naming the model's features this closed form does not price."""
     used = [k for k in _FX_ONLY if getattr(m, k)] + (["ffn_type=geglu"] if m.ffn_type == "geglu"
-                                                      else [])
+                                                      else []) + ([] if m.pre_norm else
+                                                                  ["pre_norm=false"])
     if used:
         raise SpecError(f"{m.source_file or m.name}: the closed-form graph does not model "
                         f"{', '.join(used)}; build it with graph_source torch_fx")

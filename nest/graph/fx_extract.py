@@ -264,24 +264,43 @@ def _layer_trace(m: ModelSpec, kind: str, v: Variant, mbs: int) -> TracedLayer:
     records = list(log.records)
     act = {"none": saved.total}
 
-    # passes 2 and 3: forward only, attention core / whole block checkpointed
+    # pass 2: forward only, attention core checkpointed (the same module, fresh inputs).
+    # Full recomputation (the whole block under a reentrant checkpoint) keeps exactly the
+    # block's input: its bytes, without a third pass (full_recompute_bytes; the traced pass
+    # that checks it: tests/test_fx_graph.py).
     if kind.startswith("block"):
-        for mode in ("selective", "full"):
-            module_inputs = tm.build_layer(m, kind, v, mbs)[1]
-            s = _Saved(exclude)
-            with tm.comm_log(), torch.autograd.graph.saved_tensors_hooks(s.pack, s.unpack):
-                if mode == "selective":
-                    _Runner(gm, selective=True).run(*module_inputs)
-                else:
-                    checkpoint(lambda *a: _Runner(gm).run(*a), *module_inputs,
-                               use_reentrant=True, preserve_rng_state=False)
-            act[mode] = s.total
+        act["selective"] = selective_bytes(gm, m, kind, v, mbs, exclude)
+        act["full"] = full_recompute_bytes(tm.layer_inputs(m, kind, v, mbs), exclude)
     else:  # embedding and head are never recomputed (as in the closed form)
         act["selective"] = act["full"] = act["none"]
 
     nodes, ops = _summarise(gm, meter, runner.values, {tm.storage_key(out)})
     cost = _layer_cost(m, kind, v, module, ops, records, act, out)
     return TracedLayer(kind, v, gm, nodes, cost)
+
+
+def selective_bytes(gm, m, kind, v, mbs, exclude) -> float:
+    """Saved bytes of one forward with the attention core checkpointed."""
+    s = _Saved(exclude)
+    with tm.comm_log(), torch.autograd.graph.saved_tensors_hooks(s.pack, s.unpack):
+        _Runner(gm, selective=True).run(*tm.layer_inputs(m, kind, v, mbs))
+    return s.total
+
+
+def full_recompute_bytes(inputs, exclude) -> float:
+    """A reentrant checkpoint of the whole block saves its tensor inputs and nothing else."""
+    return float(sum({tm.storage_key(t): t.untyped_storage().nbytes() for t in inputs
+                      if isinstance(t, torch.Tensor) and tm.storage_key(t) not in exclude}
+                     .values()))
+
+
+def full_bytes_traced(gm, inputs, exclude) -> float:
+    """The same bytes measured by running the checkpointed block (the check of the above)."""
+    s = _Saved(exclude)
+    with tm.comm_log(), torch.autograd.graph.saved_tensors_hooks(s.pack, s.unpack):
+        checkpoint(lambda *a: _Runner(gm).run(*a), *inputs, use_reentrant=True,
+                   preserve_rng_state=False)
+    return s.total
 
 
 def _summarise(gm, meter: _Meter, values: dict, out_keys: set[int]):
@@ -376,7 +395,8 @@ def trace_layer(m: ModelSpec, kind: str, v: Variant | None = None, mbs: int = 1)
     (default: no parallelism). Layers without experts (embedding, head, a dense block) do not
     depend on ep: they are traced once at ep = 1 and shared by every ep."""
     v = v or Variant()
-    if v.ep > 1 and (kind in ("embedding", "head") or "dense" in kind):
+    if v.ep > 1 and (kind == "embedding" or "dense" in kind or (kind == "head"
+                                                                 and not m.mtp_layers)):
         v = dataclasses.replace(v, ep=1)
     return _cached(_dims(m), kind, v, mbs)
 
@@ -387,6 +407,8 @@ def _num_params(m: ModelSpec, kind: str) -> float:
     n = sum(p.numel() for p in module.parameters())
     if kind == "head" and m.tied_embeddings:
         n -= module.lm_head.weight.numel()  # the tied copy is counted once, in the embedding
+    if kind == "head":  # MTP modules use the main embedding table: counted there
+        n -= sum(mtp.embed.lookup.weight.numel() for mtp in module.mtp)
     return float(n)
 
 

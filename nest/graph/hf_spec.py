@@ -35,8 +35,8 @@ RoPE model gets DEFAULT_SEQ_LEN (capped at max_position_embeddings) with a warni
 BERT (learned positions) get their position table's length.
 
 Parallel variants, unless given: every tp <= NODE_SIZE dividing the attention heads, KV heads and
-every MLP width; sp both ways; every ep <= MAX_EP dividing the routed experts; every cp in
-{1, 2, 4, 8} dividing the sequence (with tp under sp).
+every MLP width; sp both ways; every power-of-two ep <= MAX_EP dividing the routed experts;
+every cp in {1, 2, 4, 8} dividing the sequence (with tp under sp).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ import warnings
 from pathlib import Path
 
 from nest.errors import SpecError, short
+from nest.graph.hf_keys import check_keys
 from nest.specs import ModelSpec, load_hf_config, model_from_dict, validate
 
 DEFAULT_SEQ_LEN = 4096  # Llama-3 pre-training's 8192 halved: the common fine-tuning length
@@ -56,10 +57,11 @@ MAX_EP = 64  # the largest expert-parallel group of a published recipe (DeepSeek
 CP_SIZES = (1, 2, 4, 8)
 
 FAMILY = {"llama": "llama", "mistral": "llama", "phi3": "llama", "qwen2": "llama",
-          "qwen3": "llama", "gemma2": "llama",
+          "qwen3": "llama", "gemma2": "llama", "gemma3_text": "llama", "olmo2": "llama",
           "mixtral": "mixtral", "qwen2_moe": "mixtral", "qwen3_moe": "mixtral",
-          "deepseek_v2": "mixtral", "deepseek_v3": "mixtral",
+          "deepseek_v2": "mixtral", "deepseek_v3": "mixtral", "gpt_oss": "mixtral",
           "gpt2": "gpt", "bert": "bert"}
+GEMMA = ("gemma2", "gemma3_text")
 ROPE_TYPES = {"default", "linear", "dynamic", "yarn", "longrope", "llama3", "su"}
 
 
@@ -111,9 +113,17 @@ def _window_layers(c: _Cfg, mtype: str, n: int) -> tuple[int, tuple[int, ...]]:
     if not w:
         return 0, ()
     if types is not None:
+        bad = [t for t in types if t not in ("sliding_attention", "full_attention")]
+        if len(types) != n or bad:
+            raise SpecError(f"{c.where}: key 'layer_types': expected {n} entries, each "
+                            f"'sliding_attention' or 'full_attention' (got {len(types)}"
+                            f"{', ' + short(bad[0]) if bad else ''})")
         layers = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
-    elif mtype == "gemma2":  # Gemma2Config: sliding on even blocks, global on odd
+    elif mtype in ("gemma2", "gpt_oss"):  # their configs: sliding on even blocks, global on odd
         layers = tuple(i for i in range(n) if (i + 1) % 2)
+    elif mtype == "gemma3_text":  # Gemma3TextConfig: 5 local blocks, then 1 global (pattern 6)
+        p = c.get("sliding_window_pattern", 6)
+        layers = tuple(i for i in range(n) if (i + 1) % p)
     elif mtype in ("qwen2", "qwen3"):  # Qwen2Config: sliding from max_window_layers on
         layers = tuple(i for i in range(n) if i >= c.get("max_window_layers", n))
     elif mtype in ("qwen2_moe", "qwen3_moe"):
@@ -159,18 +169,24 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
     d = dict(num_layers=n, hidden_size=h, num_heads=a,
              num_kv_heads=c.get("num_key_value_heads", a),
              ffn_hidden_size=c.need("intermediate_size"), ffn_type="swiglu",
-             tied_embeddings=bool(c.get("tie_word_embeddings", mtype == "gemma2")))
+             tied_embeddings=bool(c.get("tie_word_embeddings", mtype in GEMMA)))
     if mtype == "qwen2":
         d["qkv_bias"] = True  # Qwen2Attention: bias=True on q, k, v (hard-coded)
     elif mtype == "qwen2_moe":
         d["qkv_bias"] = bool(c.get("qkv_bias", True))
-    if mtype not in ("qwen2", "qwen2_moe"):
+    if mtype == "gpt_oss":  # biases on Q, K, V, out, router and experts; a sink logit per head
+        c.refuse("attention_bias", lambda v: v, "gpt-oss: its attention has biases")
+        d.update(linear_bias=True, attention_sinks=True)
+    elif mtype not in ("qwen2", "qwen2_moe"):
         c.refuse("attention_bias", lambda v: not v, "attention biases are not modelled")
-    if mtype in ("qwen3", "qwen3_moe"):
-        d["qk_norm"] = True
+    if mtype in ("qwen3", "qwen3_moe", "gemma3_text"):
+        d["qk_norm"] = True  # RMSNorm over each head's Q and K
+    if mtype == "olmo2":  # RMSNorm over the whole Q and K projections; norms after, not before
+        d.update(qk_norm=True, qk_norm_full=True, pre_norm=False)
     head_dim = c.get("head_dim")
-    if head_dim and head_dim != h // a and mtype in ("qwen3", "qwen3_moe", "gemma2", "mistral",
-                                                     "qwen2", "qwen2_moe", "llama", "mixtral"):
+    if head_dim and head_dim != h // a and mtype in ("qwen3", "qwen3_moe", "mistral", "qwen2",
+                                                     "qwen2_moe", "llama", "mixtral", "olmo2",
+                                                     "gpt_oss", *GEMMA):
         d["head_size"] = head_dim
     elif head_dim and head_dim != h // a and mtype not in ("deepseek_v2", "deepseek_v3"):
         raise SpecError(f"{c.where}: key 'head_dim': {head_dim} != hidden_size / "
@@ -180,18 +196,19 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
         raise SpecError(f"{c.where}: key '{'head_dim' if d.get('head_size') else 'hidden_size'}'"
                         f": the head dimension is {rot}, odd; rotary position embeddings need "
                         f"an even one")
-    if mtype == "gemma2":
+    if mtype in GEMMA:
+        c.refuse("use_bidirectional_attention", lambda v: not v, "causal attention only")
         act = c.get("hidden_activation", c.get("hidden_act", "gelu_pytorch_tanh"))
         if not str(act).startswith("gelu"):
             raise SpecError(f"{c.where}: key 'hidden_activation': {short(act)} is not supported "
-                            f"(Gemma-2's GeGLU)")
+                            f"(Gemma's GeGLU)")
         d.update(ffn_type="geglu", sandwich_norm=True,
                  attn_softcap=float(c.get("attn_logit_softcapping", 0.0)),
                  final_softcap=float(c.get("final_logit_softcapping", 0.0)))
     else:
         c.refuse("hidden_act", lambda v: v == "silu", "the gated MLP needs silu (SwiGLU)")
         for key in ("attn_logit_softcapping", "final_logit_softcapping"):
-            c.refuse(key, lambda v: not v, "soft-capping is modelled for gemma2 only")
+            c.refuse(key, lambda v: not v, "soft-capping is modelled for gemma2 / gemma3 only")
     w, layers = _window_layers(c, mtype, n)
     if w:
         d.update(sliding_window=w, window_layers=list(layers))
@@ -200,7 +217,7 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
 
 def _moe(c: _Cfg, mtype: str, d: dict) -> None:
     n = d["num_layers"]
-    if mtype == "mixtral":
+    if mtype in ("mixtral", "gpt_oss"):  # gpt-oss: intermediate_size is each expert's width
         d.update(num_experts=c.need("num_local_experts"), top_k=c.need("num_experts_per_tok"))
         return
     d["top_k"] = c.need("num_experts_per_tok")
@@ -223,10 +240,9 @@ def _moe(c: _Cfg, mtype: str, d: dict) -> None:
              shared_ffn_hidden_size=f_moe * c.get("n_shared_experts", 0))
     if k_dense >= n:
         raise SpecError(f"{c.where}: key 'first_k_dense_replace': {k_dense} leaves no MoE block")
-    if c.get("num_nextn_predict_layers", 0):
-        warnings.warn(f"{c.where}: key 'num_nextn_predict_layers': the multi-token-prediction "
-                      f"module is not part of the transformers model and is not priced",
-                      stacklevel=4)
+    # multi-token prediction (DeepSeek-V3, section 2.2): priced as modules after the head (not
+    # part of the transformers model: its parameters come on top of transformers' count)
+    d["mtp_layers"] = int(c.get("num_nextn_predict_layers", 0))
     # multi-head latent attention (DeepSeek-V2, section 2.1.2)
     nope, rope, vd = c.need("qk_nope_head_dim"), c.need("qk_rope_head_dim"), c.need("v_head_dim")
     d.update(kv_lora_rank=c.need("kv_lora_rank"), q_lora_rank=c.get("q_lora_rank", 0),
@@ -245,7 +261,9 @@ def derive_variants(d: dict) -> dict:
     s, tmax = d["seq_len"], max(tps)
     cps = [c for c in CP_SIZES if s % (c * tmax) == 0]
     E = d.get("num_experts", 1)
-    eps = [e for e in range(1, min(E, MAX_EP) + 1) if E % e == 0]
+    # powers of two only: ep divides the data-parallel size, a divisor of a power-of-two GPU
+    # count on every catalog cluster (Qwen1.5-MoE's 60 experts: ep 1, 2, 4, not 3, 5, 6, 10 ...)
+    eps = [e for e in range(1, min(E, MAX_EP) + 1) if E % e == 0 and not e & (e - 1)]
     return {"tp": tps, "sp": [False, True] if tmax > 1 else [False], "ep": eps, "cp": cps}
 
 
@@ -256,7 +274,14 @@ def model_spec_from_hf_config(config: dict | str | os.PathLike, *, name: str | N
     YAML). seq_len: the training sequence length (module docstring for its default)."""
     where = "<config dict>" if isinstance(config, dict) else str(config)
     cfg = config if isinstance(config, dict) else load_hf_config(config)
+    if cfg.get("model_type") == "gemma3" and isinstance(cfg.get("text_config"), dict):
+        warnings.warn(f"{where}: model_type 'gemma3' (image and text): planning its text decoder "
+                      f"(key 'text_config'); the SigLIP vision tower and projector are not "
+                      f"planned", stacklevel=2)
+        cfg = {"_name_or_path": cfg.get("_name_or_path"), "model_type": "gemma3_text",
+               **cfg["text_config"]}
     validate(cfg, "hf_config", where)  # types, ranges and finiteness before any arithmetic
+    check_keys(cfg, where)
     c = _Cfg(cfg, where)
     mtype = cfg.get("model_type")
     if mtype not in FAMILY:

@@ -39,6 +39,7 @@ from nest.graph.layer_graph import Variant
 from nest.specs import ModelSpec
 
 DTYPE = torch.bfloat16
+_PHASES = ("fwd", "bwd")
 DROPOUT_P = 0.1  # BERT and GPT-3 train with dropout 0.1 (Devlin et al. 2019; Brown et al. 2020)
 
 # --------------------------------------------------------------------------------------------
@@ -354,12 +355,15 @@ class ExpertLinear(nn.Module):
 
     op_kind = "matmul"
 
-    def __init__(self, name, num_local, d_in, d_out):
+    def __init__(self, name, num_local, d_in, d_out, bias=False):
         super().__init__()
         self.op_name, self.op_count = name, num_local
         self.weight = _param(num_local, d_in, d_out)
+        self.bias = _param(num_local, 1, d_out) if bias else None  # gpt-oss: a bias per expert
 
     def forward(self, x):
+        if self.bias is not None:
+            return torch.baddbmm(self.bias, x, self.weight)
         return torch.bmm(x, self.weight)
 
 
@@ -441,9 +445,12 @@ class AttentionCore(nn.Module):
 
     op_kind = "attention"
 
-    def __init__(self, b, a, kv, d, s_q, s_kv, cp, causal, dropout, packed, window=0):
+    def __init__(self, b, a, kv, d, s_q, s_kv, cp, causal, dropout, packed, window=0,
+                 sinks=False):
         super().__init__()
         self.op_name = "attention"
+        # gpt-oss: one learned logit per head joins each query's softmax and is dropped after it
+        self.sinks = nn.Parameter(torch.zeros(a, dtype=DTYPE)) if sinks else None
         self.b, self.a, self.kv, self.g, self.d = b, a, kv, a // kv, d
         self.s_q, self.s_kv, self.cp, self.p, self.packed = s_q, s_kv, cp, dropout, packed
         self.flop_scale, self.band = window_scale(s_kv, window, causal)
@@ -468,7 +475,12 @@ class AttentionCore(nn.Module):
         if self.band < self.s_kv:  # sliding window: each query scores a band of w keys
             k, v = k[:, : self.band], v[:, : self.band]
         # the causal mask is applied on chip (flash / fused masked softmax): no tensor for it
-        probs = torch.softmax(torch.bmm(q, k.transpose(1, 2)) * (1.0 / math.sqrt(d)), dim=-1)
+        scores = torch.bmm(q, k.transpose(1, 2)) * (1.0 / math.sqrt(d))
+        if self.sinks is not None:  # [b*kv, g*s, n] scores; head (kv, g) has sink kv*g + g
+            sink = self.sinks.view(1, kv, g, 1, 1).expand(b, kv, g, s, 1).reshape(b * kv, g * s, 1)
+            probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+        else:
+            probs = torch.softmax(scores, dim=-1)
         probs = dropout(probs, self.p)
         ctx = torch.bmm(probs, v)
         if self.packed:
@@ -490,22 +502,37 @@ def window_scale(s: int, window: int, causal: bool) -> tuple[float, int]:
 
 
 class QKNorm(nn.Module):
-    """RMSNorm over each head's Q and K (Qwen3), on the [s, b, kv*(g+2)*d] projection."""
+    """RMSNorm over each head's Q and K (Qwen3, Gemma-3), on the [s, b, kv*(g+2)*d] projection;
+    `full`: over the whole Q and the whole K projection (OLMo-2; weights a*d and kv*d split over
+    tp like the projection, each token's fp32 sum of squares all-reduced over tp, forward and
+    backward)."""
 
     op_kind = "memory"
 
-    def __init__(self, kv, g, d):
+    def __init__(self, kv, g, d, full=False, tp=1):
         super().__init__()
-        self.op_name, self.kv, self.g, self.d = "qk_norm", kv, g, d
-        self.q_weight = nn.Parameter(torch.ones(d, dtype=DTYPE))
-        self.k_weight = nn.Parameter(torch.ones(d, dtype=DTYPE))
+        self.op_name, self.kv, self.g, self.d, self.full, self.tp = "qk_norm", kv, g, d, full, tp
+        self.q_weight = nn.Parameter(torch.ones(kv * g * d if full else d, dtype=DTYPE))
+        self.k_weight = nn.Parameter(torch.ones(kv * d if full else d, dtype=DTYPE))
 
     def forward(self, qkv):
         s, b, _ = qkv.shape
-        x = qkv.view(s, b, self.kv, self.g + 2, self.d)
-        q = _RMSNorm.apply(x[:, :, :, : self.g], self.q_weight, 1e-6)
-        k = _RMSNorm.apply(x[:, :, :, self.g: self.g + 1], self.k_weight, 1e-6)
-        return torch.cat([q, k, x[:, :, :, self.g + 1:]], dim=3).view(s, b, -1)
+        kv, g, d = self.kv, self.g, self.d
+        x = qkv.view(s, b, kv, g + 2, d)
+        if not self.full:
+            q = _RMSNorm.apply(x[:, :, :, :g], self.q_weight, 1e-6)
+            k = _RMSNorm.apply(x[:, :, :, g: g + 1], self.k_weight, 1e-6)
+        else:
+            if self.tp > 1:
+                stat = qkv.new_empty((s, b), dtype=torch.float32)
+                for phase in _PHASES:
+                    for _ in "qk":
+                        _record("all_reduce", phase, "tp", stat)
+            q = _RMSNorm.apply(x[:, :, :, :g].reshape(s, b, kv * g * d), self.q_weight,
+                               1e-6).view(s, b, kv, g, d)
+            k = _RMSNorm.apply(x[:, :, :, g].reshape(s, b, kv * d), self.k_weight,
+                               1e-6).view(s, b, kv, 1, d)
+        return torch.cat([q, k, x[:, :, :, g + 1:]], dim=3).view(s, b, -1)
 
 
 class MlaPack(nn.Module):
@@ -705,13 +732,13 @@ class Mlp(nn.Module):
 
     def __init__(self, m: ModelSpec, t: int, f: int | None = None, prefix: str = "mlp"):
         super().__init__()
-        h, bias = m.hidden_size, m.family in ("bert", "gpt")
+        h, bias = m.hidden_size, m.family in ("bert", "gpt") or m.linear_bias
         f = (f or m.ffn_hidden_size) // t
         if m.ffn_type == "gelu":
             self.up = Linear(f"{prefix}_up", h, f, bias)
             self.act = Activation("gelu" if prefix == "mlp" else f"{prefix}_gelu", "gelu")
         else:
-            self.up = Linear(f"{prefix}_gate_up", h, 2 * f, False)
+            self.up = Linear(f"{prefix}_gate_up", h, 2 * f, bias)
             name = m.ffn_type if prefix == "mlp" else f"{prefix}_{m.ffn_type}"
             self.act = Activation(name, m.ffn_type)
         self.down = Linear(f"{prefix}_down", f, h, False)  # its bias lives in residual2
@@ -726,13 +753,13 @@ class MoE(nn.Module):
         h, f, E, e, k = m.hidden_size, m.ffn_hidden_size // v.tp, m.num_experts, v.ep, m.top_k
         cap = -(-tokens * k // E)  # balanced routing: slots per expert on this device
         self.h = h
-        self.router = Linear("router", h, E, False)
+        self.router = Linear("router", h, E, m.linear_bias)
         self.route = MoeRoute(k)
         self.permute = MoePermute(E, cap)
         self.dispatch = Comm("all_to_all", "ep", e, out_shape=(E // e, e * cap, h)) if e > 1 else None
-        self.experts_gate_up = ExpertLinear("expert_gate_up", E // e, h, 2 * f)
+        self.experts_gate_up = ExpertLinear("expert_gate_up", E // e, h, 2 * f, m.linear_bias)
         self.experts_act = Activation(f"expert_{m.ffn_type}", m.ffn_type)
-        self.experts_down = ExpertLinear("expert_down", E // e, f, h)
+        self.experts_down = ExpertLinear("expert_down", E // e, f, h, m.linear_bias)
         self.undispatch = Comm("all_to_all", "ep", e, out_shape=(E, cap, h)) if e > 1 else None
         self.combine = MoeCombine(k)
         # shared experts: a dense MLP on every token, split over tp (Qwen2-MoE, DeepSeek)
@@ -778,10 +805,11 @@ class Block(nn.Module):
         t = v.tp
         h, a, kv, d = m.hidden_size, m.num_heads // t, m.num_kv_heads // t, m.head_dim
         s_loc = m.seq_len // v.cp
-        bias, p = m.family in ("bert", "gpt"), (DROPOUT_P if m.has_dropout else 0.0)
+        bias, p = m.family in ("bert", "gpt") or m.linear_bias, (DROPOUT_P if m.has_dropout
+                                                                  else 0.0)
         rope = m.family in ("llama", "mixtral")
         self.post_norm = m.family == "bert"
-        self.norm1 = Norm("norm1", h, m.norm)
+        self.norm1 = Norm("norm1", h, m.norm) if m.pre_norm else None
         self.tp_in1, self.tp_out1 = _TP(v).enter(), _TP(v).exit()
         self.mla = m.is_mla
         if self.mla:  # down-projections and their norms replicated over tp (Megatron-core MLA)
@@ -800,23 +828,25 @@ class Block(nn.Module):
             self.out_proj = Linear("out_proj", a * dv, h, False)
         else:
             self.qkv = Linear("qkv", h, (a + 2 * kv) * d, bias or m.qkv_bias)
-            self.qk_norm = QKNorm(kv, a // kv, d) if m.qk_norm else None
+            self.qk_norm = QKNorm(kv, a // kv, d, m.qk_norm_full, t) if m.qk_norm else None
             packed = rope or kv != a
             self.pack = PackQKV("rope" if rope else "qkv_layout", s_loc, kv, a // kv, d,
                                 rope=rope) if packed else None
             self.attention = AttentionCore(mbs, a, kv, d, s_loc, m.seq_len, v.cp, m.causal, p,
-                                           packed, window)
+                                           packed, window, m.attention_sinks)
             self.out_proj = Linear("out_proj", a * d, h, False)
-        self.post_norm1 = Norm("post_norm1", h, m.norm) if m.sandwich_norm else None
+        post = m.sandwich_norm or not m.pre_norm  # OLMo-2: post-norms only
+        self.post_norm1 = Norm("post_norm1", h, m.norm) if post else None
         self.residual1 = BiasDropoutAdd("residual1", h, bias, p)
-        self.norm2 = Norm("norm2", h, m.norm)
+        self.norm2 = Norm("norm2", h, m.norm) if m.pre_norm else None
         self.tp_in2, self.tp_out2 = _TP(v).enter(), _TP(v).exit()
         if m.is_moe and not dense:
             self.mlp = MoE(m, v, mbs * s_loc)
         else:
             self.mlp = Mlp(m, t, m.dense_ffn_hidden_size if m.is_moe else None)
-        self.post_norm2 = Norm("post_norm2", h, m.norm) if m.sandwich_norm else None
-        self.residual2 = BiasDropoutAdd("residual2", h, bias, p)
+        self.post_norm2 = Norm("post_norm2", h, m.norm) if post else None
+        dense_bias = m.family in ("bert", "gpt") or (m.linear_bias and not isinstance(self.mlp, MoE))
+        self.residual2 = BiasDropoutAdd("residual2", h, dense_bias, p)
 
     def _attn(self, x):
         if self.tp_in1 is not None:
@@ -848,8 +878,8 @@ class Block(nn.Module):
         if self.post_norm:  # BERT: x = LN(x + f(x))
             x = self.norm1(self.residual1(x, self._attn(x)))
             return self.norm2(self.residual2(x, self._mlp(x)))
-        x = self.residual1(x, self._attn(self.norm1(x)))
-        return self.residual2(x, self._mlp(self.norm2(x)))
+        x = self.residual1(x, self._attn(self.norm1(x) if self.norm1 is not None else x))
+        return self.residual2(x, self._mlp(self.norm2(x) if self.norm2 is not None else x))
 
 
 class EmbeddingLayer(nn.Module):
@@ -879,7 +909,7 @@ class EmbeddingLayer(nn.Module):
 class HeadLayer(nn.Module):
     """(hidden [s_loc (/t with sp), b, h], targets [s_loc, b]) -> loss per token [s_loc * b]."""
 
-    def __init__(self, m: ModelSpec, v: Variant):
+    def __init__(self, m: ModelSpec, v: Variant, mbs: int = 1):
         super().__init__()
         h, t = m.hidden_size, v.tp
         self.bert = m.family == "bert"
@@ -896,8 +926,17 @@ class HeadLayer(nn.Module):
         self.lm_head = Linear("lm_head", h, math.ceil(m.vocab_size / t), self.bert)
         self.softcap = SoftCap(m.final_softcap) if m.final_softcap else None
         self.loss = CrossEntropy(t)
+        self.mtp = nn.ModuleList(MtpModule(m, v, mbs) for _ in range(m.mtp_layers))
 
     def forward(self, x, target):
+        hidden = x
+        loss = self._loss(x, target)
+        for mtp in self.mtp:  # DeepSeek-V3: each module predicts one token further
+            hidden = mtp(hidden, target)
+            loss = mtp.add(loss, self._loss(hidden, target, mtp.final_norm))
+        return loss
+
+    def _loss(self, x, target, final_norm=None):
         if self.bert:
             if self.tp_in is not None:
                 x = self.tp_in(x)
@@ -905,13 +944,45 @@ class HeadLayer(nn.Module):
             if self.tp_in2 is not None:
                 x = self.tp_in2(x)
         else:
-            x = self.final_norm(x)
+            x = (final_norm or self.final_norm)(x)
             if self.tp_in is not None:
                 x = self.tp_in(x)
         logits = self.lm_head(x)
         if self.softcap is not None:
             logits = self.softcap(logits)
         return self.loss(logits, target)
+
+
+class MtpModule(nn.Module):
+    """One multi-token-prediction module (DeepSeek-V3, section 2.2; Megatron-LM's
+    MultiTokenPredictionLayer): RMSNorm of the previous depth's hidden state and of the next
+    token's embedding, concatenated, projected 2h -> h, one transformer block (an MoE block), then
+    its own final norm before the shared output head and a cross-entropy loss. The embedding
+    table is the main model's, held again on the last pipeline stage (as Megatron-LM does); the
+    2h x h projection is replicated over tp (0.1% of DeepSeek-V3's MTP FLOPs)."""
+
+    def __init__(self, m: ModelSpec, v: Variant, mbs: int):
+        super().__init__()
+        h = m.hidden_size
+        self.embed = EmbeddingLayer(m, v)
+        self.hnorm, self.enorm = Norm("mtp_hnorm", h, m.norm), Norm("mtp_enorm", h, m.norm)
+        self.eh_proj = Linear("mtp_eh_proj", 2 * h, h, False)
+        self.block = Block(m, v, mbs)
+        self.final_norm = Norm("mtp_final_norm", h, m.norm)
+        self.add = LossAdd()
+
+    def forward(self, hidden, target):
+        e = self.embed(target)  # the shifted tokens' embeddings (same shape as the ids)
+        x = self.eh_proj(torch.cat([self.hnorm(hidden), self.enorm(e)], dim=-1))
+        return self.block(x)
+
+
+class LossAdd(nn.Module):
+    op_kind = "memory"
+    op_name = "mtp_loss_add"
+
+    def forward(self, a, b):
+        return a + b
 
 
 LAYER_KINDS = ("embedding", "block", "head")
@@ -928,6 +999,20 @@ def block_kind(m: ModelSpec, i: int) -> str:
 
 def block_kinds(m: ModelSpec) -> list[str]:
     return [block_kind(m, i) for i in range(m.num_layers)]
+
+
+def layer_inputs(m: ModelSpec, kind: str, v: Variant | None = None, mbs: int = 1,
+                 device: str | torch.device = "meta") -> tuple[torch.Tensor, ...]:
+    """Fresh example inputs of layer `kind` (as build_layer gives them), without the module."""
+    v = v or Variant()
+    s_loc = m.seq_len // v.cp
+    s_in = s_loc // v.tp if v.sp else s_loc
+    with torch.device(device):
+        ids = torch.zeros(s_loc, mbs, dtype=torch.long)
+        if kind == "embedding":
+            return (ids,)
+        x = torch.empty(s_in, mbs, m.hidden_size, dtype=DTYPE, requires_grad=True)
+        return (x, ids) if kind == "head" else (x,)
 
 
 def build_layer(m: ModelSpec, kind: str, v: Variant | None = None, mbs: int = 1,
@@ -949,5 +1034,5 @@ def build_layer(m: ModelSpec, kind: str, v: Variant | None = None, mbs: int = 1,
             window = m.sliding_window if "window" in flags else 0
             return Block(m, v, mbs, dense="dense" in flags, window=window), (x,)
         if kind == "head":
-            return HeadLayer(m, v), (x, torch.zeros(s_loc, mbs, dtype=torch.long))
+            return HeadLayer(m, v, mbs), (x, torch.zeros(s_loc, mbs, dtype=torch.long))
     raise ValueError(f"unknown layer kind '{kind}' (expected one of {LAYER_KINDS})")

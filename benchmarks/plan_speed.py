@@ -1,0 +1,86 @@
+"""Time to plan a Hugging Face model: layer-graph building, then the solve, then `nest compare`.
+
+    .venv/bin/python benchmarks/plan_speed.py [name ...]      (default: every model below)
+
+Per model (a published config.json under tests/fixtures/hf/, sequence 4096, micro-batch 1, on
+dgx_h100_superpod): the torch.fx layer graph of every parallel variant built cold (trace caches
+cleared), then `nest plan --planner nest` with that graph cached in the process (the solve), then
+`nest compare` (every planner of the figures' line-up, the graph still cached). Wall-clock
+seconds on this machine; the issue's target is graph + solve <= 10 s and compare <= 30 s on two
+cores.
+
+Measured at commit 6450f43 on the shared 2-core development machine (load average 6-13 while it
+ran, so several times slower than an idle 2-core machine), seconds:
+
+    model          variants  graph s  solve s compare s
+    llama3_70b           28     19.0     10.3      89.1
+    mixtral_8x22b       112     73.3     19.0     132.3
+    qwen1_5_moe          84    107.7      3.1      28.6
+    gemma3_1b             4     11.1      1.9       3.6
+    gpt_oss_20b         168    261.5      1.5      12.2
+    deepseek_v3         196    152.1      9.6     145.9
+
+The graph is one torch.fx trace per (layer kind, variant): about 0.3 s each on an idle core (a
+meta-tensor forward and backward through fx's Interpreter, dominated by Python dispatch, not by
+tensor sizes), times tp x sp x ep x cp variants (196 for DeepSeek-V3). Not yet within the 10 s
+target; what would reach it is fewer traces (the ep-dependent part of an MoE block derived from
+its ep = 1 trace, or symbolic shapes), not faster ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+import time
+import warnings
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "hf"
+MODELS = {  # name: (config file, GPUs)
+    "llama3_70b": ("llama_3_70b.json", 64),
+    "mixtral_8x22b": ("mixtral_8x22b.json", 64),
+    "deepseek_v3": ("deepseek_v3.json", 256),
+    "qwen1_5_moe": ("qwen1_5_moe_a2_7b.json", 16),
+    "gemma3_1b": ("gemma_3_1b_pt.json", 8),
+    "gpt_oss_20b": ("gpt_oss_20b.json", 16),
+}
+CLUSTER, SEQ = "dgx_h100_superpod", 4096
+
+
+def _quiet(fn, *a):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return fn(*a)
+
+
+def main(names: list[str]) -> None:
+    from nest.cli import main as cli
+    from nest.graph import build_graph, fx_extract
+    from nest.graph.closed_form import variants_of
+    from nest.specs import load_model
+
+    warnings.simplefilter("ignore")
+    print(f"{'model':<14} {'variants':>8} {'graph s':>8} {'solve s':>8} {'compare s':>9}")
+    for name in names:
+        cfg, gpus = MODELS[name]
+        path = str(FIXTURES / cfg)
+        build_graph.cache_clear()
+        fx_extract._cached.cache_clear()
+        fx_extract._num_params.cache_clear()
+        t0 = time.perf_counter()
+        m = load_model(path, seq_len=SEQ)
+        build_graph(m, 1, "torch_fx")
+        t1 = time.perf_counter()
+        common = ["--model", path, "--cluster", CLUSTER, "--num-devices", str(gpus),
+                  "--seq-len", str(SEQ)]
+        rc = _quiet(cli, ["plan", *common, "--planner", "nest", "-q"])
+        t2 = time.perf_counter()
+        rc2 = _quiet(cli, ["compare", *common])
+        t3 = time.perf_counter()
+        flag = "" if rc == rc2 == 0 else f"  (exit {rc} / {rc2})"
+        print(f"{name:<14} {len(variants_of(m)):>8} {t1 - t0:>8.1f} {t2 - t1:>8.1f} "
+              f"{t3 - t2:>9.1f}{flag}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or list(MODELS))
