@@ -273,7 +273,9 @@ def _terms(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options, cell)
         per_mb_Z.append(sum(pm.values(), zero))
         sync_Z.append(sum(sy.values(), zero)
                       + optimizer_step_for(pd, pe, d, v.ep, v.cp, z, tr, hw))
-    fixed = fixed_bytes(problem, lt, d, opts, cell)
+    fixed = (fixed_bytes(problem, lt, d, opts, cell) if cell is not None else  # position-free
+             problem.cache.get(lt.store, ("fixed", d, opts),
+                               lambda: read_only(fixed_bytes(problem, lt, d, opts))))
     ov = None
     if tr.dp_overlap != "none":  # the parts the overlapped tail needs (`overlap_terms`)
         fcoll = forward_collectives_s(gt, a, b)
