@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -72,6 +73,20 @@ class GroupTerms:
     dp_level: str
     layer_LR: np.ndarray  # per layer and recompute mode: the total (cum_LR's terms)
     fwd_L: np.ndarray  # per layer: its forward collectives
+
+    @cached_property
+    def content(self) -> bytes:
+        """A digest of every value the stage terms read (nest.costs.stage._terms: cum_LK,
+        fwd_K, cum_LR and the data-parallel lines, each kind's lines sorted: a collective costs
+        its slowest group's, whatever their order): stages whose group terms are equal share
+        their whole-grid terms, however differently they sit."""
+        lines = sorted((part, kind, sorted(v)) for part, by in self.dp_lines.items()
+                       for kind, v in by.items())
+        h = hashlib.blake2b(digest_size=16)
+        for x in (self.cum_LK, self.fwd_K, self.cum_LR):
+            h.update(repr((x.shape, x.dtype.str)).encode() + x.tobytes())
+        h.update(repr((self.names, lines)).encode())
+        return h.digest()
 
 
 def group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:

@@ -28,7 +28,7 @@ from functools import lru_cache
 import numpy as np
 
 from nest.costs.cache import read_only
-from nest.costs.groups import GroupTerms, group_terms, sits_alike
+from nest.costs.groups import GroupTerms, group_terms
 from nest.costs.layers import LayerTable
 from nest.costs.memory import (optimizer_step_for, peak, state_bytes, with_overheads,
                                working_bytes)
@@ -169,13 +169,13 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
     only on its own variant and its neighbours' devices. tied_partner: ids of the stage at the
     other end of the pipeline for the first and last stage of a tied model. `stash` may be an
     array over cells. detail (one cell only): the breakdown the evaluator reports. from_grid:
-    read the cells' position-free terms from the whole grid's, cached per (d, group-terms key
-    `nest.costs.groups.sits_alike`, options): for callers pricing many cells of many stages
+    read the cells' position-free terms from the whole grid's, cached per (d, group terms'
+    content, options): for callers pricing many cells of many stages
     that sit alike (the solver's joint bound); the same values as pricing the cells directly."""
     cl, hw, L = problem.cluster, problem.cluster.hardware, lt.num_layers
     gt = group_terms(problem, lt, ids, d)
     if cell is None or from_grid:
-        terms = problem.cache.get(lt.store, ("grid", d, sits_alike(cl, ids), opts),
+        terms = problem.cache.get(lt.store, ("grid", d, gt.content, opts),
                                   lambda: read_only(_terms(problem, lt, gt, d, opts, None)))
     if cell is None:
         b, a = np.arange(L)[:, None], np.arange(L)[None, :]
