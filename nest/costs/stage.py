@@ -182,7 +182,8 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
     elif from_grid:  # the cells' entries of the grid: the same elementwise arithmetic
         assert not detail, "a breakdown is for one cell, priced directly"
         a, b = cell
-        terms = _cells(terms, L, b, a)
+        base_R, per_mb_Z, sync_Z, fixed_ZR, act_R, _, ov = terms  # parts: for a breakdown only
+        terms = _cells((base_R, per_mb_Z, sync_Z, fixed_ZR, act_R, None, ov), L, b, a)
     else:
         a, b = cell
         terms = _terms(problem, lt, gt, d, opts, (b, a))
