@@ -7,11 +7,17 @@ homogeneous and heterogeneous stages)."""
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
+from nest.costs.groups import _group_terms, group_terms
 from nest.costs.layers import layer_table
+from nest.costs.pipeline import links, stash
+from nest.costs.stage import stage_cost
 from nest.network.collectives import flattened
+from nest.plan import place
 from nest.problem import make_problem
 from nest.settings import TrainingSettings
 from nest.solver import bound_scale, bounds, candidate_optimum, search
@@ -144,3 +150,45 @@ def test_spine_leaf_groups_across_nodes(model, n, batch, network):
     T_all, _, _ = search(pr, space, prune=False)
     assert best is not None and T == pytest.approx(T_all, rel=REL)
     assert math.isfinite(T)
+
+
+@settings(max_examples=40, **HYPOTHESIS)
+@given(instance_specs(), st.sampled_from(("none", "bucketed")))
+def test_joint_bound_prices_equal_direct_stage_prices(spec, dp_overlap):
+    """The joint bound prices stage positions from group terms and whole-grid terms cached per
+    `nest.costs.groups.sits_alike` key (how the stage sits in the hierarchy, not where): at every
+    position of every placement of every candidate, those cached prices of the position's band
+    of cells equal the kernel's direct prices of that band (t, u, mem and the overlapped tail's
+    terms, exactly), and the cached group terms equal freshly computed ones, so the bound is the
+    one the kernel defines and stays valid (`assert_bounds_valid`)."""
+    problem, space = build(spec)
+    problem = problem.with_training(dp_overlap=dp_overlap)
+    opts = space.options
+    for cls in space.classes:
+        lts = [layer_table(problem, v, space.recompute_modes) for v in cls]
+        for p, d in pp_dp_options(problem, space, cls[0]):
+            m = problem.num_microbatches(d, cls[0].ep)
+            for placement in space.placements_for(cls[0], p, d):
+                v = cls[0]
+                ids = place(p, d, v.width, placement, tp=v.tp, cp=v.cp, ep=v.ep)
+                for j in range(p):
+                    a, b = bounds._band(j, p, lts[0].num_layers)
+                    for lt in lts:
+                        kw = dict(cell=(a, b), **links(ids, j))
+                        got = stage_cost(problem, lt, ids[j], d, opts, stash(p, j, m),
+                                         from_grid=True, **kw)
+                        want = stage_cost(problem, lt, ids[j], d, opts, stash(p, j, m), **kw)
+                        for f in ("t", "u", "mem", "tail", "drain"):
+                            x, y = getattr(got, f), getattr(want, f)
+                            assert (x is None) == (y is None), f
+                            if x is not None:
+                                np.testing.assert_array_equal(x, y, err_msg=f)
+                        gt, fresh = group_terms(problem, lt, ids[j], d), _group_terms(
+                            problem, lt, ids[j], d)
+                        assert (gt.names, gt.dp_level) == (fresh.names, fresh.dp_level)
+                        for f in ("fwd_K", "cum_LK", "cum_LR"):
+                            np.testing.assert_array_equal(getattr(gt, f), getattr(fresh, f))
+                        for part, by_kind in fresh.dp_lines.items():
+                            for kind, lines in by_kind.items():
+                                assert sorted(gt.dp_lines[part][kind]) == sorted(lines)
+    assert_bounds_valid(problem, space)

@@ -2,20 +2,22 @@
 
 Part of the stage kernel (nest.costs.stage): the variant's collectives per layer on the stage's
 groups (named terms per network level), and the alpha-beta lines of its data-parallel groups,
-kept per (d, ids shifted to the origin) in the problem's nest.costs.cache.ProblemCache: stages
-that sit alike in the hierarchy share them.
+kept per (d, `sits_alike` key of the ids) in the problem's nest.costs.cache.ProblemCache:
+stages that sit alike in the hierarchy share them, wherever they are.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from nest.costs.cache import read_only
 from nest.costs.layers import LayerTable, prefix
-from nest.network.collectives import (group_lines, group_lines_by_kind, lines_time, shifted,
+from nest.network.collectives import (group_lines, group_lines_by_kind, lines_time, patterns,
                                       span_level)
 
 SYNC_KINDS = ("all_reduce", "reduce_scatter", "all_gather")
@@ -33,6 +35,24 @@ def inner_groups(ids, tp: int, cp: int, ep: int, dp: int) -> dict[str, np.ndarra
         "dp_dense": a.transpose(3, 0, 1, 2).reshape(tp, -1),
         "dp_expert": a.transpose(3, 1, 0, 2).reshape(tp * ep, -1),
     }
+
+
+def sits_alike(cluster, ids) -> tuple:
+    """A key of how an ordered device set sits in the hierarchy, wherever it is: its size, the
+    rank order of its ids and, for every level, which consecutive ids (sorted) are under
+    different switches (nest.network.collectives.patterns). Two sets with the same key give
+    every sub-group taken by list position (`inner_groups`) the same size and pattern (switch
+    groups are contiguous id ranges, so two members share a level-l switch iff no consecutive
+    pair between them parts at l) and the same span level, hence the same collectives, lines
+    and level names: the group terms and the stage terms are functions of the key and d.
+    Unlike shifting ids to their span level's first block, it matches stages across a
+    boundary that does not line up with the stage size (1,024 GPUs over 72-GPU domains)."""
+    a = np.asarray(ids, dtype=np.int64).ravel()
+    if a.size <= 1:
+        return (a.size,)
+    order = np.argsort(a, kind="stable")
+    pat = patterns(cluster, a[order][None, :])
+    return (a.size, hashlib.blake2b(order.tobytes() + pat.tobytes(), digest_size=16).digest())
 
 
 def level_name(cluster, group) -> str:
@@ -54,10 +74,24 @@ class GroupTerms:
     layer_LR: np.ndarray  # per layer and recompute mode: the total (cum_LR's terms)
     fwd_L: np.ndarray  # per layer: its forward collectives
 
+    @cached_property
+    def content(self) -> bytes:
+        """A digest of every value the stage terms read (nest.costs.stage._terms: cum_LK,
+        fwd_K, cum_LR and the data-parallel lines, each kind's lines sorted: a collective costs
+        its slowest group's, whatever their order): stages whose group terms are equal share
+        their whole-grid terms, however differently they sit."""
+        lines = sorted((part, kind, sorted(v)) for part, by in self.dp_lines.items()
+                       for kind, v in by.items())
+        h = hashlib.blake2b(digest_size=16)
+        for x in (self.cum_LK, self.fwd_K, self.cum_LR):
+            h.update(repr((x.shape, x.dtype.str)).encode() + x.tobytes())
+        h.update(repr((self.names, lines)).encode())
+        return h.digest()
+
 
 def group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
-    """The stage's group terms, kept in the problem's cache per (d, shifted ids)."""
-    return problem.cache.get(lt.store, ("group", d, shifted(problem.cluster, ids)),
+    """The stage's group terms, kept in the problem's cache per (d, `sits_alike` key)."""
+    return problem.cache.get(lt.store, ("group", d, sits_alike(problem.cluster, ids)),
                              lambda: _group_terms(problem, lt, ids, d))
 
 
@@ -141,8 +175,8 @@ def tp_overlapped(x_LK: np.ndarray, fwd_K: np.ndarray, tp_K: np.ndarray, lt: Lay
 
 def dp_lines(problem, lt: LayerTable, ids, d: int, groups=None):
     """Alpha-beta lines of a stage's data-parallel groups ({"dense" | "expert": {kind: lines}})
-    and the level name of its dense group (kept in the problem's cache per (d, shifted ids))."""
-    return problem.cache.get(lt.store, ("dp", d, shifted(problem.cluster, ids)),
+    and the level name of its dense group (kept in the problem's cache per (d, `sits_alike` key))."""
+    return problem.cache.get(lt.store, ("dp", d, sits_alike(problem.cluster, ids)),
                              lambda: _dp_lines(problem, lt, ids, d, groups))
 
 

@@ -21,6 +21,7 @@ Z ZeRO stages, R recomputation modes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -32,7 +33,7 @@ from nest.costs.layers import LayerTable
 from nest.costs.memory import (optimizer_step_for, peak, state_bytes, with_overheads,
                                working_bytes)
 from nest.costs.pipeline import held_bytes
-from nest.network.collectives import lines_time, pairs, send_time, shifted, worst
+from nest.network.collectives import lines_time, pairs, send_time, worst
 from nest.schedule import dp_sync_exposed_s
 
 
@@ -159,7 +160,7 @@ def _pairwise_all_reduce(cluster, ids: tuple, partner: tuple, nbytes: float) -> 
 
 def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
                cell: tuple[int, int] | None = None, next_ids=None, prev_ids=None,
-               tied_partner=None, detail: bool = False) -> StageCost:
+               tied_partner=None, detail: bool = False, from_grid: bool = False) -> StageCost:
     """Price a stage. `cell` = (first_layer, last_layer) for one stage, None for the whole [b, a]
     grid. next_ids / prev_ids: the neighbours' devices (None at the ends); each transfer carries
     the sending stage's own per-device boundary tensor (its output forward, the gradient of its
@@ -167,13 +168,22 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
     receiver of another variant re-lays it out locally (not priced), so a stage's time depends
     only on its own variant and its neighbours' devices. tied_partner: ids of the stage at the
     other end of the pipeline for the first and last stage of a tied model. `stash` may be an
-    array over cells. detail (one cell only): the breakdown the evaluator reports."""
+    array over cells. detail (one cell only): the breakdown the evaluator reports. from_grid:
+    read the cells' position-free terms from the whole grid's, cached per (d, group terms'
+    content, options): for callers pricing many cells of many stages
+    that sit alike (the solver's joint bound); the same values as pricing the cells directly."""
     cl, hw, L = problem.cluster, problem.cluster.hardware, lt.num_layers
     gt = group_terms(problem, lt, ids, d)
+    if cell is None or from_grid:
+        terms = problem.cache.get(lt.store, ("grid", d, gt.content, opts),
+                                  lambda: read_only(_terms(problem, lt, gt, d, opts, None)))
     if cell is None:
         b, a = np.arange(L)[:, None], np.arange(L)[None, :]
-        terms = problem.cache.get(lt.store, ("grid", d, shifted(cl, ids), opts),
-                                  lambda: read_only(_terms(problem, lt, gt, d, opts, None)))
+    elif from_grid:  # the cells' entries of the grid: the same elementwise arithmetic
+        assert not detail, "a breakdown is for one cell, priced directly"
+        a, b = cell
+        base_R, per_mb_Z, sync_Z, fixed_ZR, act_R, _, ov = terms  # parts: for a breakdown only
+        terms = _cells((base_R, per_mb_Z, sync_Z, fixed_ZR, act_R, None, ov), L, b, a)
     else:
         a, b = cell
         terms = _terms(problem, lt, gt, d, opts, (b, a))
@@ -200,6 +210,20 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
         out.detail = _detail(problem, lt, gt, d, opts, stash, a, b, parts, float(send_fwd),
                              float(send_bwd), tied)
     return out
+
+
+def _cells(terms, L: int, b, a):
+    """The [b, a] entries of whole-grid terms (every array whose leading axes are the [L, L]
+    grid; anything else, a per-stage constant, as is)."""
+    def pick(x):
+        if isinstance(x, Mapping):
+            return {k: pick(v) for k, v in x.items()}
+        if isinstance(x, tuple):
+            return tuple(pick(v) for v in x)
+        if isinstance(x, np.ndarray) and x.shape[:2] == (L, L):
+            return x[b, a]
+        return x
+    return pick(terms)
 
 
 def fixed_bytes(problem, lt: LayerTable, d: int, opts: Options, cell=None):
@@ -250,7 +274,9 @@ def _terms(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options, cell)
         per_mb_Z.append(sum(pm.values(), zero))
         sync_Z.append(sum(sy.values(), zero)
                       + optimizer_step_for(pd, pe, d, v.ep, v.cp, z, tr, hw))
-    fixed = fixed_bytes(problem, lt, d, opts, cell)
+    fixed = (fixed_bytes(problem, lt, d, opts, cell) if cell is not None else  # position-free
+             problem.cache.get(lt.store, ("fixed", d, opts),
+                               lambda: read_only(fixed_bytes(problem, lt, d, opts))))
     ov = None
     if tr.dp_overlap != "none":  # the parts the overlapped tail needs (`overlap_terms`)
         fcoll = forward_collectives_s(gt, a, b)

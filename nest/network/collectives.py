@@ -78,8 +78,20 @@ def send_time(cluster: ClusterSpec, src, dst, nbytes):
 
 @lru_cache(maxsize=4096)
 def pair_levels(cluster: ClusterSpec, src: tuple, dst: tuple) -> tuple[int, ...]:
-    """The distinct network levels the `pairs` of a transfer cross (-1: the same device)."""
-    return tuple(sorted({cluster.level_of(a, b) for a, b in pairs(src, dst)}))
+    """The distinct network levels the `pairs` of a transfer cross (-1: the same device):
+    ClusterSpec.level_of of every pair, over arrays."""
+    n = max(len(src), len(dst))
+    i = np.arange(n)
+    a = np.asarray(src, dtype=np.int64)[i % len(src)]
+    b = np.asarray(dst, dtype=np.int64)[i % len(dst)]
+    lvl = np.where(a == b, -1, len(cluster.levels))
+    for k in reversed(range(len(cluster.levels))):  # the lowest joining level wins
+        size = cluster.levels[k].devices_per_group
+        lvl = np.where((a != b) & (a // size == b // size), k, lvl)
+    if (lvl == len(cluster.levels)).any():
+        j = int(np.argmax(lvl == len(cluster.levels)))
+        cluster.level_of(int(a[j]), int(b[j]))  # raises: the pair shares no level
+    return tuple(int(x) for x in np.unique(lvl))
 
 
 def group_lines(cluster: ClusterSpec, kind: str, groups) -> list:

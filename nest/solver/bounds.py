@@ -163,7 +163,7 @@ def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int) -> fl
             cost = None
             for lt in lts:
                 c = stage_cost(problem, lt, ids[j], d, opts, stash(p, j, m), cell=(a, b),
-                               **links(ids, j))
+                               from_grid=True, **links(ids, j))
                 if c.tail is None:
                     after = c.u[..., None]
                 else:  # overlapped sync: the tail >= 0, and >= stage 0's own (no drain before it)
