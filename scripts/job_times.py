@@ -42,7 +42,7 @@ def parse(path: Path):
 
 
 def group(rule: str, out: str) -> str:
-    if rule == "plan":
+    if rule == "plan" or rule.startswith("plan_"):  # one planner, or every planner of a point
         parts = out.split(",")[0].split("/")  # results/plans/<planner>/<model>/<cluster>/<n>/mbs
         planner, cluster, n, mbs = parts[2], parts[4], parts[5], parts[6].split(".")[0]
         if planner.startswith("nest_"):
