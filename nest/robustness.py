@@ -259,8 +259,8 @@ def markdown(res: pd.DataFrame, modes: dict[str, set[str]], cfg: dict) -> str:
                  "Every time is a compute or a communication time, so both factors x k leave "
                  "every plan and every gain as they are: a perturbation acts through m / c "
                  "alone, and these two bound m / c over the grid's other corners and over "
-                 "each factor alone. Between them each verdict is assumed to move "
-                 "monotonically in m / c (not tested at every ratio).")
+                 "each factor alone. A quantity need not move monotonically in m / c, so its "
+                 "range here can be narrower than over the whole grid (`scenarios: grid`).")
     else:
         scope = (f", independently ({len(pert)} perturbations besides the unperturbed model; "
                  "training setting cost_scale).")
