@@ -50,15 +50,36 @@ def parse_scale(name: str) -> tuple[float, float]:
 
 def perturbations(cfg: dict, where: str = "robustness") -> list[tuple[float, float]]:
     """Every (compute, communication) of the config's grid but the unperturbed (1, 1), sorted;
-    each factor finite and > 0."""
+    each factor finite and > 0. With `scenarios: ratio_extremes`, only the grid's two corners
+    of lowest and highest communication / compute ratio (see ratio_extremes)."""
     for key in ("compute", "communication"):
         for i, x in enumerate(cfg[key]):
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) \
                     or x <= 0:
                 raise SpecError(f"{where}: key '{key}.{i}': {x!r} must be a finite number > 0")
+    mode = cfg.get("scenarios", "grid")
+    if mode not in SCENARIOS:
+        raise SpecError(f"{where}: key 'scenarios': {mode!r}; expected one of "
+                        f"{', '.join(map(repr, SCENARIOS))}")
     grid = {(float(c), float(m)) for c, m in itertools.product(cfg["compute"],
                                                                 cfg["communication"])}
+    if mode == "ratio_extremes":
+        grid = set(ratio_extremes(grid))
     return sorted(grid - {(1.0, 1.0)})
+
+
+SCENARIOS = ("grid", "ratio_extremes")
+
+
+def ratio_extremes(grid) -> list[tuple[float, float]]:
+    """The (compute, communication) pairs of lowest and highest communication / compute ratio.
+    Every time the cost model gives is a compute or a communication time, so scaling both by
+    the same factor scales every plan's time by it and changes no planner's choice (tested:
+    a homogeneous perturbation keeps every gain); a perturbation acts through m / c alone, and
+    these two bound m / c over the whole grid and over each factor alone (c with m = 1, m with
+    c = 1, when 1 lies within the lists' range)."""
+    pts = sorted(grid, key=lambda p: (p[1] / p[0], p))
+    return list(dict.fromkeys([pts[0], pts[-1]]))
 
 
 # -- one point ------------------------------------------------------------------------------------
@@ -227,12 +248,24 @@ def markdown(res: pd.DataFrame, modes: dict[str, set[str]], cfg: dict) -> str:
     pert = perturbations(cfg)
     replanned = sorted(p for p, m in modes.items() if m == {"replanned"})
     rescored = sorted(p for p, m in modes.items() if "rescored" in m)
-    lines = ["# Robustness of the headline verdicts to the cost model's error", "",
-             "Compute times x " + " / ".join(f"{c:g}" for c in sorted(set(cfg["compute"])))
+    bands = ("Compute times x " + " / ".join(f"{c:g}" for c in sorted(set(cfg["compute"])))
              + " and communication times x "
-             + " / ".join(f"{m:g}" for m in sorted(set(cfg["communication"])))
-             + f", independently ({len(pert)} perturbations besides the unperturbed model; "
-             "training setting cost_scale). Every value reads > 1 as NEST better: gain_over = "
+             + " / ".join(f"{m:g}" for m in sorted(set(cfg["communication"]))))
+    if cfg.get("scenarios", "grid") == "ratio_extremes":
+        ratios = [m / c for c, m in pert]
+        scope = (f"; of that grid only the two corners of lowest and highest communication / "
+                 f"compute ratio ({', '.join(f'({c:g}, {m:g})' for c, m in pert)}: m / c "
+                 f"{min(ratios):.2f} and {max(ratios):.2f}; training setting cost_scale). "
+                 "Every time is a compute or a communication time, so both factors x k leave "
+                 "every plan and every gain as they are: a perturbation acts through m / c "
+                 "alone, and these two bound m / c over the grid's other corners and over "
+                 "each factor alone. A quantity need not move monotonically in m / c, so its "
+                 "range here can be narrower than over the whole grid (`scenarios: grid`).")
+    else:
+        scope = (f", independently ({len(pert)} perturbations besides the unperturbed model; "
+                 "training setting cost_scale).")
+    lines = ["# Robustness of the headline verdicts to the cost model's error", "",
+             bands + scope + " Every value reads > 1 as NEST better: gain_over = "
              "throughput(NEST) / throughput(planner), ablation = T(ablation) / T(NEST), "
              "codesign = T(flat-network plan) / T(NEST); each a mean over the points where both "
              "fit (the points columns).", ""]

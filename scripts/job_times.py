@@ -1,9 +1,14 @@
 """Per-experiment job time of a Snakemake run, from its log (.snakemake/log/<run>.log).
 
     python scripts/job_times.py [.snakemake/log/<run>.log]
+    python scripts/job_times.py --cpu [logs]
 
 A job's time is from its start stamp to its "Finished job" stamp (wall-clock, under whatever
-else ran beside it); jobs are grouped by what they make: the figure of a plan (from the config's
+else ran beside it); --cpu instead sums the CPU seconds each job's log ends with ("job CPU",
+workflow/scripts/_job.py), per folder of logs/ (about one per rule), which load does not
+inflate.
+
+Jobs are grouped by what they make: the figure of a plan (from the config's
 figure grids and the decomposition's planners), or the rule name.
 """
 
@@ -42,7 +47,7 @@ def parse(path: Path):
 
 
 def group(rule: str, out: str) -> str:
-    if rule == "plan":
+    if rule == "plan" or rule.startswith("plan_"):  # one planner, or every planner of a point
         parts = out.split(",")[0].split("/")  # results/plans/<planner>/<model>/<cluster>/<n>/mbs
         planner, cluster, n, mbs = parts[2], parts[4], parts[5], parts[6].split(".")[0]
         if planner.startswith("nest_"):
@@ -53,7 +58,28 @@ def group(rule: str, out: str) -> str:
     return rule
 
 
+CPU = re.compile(r"^job CPU ([0-9.]+) s$", re.M)
+
+
+def cpu_by_folder(logs: Path) -> dict[str, list[float]]:
+    """CPU seconds of every job log under `logs`, by the log's first folder (or its name)."""
+    out: dict[str, list[float]] = defaultdict(list)
+    for f in sorted(logs.rglob("*.log")):
+        m = CPU.findall(f.read_text(errors="replace"))
+        if m:
+            rel = f.relative_to(logs).parts
+            out[rel[0] if len(rel) > 1 else rel[0].removesuffix(".log")].append(float(m[-1]))
+    return out
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--cpu"]:
+        tot = cpu_by_folder(Path(sys.argv[2] if len(sys.argv) > 2 else "logs"))
+        every = sum(map(sum, tot.values()))
+        print(f"{sum(map(len, tot.values()))} job logs, {every:.0f} CPU s in all")
+        for k, v in sorted(tot.items(), key=lambda kv: -sum(kv[1])):
+            print(f"{k:32s} jobs={len(v):4d} cpu-seconds={sum(v):8.1f} max={max(v):7.1f}")
+        return
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else max(
         Path(".snakemake/log").glob("*.log"), key=lambda p: p.stat().st_mtime)
     jobs = parse(path)

@@ -59,6 +59,20 @@ def test_perturbations_grid_and_bad_values():
             perturbations({"compute": [bad], "communication": [1.0]})
 
 
+def test_ratio_extremes_are_the_corners_of_lowest_and_highest_ratio():
+    """Brute force over the grid: the two kept pairs minimise and maximise m / c, and bound
+    each factor alone (c with m = 1, m with c = 1)."""
+    cfg = {"compute": [0.85, 1.15], "communication": [0.7, 1.3]}
+    kept = perturbations({**cfg, "scenarios": "ratio_extremes"})
+    assert kept == [(0.85, 1.3), (1.15, 0.7)]
+    ratios = [m / c for c, m in perturbations(cfg)]
+    assert len(ratios) == 4 and {min(ratios), max(ratios)} == {m / c for c, m in kept}
+    alone = [1 / c for c in cfg["compute"]] + list(cfg["communication"])
+    assert all(min(ratios) <= r <= max(ratios) for r in alone)
+    with pytest.raises(SpecError, match="key 'scenarios'"):
+        perturbations({**cfg, "scenarios": "corners"})
+
+
 def test_homogeneous_perturbation_keeps_every_gain(base_rows):
     """Both factors x k: every plan is the same and every time is x k, so every gain (a ratio of
     times at the same batch) is the unperturbed one; the (1, 1) row is nest.report.gains."""

@@ -15,6 +15,7 @@ planner runtime guard, crash records, atomic writes and a point's problem.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import inspect
 import os
@@ -47,6 +48,17 @@ def start(sm) -> None:
     hard = None if _RUNTIME_S is None else _RUNTIME_S - min(30.0, _RUNTIME_S / 10)
     threading.Thread(target=_watch, args=(os.getppid(), _snakemake_ancestor(), hard, log),
                      daemon=True).start()
+    atexit.register(_cpu_line, log)
+
+
+def _cpu_line(log) -> None:
+    """The job's CPU time (its own and its finished child processes'), the log's last line
+    (scripts/job_times.py --cpu sums it per rule)."""
+    import resource
+
+    t = sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (
+        resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+    print(f"job CPU {t:.2f} s", file=log, flush=True)
 
 
 def _proc_stat(pid: int) -> list[str] | None:
