@@ -651,10 +651,21 @@ def main(argv: list[str] | None = None) -> int:
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return _main(argv)  # a caller's own handling (or SIGINT ignored) is left alone
     old = signal.signal(signal.SIGINT, _on_sigint)
+    old_hook = sys.unraisablehook
+
+    def quiet_interrupt(unraisable) -> None:
+        """A Ctrl-C raised inside a callback from compiled code (JAX's gc callback) is swallowed
+        there and printed by Python as 'Exception ignored' with a traceback; _on_sigint has
+        remembered it (the command still ends with 130), so it is not printed."""
+        if not (_INTERRUPTED and isinstance(unraisable.exc_value, KeyboardInterrupt)):
+            old_hook(unraisable)
+
+    sys.unraisablehook = quiet_interrupt
     try:
         return _main(argv)
     finally:
         signal.signal(signal.SIGINT, old)
+        sys.unraisablehook = old_hook
 
 
 def _main(argv: list[str]) -> int:

@@ -347,6 +347,42 @@ def test_keyboard_interrupt_in_process(monkeypatch, capsys):
     assert rc == 130 and out == "interrupted\n"
 
 
+def test_an_interrupt_swallowed_by_a_callback_prints_no_traceback(monkeypatch, capsys):
+    """Ctrl-C landing in a callback from compiled code (JAX's gc callback) is swallowed there and
+    would reach sys.unraisablehook ('Exception ignored ... Traceback'): main's hook drops it once
+    _on_sigint has remembered it, and passes anything else on; both restored afterwards."""
+    from types import SimpleNamespace
+
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    monkeypatch.setattr(signal, "getsignal", lambda s: signal.default_int_handler)
+    monkeypatch.setattr(signal, "signal", lambda s, h: signal.default_int_handler)
+
+    def unraisable(exc):
+        return SimpleNamespace(exc_type=type(exc), exc_value=exc, exc_traceback=None,
+                               err_msg=None, object=None)
+
+    def solve(argv):
+        sys.unraisablehook(unraisable(ValueError("not an interrupt")))
+        cli._INTERRUPTED.append(signal.SIGINT)  # as _on_sigint does
+        sys.unraisablehook(unraisable(KeyboardInterrupt()))
+        cli.stop_if_interrupted()
+
+    monkeypatch.setattr(cli, "_main", lambda argv: cli.EXIT_INTERRUPTED if
+                        _raises_interrupt(solve, argv) else 0)
+    assert cli.main(["models"]) == cli.EXIT_INTERRUPTED
+    assert [type(u.exc_value) for u in seen] == [ValueError]
+    assert sys.unraisablehook == seen.append
+
+
+def _raises_interrupt(f, argv) -> bool:
+    try:
+        f(argv)
+    except KeyboardInterrupt:
+        return True
+    return False
+
+
 def test_exit_codes_documented(capsys):
     rc, out = run(["--help"], capsys)
     assert rc == 0

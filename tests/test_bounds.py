@@ -77,7 +77,7 @@ SYNC_BOUND = {"cluster": {"name": "slow", "hardware": "h100_sxm", "source": "tes
                                         "placements": ["replica_major"]}}
 
 
-@settings(max_examples=150, **HYPOTHESIS)
+@settings(max_examples=50, **HYPOTHESIS)
 @given(instance_specs())
 @example(SYNC_BOUND)
 def test_every_bound_is_at_most_the_candidate_optimum(spec):
@@ -89,7 +89,7 @@ def test_every_bound_is_at_most_the_candidate_optimum(spec):
     assert_bounds_valid(problem, space)
 
 
-@settings(max_examples=60, **HYPOTHESIS)
+@settings(max_examples=20, **HYPOTHESIS)
 @given(instance_specs())
 @example(SYNC_BOUND)
 def test_every_bound_holds_for_the_tight_pipeline_form(spec):
@@ -106,7 +106,7 @@ def test_every_bound_holds_for_the_tight_pipeline_form(spec):
         assert T == pytest.approx(T_all, rel=REL)
 
 
-@settings(max_examples=100, **HYPOTHESIS)
+@settings(max_examples=35, **HYPOTHESIS)
 @given(instance_specs())
 def test_pruned_search_equals_unpruned(spec):
     """Branch and bound is exact: the pruned search returns the same optimum time as the search

@@ -1,13 +1,51 @@
-"""The `nest` command: outputs, exit codes, and one clear line for bad input."""
+"""The `nest` command: outputs, exit codes, and one clear line for bad input.
 
+In-process through nest.cli.main (a fresh Python per case costs seconds of imports); the exit
+codes across a process boundary (`python -m nest.cli`: 0, 2 and 3 reach the shell) are checked
+once in test_exit_codes_reach_the_shell."""
+
+import contextlib
+import io
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
+
+from nest import cli
 
 
 def nest(*args):
-    return subprocess.run([sys.executable, "-m", "nest.cli", *args], capture_output=True,
-                          text=True)
+    """`nest args` in-process: returncode, stdout, stderr (argparse's SystemExit as its code)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = cli.main(list(args))
+        except SystemExit as e:
+            rc = e.code
+    return SimpleNamespace(returncode=rc, stdout=out.getvalue(), stderr=err.getvalue())
+
+
+def test_exit_codes_reach_the_shell(tmp_path):
+    """`python -m nest.cli` exits with main's code: 0 (a plan written), 3 (out of memory), 2 (bad
+    input, one line on stderr, no traceback)."""
+    def proc(*args):
+        return subprocess.run([sys.executable, "-m", "nest.cli", *args], capture_output=True,
+                              text=True)
+
+    r = proc("plan", "--model", "tiny_gpt", "--cluster", "tiny_cluster", "--num-devices", "4",
+             "--planner", "manual", "-o", str(tmp_path / "p.json"))
+    assert r.returncode == 0 and "time per batch" in r.stdout, r.stderr
+    plan = json.loads((tmp_path / "p.json").read_text())
+    plan["model"] = "llama2_7b"  # out of memory on the tiny accelerator
+    plan["stages"] = [{"first_layer": 0, "last_layer": 33, "num_devices": 2,
+                       "device_ids": [0, 1]}]
+    plan.update(pp=1, num_microbatches=4096 // 2)
+    (tmp_path / "big.json").write_text(json.dumps(plan))
+    r = proc("evaluate", str(tmp_path / "big.json"))
+    assert r.returncode == 3 and "out of memory" in r.stdout, r.stderr
+    r = proc("plan", "--model", "llama9", "--cluster", "tiny_cluster", "--num-devices", "4")
+    assert r.returncode == 2 and "unknown model 'llama9'" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 
 
 def test_plan_and_evaluate_round_trip(tmp_path):

@@ -4,12 +4,7 @@ The committed expectation results/expected/tiny/ is rewritten by
 `snakemake -j2 expected --configfile config/tiny.yaml` when a change is meant to move results.
 """
 
-import shutil
-import subprocess
-import sys
 from pathlib import Path
-
-import pytest
 
 from nest.expected import differences, machine_free
 
@@ -29,17 +24,9 @@ def test_machine_free_drops_only_the_wall_clock(tmp_path):
     assert "0.123456788" in differences(b, tmp_path / "exp.csv")
 
 
-@pytest.mark.skipif(shutil.which("snakemake", path=str(Path(sys.executable).parent)) is None,
-                    reason="snakemake is not installed beside this Python")
-def test_tiny_run_matches_its_committed_expectation(tmp_path):
-    for name in ("Snakefile", "workflow", "config"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
-    snakemake = str(Path(sys.executable).parent / "snakemake")
-    r = subprocess.run([snakemake, "-j2", "figures", "--configfile", "config/tiny.yaml",
-                        "--quiet"], cwd=tmp_path, capture_output=True, text=True, check=False)
-    assert r.returncode == 0, r.stderr[-2000:]
+def test_tiny_run_matches_its_committed_expectation(tiny_run):
+    """The session's tiny run (tests/conftest.py), CSV by CSV."""
     expected = sorted(EXPECTED.glob("*.csv"))
     assert expected, f"no committed expectation in {EXPECTED}"
-    diffs = [differences(tmp_path / "results" / e.name, e) for e in expected]
+    diffs = [differences(tiny_run / "results" / e.name, e) for e in expected]
     assert not any(diffs), "\n".join(d for d in diffs if d)

@@ -16,6 +16,15 @@ from nest.space import make_plan
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
+def _cli_export(capsys, *argv):
+    """`nest export argv` in-process: (exit code, stdout, stderr)."""
+    from nest import cli
+
+    rc = cli.main(["export", *map(str, argv)])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
 def _flag(args, name):
     i = args.index(name)
     return args[i + 1]
@@ -80,7 +89,7 @@ def test_uneven_cuts_become_a_layout_and_mixed_modes_are_projected():
     assert exp.world_size == 48  # 16 of the 64 devices stay idle, as in the plan
 
 
-def test_moe_and_a_non_identity_placement(tmp_path):
+def test_moe_and_a_non_identity_placement(tmp_path, capsys):
     """A plan whose devices are permuted: the rank map pins every Megatron rank to the device
     with its coordinates; the CLI writes launch.sh, args.txt, rank_map.csv."""
     from nest.plan import Stage
@@ -97,10 +106,9 @@ def test_moe_and_a_non_identity_placement(tmp_path):
     assert [r["device"] for r in exp.rank_map] == [4, 5, 6, 7, 0, 1, 2, 3]
     f = tmp_path / "plan.json"
     swapped.write(f)
-    r = subprocess.run([sys.executable, "-m", "nest.cli", "export", str(f), "-o",
-                        str(tmp_path / "out")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert "not the identity" in r.stdout
+    rc, out, err = _cli_export(capsys, f, "-o", tmp_path / "out")
+    assert rc == 0, err
+    assert "not the identity" in out
     rows = list(csv.DictReader(open(tmp_path / "out" / "rank_map.csv")))
     assert [int(x["device"]) for x in rows] == [4, 5, 6, 7, 0, 1, 2, 3]
     assert (tmp_path / "out" / "launch.sh").read_text().count("--expert-model-parallel-size") == 1
@@ -131,7 +139,7 @@ def _uniform_args(exp):
 
 
 @pytest.mark.parametrize("case", ["tp2_sp", "moe_tp2_cp2"])
-def test_heterogeneous_stages_are_projected_to_one_variant(case, tmp_path):
+def test_heterogeneous_stages_are_projected_to_one_variant(case, tmp_path, capsys):
     """Megatron-LM runs one tp / sp / ep / cp for the whole model: a heterogeneous plan exports
     as the fastest feasible uniform plan made of one of its own stage variants (same cuts, same
     dp x ep streams), re-scored by the shared evaluator, with both times in a warning."""
@@ -171,11 +179,10 @@ def test_heterogeneous_stages_are_projected_to_one_variant(case, tmp_path):
         assert "--use-distributed-optimizer" in exp.args
         f = tmp_path / "plan.json"  # the CLI prints the projection and writes it to launch.sh
         plan.write(f)
-        r = subprocess.run([sys.executable, "-m", "nest.cli", "export", str(f), "-o",
-                            str(tmp_path / "out")], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        assert "warning: stages use variants" in r.stderr
-        assert f"predicted {exp.time_per_batch_s:.4f} s per batch" in r.stdout
+        rc, out, err = _cli_export(capsys, f, "-o", tmp_path / "out")
+        assert rc == 0, err
+        assert "warning: stages use variants" in err
+        assert f"predicted {exp.time_per_batch_s:.4f} s per batch" in out
         launch = (tmp_path / "out" / "launch.sh").read_text()
         assert "# warning: stages use variants" in launch
         assert launch.count("--tensor-model-parallel-size") == 1

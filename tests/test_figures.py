@@ -87,8 +87,21 @@ def _plot(df, d, name="fig", **kw):
     return tab, paths
 
 
-def test_scale_files_table_rows_and_order(tmp_path):
-    tab, paths = _plot(_scale_df(), tmp_path)
+@pytest.fixture(scope="module")
+def scale_plot(tmp_path_factory):
+    """_scale_df() plotted once for the tests that only read what it made: (table returned,
+    [png, pdf, csv], [the figure drawn, kept open])."""
+    figs = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(figures.plt, "close", figs.append)
+        tab, paths = _plot(_scale_df(), tmp_path_factory.mktemp("scale"))
+    yield tab, paths, figs
+    for f in figs:
+        plt.close(f)
+
+
+def test_scale_files_table_rows_and_order(scale_plot):
+    tab, paths, _ = scale_plot
     for p in paths:
         assert p.exists() and p.stat().st_size > 0
     assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -111,8 +124,8 @@ def test_scale_files_table_rows_and_order(tmp_path):
                                   rtol=1e-8)
 
 
-def test_nest_gain_is_the_hand_computed_ratio(tmp_path):
-    _, paths = _plot(_scale_df(), tmp_path)
+def test_nest_gain_is_the_hand_computed_ratio(scale_plot):
+    _, paths, _ = scale_plot
     table = pd.read_csv(paths[2])
     for r in table.itertuples():
         mine = SCALE[(r.model, r.num_devices, r.planner)]
@@ -142,8 +155,8 @@ def test_table_floats_at_nine_significant_digits(tmp_path):
     assert line.split(",")[TABLE_COLUMNS.index("throughput_samples_per_s")] == "33.3333333"
 
 
-def test_two_runs_give_identical_bytes(tmp_path):
-    _, a = _plot(_scale_df(), tmp_path / "a")
+def test_two_runs_give_identical_bytes(scale_plot, tmp_path):
+    _, a, _ = scale_plot
     _, b = _plot(_scale_df().sample(frac=1, random_state=1), tmp_path / "b")  # row order too
     for pa, pb in zip(a, b):
         assert pa.read_bytes() == pb.read_bytes(), pa.name
@@ -153,9 +166,8 @@ def test_two_runs_give_identical_bytes(tmp_path):
         assert pc.read_bytes() == pd_.read_bytes(), pc.name
 
 
-def test_panels_bars_marks_and_legend(tmp_path, captured):
-    _plot(_scale_df(), tmp_path)
-    (fig,) = captured
+def test_panels_bars_marks_and_legend(scale_plot):
+    (fig,) = scale_plot[2]
     axes = bar_axes(fig)
     assert [ax.get_title() for ax in axes] == ["bert_large", "llama2_7b"]
     for ax in axes:

@@ -4,21 +4,24 @@ or the OOM killer would), resumed with the README's commands (`snakemake --unloc
 SIGKILL, then the same command with `--rerun-incomplete`), and its results CSVs must equal an
 uninterrupted run's byte for byte (solve_time_s, a wall-clock measurement, aside).
 
-About 5 minutes on 2 cores: one reference run shared by the three kill tests, each of which
-makes the whole pipeline once more (killed after a few points, then resumed).
+The uninterrupted run is the session's `tiny_run` (tests/conftest.py, shared with
+test_expected.py). Each kill test starts from a copy of it with one model's points (tiny_llama:
+its plans and evaluations) and every results CSV removed, so the killed run has those points and
+everything downstream of them to make; it is killed after a few of them, then resumed; what was
+kept is not redone.
 """
 
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from nest.expected import machine_free
+from tiny_pipeline import SNAKEMAKE, TINY, snakemake
 
 
 def sigint_as_in_a_terminal() -> None:
@@ -26,23 +29,11 @@ def sigint_as_in_a_terminal() -> None:
     runner may start this suite, inherits SIGINT ignored)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = Path(sys.executable).parent / "snakemake"
-TINY = ["figures", "--configfile", "config/tiny.yaml", "-j2", "--quiet"]
 
 pytestmark = pytest.mark.skipif(not SNAKEMAKE.exists(),
                                 reason="snakemake is not installed beside this Python")
 
-
-def _copy_workflow(dst: Path) -> None:
-    for name in ("Snakefile", "workflow", "config"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst / name)
-
-
-def _snakemake(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(SNAKEMAKE), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=900, check=False)
+REMOVED = "tiny_llama"  # the model whose points each kill test makes again
 
 
 def _results(d: Path) -> dict[str, str]:
@@ -63,30 +54,41 @@ def _processes_in(d: Path) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    d = tmp_path_factory.mktemp("uninterrupted")
-    _copy_workflow(d)
-    r = _snakemake(d, *TINY)
-    assert r.returncode == 0, r.stderr[-3000:]
-    res = _results(d)
+def reference(tiny_run):
+    res = _results(tiny_run)
     # the tiny config's figures with their tables, and the robustness experiment with the
     # decomposition and co-design points it reruns (config/tiny.yaml)
     assert sorted(res) == ["codesign.csv", "decomposition.csv", "robustness.csv", "tiny.csv",
                            "tiny_scaling.csv", "tiny_scaling_table.csv", "tiny_table.csv"], \
         sorted(res)
-    return d, res
+    return tiny_run, res
+
+
+def _partly_made(reference, dst: Path) -> tuple[list[Path], dict[Path, int]]:
+    """A copy of the reference run in dst without REMOVED's points and the results CSVs: the
+    removed evaluations, and the mtimes of the evaluations kept."""
+    shutil.copytree(reference[0], dst, symlinks=True, dirs_exist_ok=True)
+    removed = sorted((dst / "results" / "evaluations").glob(f"*/{REMOVED}/**/*.json"))
+    assert len(removed) >= 10, removed  # enough to kill the run after a few
+    for kind in ("plans", "evaluations"):
+        for f in (dst / "results" / kind).glob(f"*/{REMOVED}/**/*.json"):
+            f.unlink()
+    for f in (dst / "results").glob("*.csv"):
+        f.unlink()
+    kept = {f: f.stat().st_mtime_ns for f in (dst / "results" / "evaluations").rglob("*.json")}
+    assert kept
+    return removed, kept
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGKILL"])
 def test_killed_run_resumes_to_the_same_results(sig, reference, tmp_path):
-    _copy_workflow(tmp_path)
+    removed, kept = _partly_made(reference, tmp_path)
     log = open(tmp_path / "killed.log", "w")
     proc = subprocess.Popen([str(SNAKEMAKE), *TINY], cwd=tmp_path, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True,
                             preexec_fn=sigint_as_in_a_terminal)
-    evaluations = tmp_path / "results" / "evaluations"
     t0 = time.monotonic()
-    while len(list(evaluations.rglob("*.json"))) < 6:  # killed after a few points, mid-run
+    while sum(f.exists() for f in removed) < 4:  # killed after a few points, mid-run
         assert proc.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
         assert time.monotonic() - t0 < 600, "no progress in 10 minutes"
         time.sleep(0.2)
@@ -103,13 +105,15 @@ def test_killed_run_resumes_to_the_same_results(sig, reference, tmp_path):
         while _processes_in(tmp_path) and time.monotonic() - t0 < 300:  # watchdog: 1 s polls
             time.sleep(0.5)
         assert not _processes_in(tmp_path), "orphaned jobs still running 5 min after SIGKILL"
-        locked = _snakemake(tmp_path, *TINY, "--rerun-incomplete")
+        locked = snakemake(tmp_path, *TINY, "--rerun-incomplete")
         assert locked.returncode != 0 and "--unlock" in locked.stdout + locked.stderr
-        r = _snakemake(tmp_path, "--unlock")
+        r = snakemake(tmp_path, "--unlock")
         assert r.returncode == 0, r.stderr[-3000:]
-    r = _snakemake(tmp_path, *TINY, "--rerun-incomplete")
+    r = snakemake(tmp_path, *TINY, "--rerun-incomplete")
     assert r.returncode == 0, r.stderr[-3000:]
     assert _results(tmp_path) == reference[1]
+    assert all(f.exists() for f in removed)
+    assert {f: f.stat().st_mtime_ns for f in kept} == kept  # nothing kept was redone
 
 
 def test_a_moved_clone_has_nothing_to_rerun(reference, tmp_path):
@@ -117,6 +121,6 @@ def test_a_moved_clone_has_nothing_to_rerun(reference, tmp_path):
     (params carry the library's digest over relative paths, not the clone's path)."""
     moved = tmp_path / "elsewhere"
     shutil.copytree(reference[0], moved, symlinks=True)
-    r = _snakemake(moved, *TINY, "-n")
+    r = snakemake(moved, *TINY, "-n")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Nothing to be done" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
