@@ -32,9 +32,11 @@ def test_crash_record_is_one_line_and_the_traceback_goes_to_the_log(capsys):
 
 
 def test_the_guard_stops_a_hung_planner(monkeypatch):
-    # a job whose runtime leaves this block 0.3 s: the guard raises inside it
-    elapsed = time.monotonic() - _job.T0
-    monkeypatch.setattr(_job, "_RUNTIME_S", (elapsed + 0.3) * 4 / 3)
+    # a job that starts now with a 0.4 s runtime: the guard keeps min(120 s, runtime / 4) back,
+    # so it raises 0.3 s into this block (the job's start is reset: a session's T0 may be minutes
+    # old, and with runtime / 4 above 120 s the guard would wait for minutes)
+    monkeypatch.setattr(_job, "T0", time.monotonic())
+    monkeypatch.setattr(_job, "_RUNTIME_S", 0.4)
     t0 = time.monotonic()
     with pytest.raises(_job.PlannerTimeout, match="runtime guard: nest still running"):
         with _job.planner_guard("nest"):
