@@ -1,6 +1,6 @@
 import pytest
 
-from nest.settings import TrainingSettings
+from nest.spec.settings import TrainingSettings
 
 
 @pytest.fixture

@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from nest.graph import build_graph
 from nest.graph.layer_graph import Variant
-from nest.problem import Problem
-from nest.settings import TrainingSettings
-from nest.space import SearchSpace, declare
-from nest.specs import cluster_from_dict, load_model
+from nest.problem.problem import Problem
+from nest.spec.settings import TrainingSettings
+from nest.problem.space import SearchSpace, declare
+from nest.spec.catalog import cluster_from_dict, load_model
 
 BANDWIDTHS_GBPS = (1.0, 5.0, 12.5, 50.0, 100.0, 450.0)
 NODE_SIZES = (2, 3, 4, 8)

@@ -1,4 +1,4 @@
-"""NEST's ablations (nest.ablation, config/planners.yaml nest_*): the solver switches are exact
+"""NEST's ablations (nest.experiments.decomposition, config/planners.yaml nest_*): the solver switches are exact
 (even cuts == brute force over even splits), every ablation is no faster than NEST, the
 flat-network plan is scored on the real cluster; the decomposition table and the co-design sweep
 (resumable cache, deterministic output)."""
@@ -10,16 +10,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nest import ablation
-from nest.errors import SpecError
-from nest.evaluate import evaluate, make_problem
+from nest.experiments import decomposition as ablation
+from nest.common.errors import SpecError
+from nest.problem.evaluate import evaluate, make_problem
 from nest.graph import build_graph
 from nest.network.collectives import flattened
-from nest.planners import planner_entry, run_planner
-from nest.settings import TrainingSettings
+from nest.planners.registry import planner_entry, run_planner
+from nest.spec.settings import TrainingSettings
 from nest.solver import search
 from nest.solver.arrays import even_cut_mask
-from nest.space import declare, enumerate_plans
+from nest.problem.space import declare, enumerate_plans
 
 REL = 1e-9
 SPACE = {"zero_stages": [0, 3], "recompute_modes": ["none", "full"]}
@@ -159,7 +159,7 @@ def test_flat_network_pays_on_a_slow_oversubscribed_network():
         0.5, 4)
     assert [lv["bandwidth_GBps"] for lv in d["levels"]] == [50, 0.5, 0.5]
     assert [lv.get("oversubscription", 1) for lv in d["levels"]] == [1, 1, 4]
-    from nest.specs import cluster_from_dict
+    from nest.spec.catalog import cluster_from_dict
 
     pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=TrainingSettings(global_batch=8))
     pr = pr.with_cluster(cluster_from_dict(d, "test", 4)).with_hardware(hbm_bytes=0.03e9)
@@ -235,7 +235,7 @@ def test_decomposition_figure_is_deterministic(tmp_path):
 
 # -- the co-design sweep -------------------------------------------------------------------------
 def test_codesign_sweep_resumes_from_its_cache(tmp_path, monkeypatch):
-    import nest.planners
+    import nest.planners.registry
 
     args = ("tiny_gpt", "tiny_cluster", [4], [0.5, 5.0], [1, 4], tmp_path / "cache")
     kw = {"training": TrainingSettings(global_batch=8), "log": lambda s: None}
@@ -249,7 +249,7 @@ def test_codesign_sweep_resumes_from_its_cache(tmp_path, monkeypatch):
     # flat plans do not depend on the real network: one plan for all four cells
     assert df.flat_plan.nunique() == 1
     # resumed: nothing is solved again, the same frame comes back
-    monkeypatch.setattr(nest.planners, "run_planner",
+    monkeypatch.setattr(nest.planners.registry, "run_planner",
                         lambda *a, **k: (_ for _ in ()).throw(AssertionError("re-solved")))
     again = ablation.codesign_sweep(*args, inputs_digest="x", **kw)
     pd.testing.assert_frame_equal(df, again)
@@ -274,7 +274,7 @@ def test_derive_cluster_h100_spineleaf():
     assert [lv.oversubscription for lv in c.levels] == [1.0, 1.0, 4.0]
     assert c.num_devices == 1024
     base = ablation.derive_cluster("h100_spineleaf", 128, 12.5, 2)
-    from nest.specs import load_cluster
+    from nest.spec.catalog import load_cluster
 
     ref = load_cluster("h100_spineleaf", 128)
     assert base.levels == ref.levels  # the catalog point of the sweep is the catalog cluster

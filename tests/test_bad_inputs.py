@@ -1,10 +1,10 @@
 """A corpus of bad inputs to `nest` (issue 15): each gives its exit code and one clear line, never
-a traceback. Exit codes (nest.cli.EPILOG): 2 bad input or a bad command line, 3 infeasible or no
+a traceback. Exit codes (nest.interfaces.cli.EPILOG): 2 bad input or a bad command line, 3 infeasible or no
 plan, 4 planner crash / internal error, 130 interrupted.
 
 Each case: files written into a fresh folder ({t} in the command line is that folder), the
 command, the expected exit code and a fragment of the message (stdout + stderr). Run in-process
-through nest.cli.main; only the Ctrl-C case starts a process.
+through nest.interfaces.cli.main; only the Ctrl-C case starts a process.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from nest import cli
+from nest.interfaces import cli
 
 
 def sigint_as_in_a_terminal() -> None:
@@ -293,7 +293,7 @@ def test_failed_checks_write_nothing(tmp_path, plan_dict, capsys):
 def test_five_e_one_is_a_number(tmp_path, capsys):
     """`bandwidth_GBps: 5e1` (YAML 1.1 reads it as a string) is 50 GB/s."""
     (tmp_path / "c.yaml").write_text(CLUSTER.replace("bandwidth_GBps: 5,", "bandwidth_GBps: 5e1,"))
-    from nest.specs import load_cluster
+    from nest.spec.catalog import load_cluster
 
     assert load_cluster(tmp_path / "c.yaml", 4).levels[1].bytes_per_s == 50e9
 
@@ -310,7 +310,7 @@ def test_timeline_writes_what_it_says(tmp_path, capsys):
 @pytest.mark.parametrize("returned,fragment", [("not a plan", "returned str, not a Plan"),
                                                (None, "returned NoneType, not a Plan")])
 def test_planner_returning_a_non_plan_is_a_crash(monkeypatch, capsys, returned, fragment):
-    from nest import planners
+    from nest.planners import registry as planners
 
     monkeypatch.setattr(planners, "load_entry", lambda entry: lambda problem, s: returned)
     rc, out = run(PLAN, capsys)
@@ -318,7 +318,7 @@ def test_planner_returning_a_non_plan_is_a_crash(monkeypatch, capsys, returned, 
 
 
 def test_planner_crash_is_exit_4_not_3(monkeypatch, capsys):
-    from nest import planners
+    from nest.planners import registry as planners
 
     def boom(problem, settings):
         raise RuntimeError("boom\nsecond line")
@@ -402,7 +402,7 @@ def test_ctrl_c_during_a_solve_exits_130(tmp_path):
     import select
 
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "nest.cli", "plan", "--model", "llama3_70b",
+    proc = subprocess.Popen([sys.executable, "-m", "nest.interfaces.cli", "plan", "--model", "llama3_70b",
                              "--cluster", "h100_spineleaf", "--num-devices", "1024",
                              "--planner", "nest", "-o", str(tmp_path / "p.json")],
                             stdout=subprocess.PIPE, stderr=slave, text=True,
@@ -440,7 +440,7 @@ def test_summary_without_nest_prints_no_nan_gains():
     """A results CSV without NEST rows: no 'nanx' gain and no 'none did'."""
     import pandas as pd
 
-    from nest.report import summary_markdown
+    from nest.reports.gains import summary_markdown
 
     row = dict(model="m", cluster="c", num_devices=4, mbs=1, planner="manual",
                status="feasible", feasible=True, throughput_samples_per_s=1.0,

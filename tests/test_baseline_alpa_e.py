@@ -14,12 +14,12 @@ from baselines.alpa_e import (DEFAULTS, _options, brute_force_inter_op, inter_op
                               split_tables, submesh_offsets)
 from baselines.alpa_e_ilp import (brute_force_ilp, mesh_view, range_tables, sharding_of,
                                   sharding_table, solve_ilp, stage_cost, submesh_sizes)
-from nest.evaluate import evaluate, make_problem
+from nest.problem.evaluate import evaluate, make_problem
 from nest.graph.layer_graph import Variant
-from nest.plan import Plan, check_structure
-from nest.planners import run_planner
-from nest.settings import TrainingSettings
-from nest.specs import load_cluster
+from nest.problem.plan import Plan, check_structure
+from nest.planners.registry import run_planner
+from nest.spec.settings import TrainingSettings
+from nest.spec.catalog import load_cluster
 
 TINY = TrainingSettings(global_batch=8)
 KNOBS = ((0, "none"), (1, "none"), (3, "none"), (0, "full"), (1, "full"), (3, "full"))

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from baselines.mcmc import (MOVES, Chain, Scorer, State, acceptance, data_parallel_state,
                             manual_state, to_plan)
-from nest.errors import SpecError
-from nest.evaluate import evaluate, make_problem
-from nest.planners import run_planner
-from nest.settings import TrainingSettings
-from nest.space import declare, pp_dp_options
+from nest.common.errors import SpecError
+from nest.problem.evaluate import evaluate, make_problem
+from nest.planners.registry import run_planner
+from nest.spec.settings import TrainingSettings
+from nest.problem.space import declare, pp_dp_options
 
 A = {"zero_stages": [0, 1], "recompute_modes": ["none", "full"]}
 B = {"zero_stages": [0], "recompute_modes": ["none", "selective", "full"]}

@@ -11,13 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from baselines import mist
-from nest.evaluate import evaluate, make_problem
+from nest.problem.evaluate import evaluate, make_problem
 from nest.graph.layer_graph import Variant
 from nest.network.collectives import flattened
-from nest.planners import run_planner
-from nest.settings import TrainingSettings
+from nest.planners.registry import run_planner
+from nest.spec.settings import TrainingSettings
 from nest.costs.layers import layer_table
-from nest.space import cut_options, declare
+from nest.problem.space import cut_options, declare
 
 SMALL = {"zero_stages": [0, 3], "recompute_modes": ["none", "full"]}
 
@@ -54,7 +54,7 @@ def test_milp_equals_brute_force_on_random_tables(p, nb, O, seed, C):
 @pytest.mark.parametrize("p,L", [(1, 3), (2, 4), (3, 6), (4, 6), (6, 6)])
 def test_layer_counts_cover_every_cut(p, L):
     """Per-stage block counts (count_range, summing to the blocks) <-> contiguous cuts of the
-    layer graph (nest.space.cut_options): the same set, so the MILP misses no cut."""
+    layer graph (nest.problem.space.cut_options): the same set, so the MILP misses no cut."""
     nb = L - 2
     counts = {c for c in itertools.product(*[mist.count_range(j, p, nb) for j in range(p)])
               if sum(c) == nb}
@@ -95,7 +95,7 @@ def test_equals_nest_on_a_flat_network(model, n, batch, hbm):
     pr = pr.with_hardware(hbm_bytes=hbm)
     out = run_planner("mist", pr, {"full_device_use": False})
     nest = run_planner("nest", pr, {"space": {"placements": ["replica_major"]}})
-    assert (out.plan is None) == (nest.plan is None)
+    assert (out.plan is None) == (nest.problem.plan is None)
     if out.plan is None:
         return
     assert out.evaluation.feasible

@@ -7,14 +7,14 @@ from dataclasses import replace
 import pytest
 
 from baselines.phaze import network_blind, phaze_space
-from nest.errors import SpecError
-from nest.evaluate import evaluate, make_problem
+from nest.common.errors import SpecError
+from nest.problem.evaluate import evaluate, make_problem
 from nest.network.collectives import flattened
-from nest.plan import Plan, place
-from nest.planners import run_planner
-from nest.settings import TrainingSettings
+from nest.problem.plan import Plan, place
+from nest.planners.registry import run_planner
+from nest.spec.settings import TrainingSettings
 from nest.solver import search
-from nest.space import count_plans, declare, enumerate_plans
+from nest.problem.space import count_plans, declare, enumerate_plans
 
 TRAIN = TrainingSettings(global_batch=8)
 PHAZE_AS_NEST_SPACE = {"zero_stages": [0], "recompute_modes": ["none", "full"],

@@ -17,11 +17,11 @@ from nest.costs.layers import layer_table
 from nest.costs.pipeline import links, stash
 from nest.costs.stage import stage_cost
 from nest.network.collectives import flattened
-from nest.plan import place
-from nest.problem import make_problem
-from nest.settings import TrainingSettings
+from nest.problem.plan import place
+from nest.problem.problem import make_problem
+from nest.spec.settings import TrainingSettings
 from nest.solver import bound_scale, bounds, candidate_optimum, search
-from nest.space import declare, pp_dp_options
+from nest.problem.space import declare, pp_dp_options
 from strategies import build, instance_specs
 
 REL = 1e-9

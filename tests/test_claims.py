@@ -5,8 +5,8 @@ import inspect
 import pytest
 import yaml
 
-from nest.claims import MEASURES, claims_path, judge, load_claims
-from nest.specs import config_dir, read_yaml
+from nest.reports.claims import MEASURES, claims_path, judge, load_claims
+from nest.spec.catalog import config_dir, read_yaml
 
 META = {"report", "robustness"}  # experiments that make no measurement of their own
 
@@ -127,15 +127,15 @@ EXPECTED = config_dir().parent / "results" / "expected" / "default"
 
 
 def _expected_run():
-    from nest.measures import Run
+    from nest.reports.figure_measures import Run
     return Run.from_files(sorted(EXPECTED.glob("*.csv")))
 
 
 def test_measures_agree_with_the_runs_own_tables():
     """Our side of a claim, computed from the results CSVs, against the same quantity computed by
-    another module of the run: the figure tables' nest_gain column (nest.figures) and the
-    decomposition table (nest.ablation)."""
-    from nest.claims import measure
+    another module of the run: the figure tables' nest_gain column (nest.reports.figures) and the
+    decomposition table (nest.experiments.decomposition)."""
+    from nest.reports.claims import measure
     run = _expected_run()
     if run.frame("figure5") is None or run.frame("decomposition_table") is None:
         pytest.skip("no committed default run")
@@ -154,7 +154,7 @@ def test_measures_agree_with_the_runs_own_tables():
 
 
 def test_every_measured_claim_of_the_default_run_is_computable():
-    from nest.claims import measure
+    from nest.reports.claims import measure
     run = _expected_run()
     if run.frame("figure5") is None:
         pytest.skip("no committed default run")

@@ -1,7 +1,7 @@
 """The `nest` command: outputs, exit codes, and one clear line for bad input.
 
-In-process through nest.cli.main (a fresh Python per case costs seconds of imports); the exit
-codes across a process boundary (`python -m nest.cli`: 0, 2 and 3 reach the shell) are checked
+In-process through nest.interfaces.cli.main (a fresh Python per case costs seconds of imports); the exit
+codes across a process boundary (`python -m nest.interfaces.cli`: 0, 2 and 3 reach the shell) are checked
 once in test_exit_codes_reach_the_shell."""
 
 import contextlib
@@ -11,7 +11,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from nest import cli
+from nest.interfaces import cli
 
 
 def nest(*args):
@@ -26,10 +26,10 @@ def nest(*args):
 
 
 def test_exit_codes_reach_the_shell(tmp_path):
-    """`python -m nest.cli` exits with main's code: 0 (a plan written), 3 (out of memory), 2 (bad
+    """`python -m nest.interfaces.cli` exits with main's code: 0 (a plan written), 3 (out of memory), 2 (bad
     input, one line on stderr, no traceback)."""
     def proc(*args):
-        return subprocess.run([sys.executable, "-m", "nest.cli", *args], capture_output=True,
+        return subprocess.run([sys.executable, "-m", "nest.interfaces.cli", *args], capture_output=True,
                               text=True)
 
     r = proc("plan", "--model", "tiny_gpt", "--cluster", "tiny_cluster", "--num-devices", "4",

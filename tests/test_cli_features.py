@@ -1,6 +1,6 @@
 """The CLI's conveniences (issue 14, item 4): --version, help on every option, progress on stderr,
 `nest compare`, the placement and memory pictures, a timeline readable at 2,048 micro-batches.
-In-process through nest.cli.main on tiny_gpt / tiny_cluster; pictures through matplotlib's Agg."""
+In-process through nest.interfaces.cli.main on tiny_gpt / tiny_cluster; pictures through matplotlib's Agg."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ import pytest
 
 matplotlib.use("agg")
 
-from nest import cli, progress  # noqa: E402
+from nest.interfaces import cli  # noqa: E402
+
+from nest.common import progress
 
 TINY = ["--model", "tiny_gpt", "--cluster", "tiny_cluster", "--num-devices", "8"]
 
@@ -63,7 +65,7 @@ def test_every_option_has_help():
 
 
 def test_plan_help_lists_planners_and_exit_codes():
-    from nest.planners import planner_names
+    from nest.planners.registry import planner_names
 
     parsers = dict(_parsers(cli.build_parser()))
     for cmd in ("nest plan", "nest compare"):
@@ -141,7 +143,7 @@ def test_compare_table_and_csv(capsys, tmp_path):
 
 
 def test_compare_default_lineup_leaves_out_not_applicable(capsys):
-    from nest.planners import planner_names
+    from nest.planners.registry import planner_names
 
     rc, out, err = run(capsys, "compare", *TINY, "-q")
     assert rc == 0, err
@@ -177,9 +179,9 @@ def test_placement_and_memory_pictures(capsys, tmp_path, plan8):
 
 
 def test_memory_rows_sum_to_peak(plan8):
-    from nest.evaluate import evaluate
-    from nest.plan_spec import load_plan
-    from nest.viz import memory_rows
+    from nest.problem.evaluate import evaluate
+    from nest.problem.plan_spec import load_plan
+    from nest.reports.plan_views import memory_rows
 
     plan, problem = load_plan(str(plan8))
     for _, parts, peak in memory_rows(plan, evaluate(plan, problem)):
@@ -187,9 +189,9 @@ def test_memory_rows_sum_to_peak(plan8):
 
 
 def test_placement_picture_at_1024_devices_aggregates_by_node(tmp_path):
-    from nest.plan import Plan, stages_from_cuts
-    from nest.specs import load_cluster
-    from nest.viz import device_roles, placement_picture
+    from nest.problem.plan import Plan, stages_from_cuts
+    from nest.spec.catalog import load_cluster
+    from nest.reports.plan_views import device_roles, placement_picture
 
     c = load_cluster("dgx_h100_superpod", 1024)
     pp, dp, tp = 16, 16, 4
@@ -206,8 +208,8 @@ def test_placement_picture_at_1024_devices_aggregates_by_node(tmp_path):
 
 
 def test_timeline_compressed_at_2048_microbatches(tmp_path):
-    from nest.simulate import simulate
-    from nest.timeline import MAX_EXACT, num_rectangles, plot
+    from nest.costs.simulate import simulate
+    from nest.reports.timeline import MAX_EXACT, num_rectangles, plot
 
     p = 4
     r = simulate("1f1b", [1.0, 1.1, 1.0, 1.2], [2.0, 2.1, 2.0, 2.2], 2048,

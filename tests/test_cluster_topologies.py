@@ -8,11 +8,11 @@ import networkx as nx
 import pytest
 import yaml
 
-from nest.errors import SpecError
+from nest.common.errors import SpecError
 from nest.network import fabric
 from nest.network.collectives import collective_time, p2p_time, path_bandwidth
 from nest.network.topology import graph_levels, torus_levels
-from nest.specs import cluster_from_dict, config_dir, load_cluster, load_hardware, read_yaml
+from nest.spec.catalog import cluster_from_dict, config_dir, load_cluster, load_hardware, read_yaml
 
 
 def _write(tmp_path, d, name="c.yaml"):
@@ -42,8 +42,8 @@ def test_graph_file_prices_as_its_level_file():
 
 def test_graph_file_plans_as_its_level_file(tmp_path):
     from nest.network.topology import tree_graph
-    from nest.planners import run_planner
-    from nest.problem import make_problem
+    from nest.planners.registry import run_planner
+    from nest.problem.problem import make_problem
 
     # tiny_cluster.yaml as a graph: 2 devices per node switch (50 GB/s), 2 nodes per rack
     # (5 GB/s per device), 4 racks under a top switch at half the racks' downlink (2:1)
@@ -257,8 +257,8 @@ def test_levels_and_network_together_refused(tmp_path):
     ("gb200", 2500, 5000, 186, 8000),       # Blackwell datasheet, GB200 NVL72 (sparse / 2)
 ])
 def test_new_cards_use_the_roofline_and_say_so(name, bf16, fp8, hbm, bw):
-    from nest.cli import model_notes
-    from nest.problem import make_problem
+    from nest.interfaces.cli import model_notes
+    from nest.problem.problem import make_problem
 
     hw = load_hardware(name)
     assert hw.profile_dir is None
@@ -287,7 +287,7 @@ def test_cli_plans_evaluates_exports_on_a_torus_cluster_file(tmp_path, capsys):
     """`nest plan`, `evaluate`, `export` on a cluster whose network is a named builder
     (config/clusters/tpuv4_torus.yaml); the output says the roofline prices the card and where
     the torus's level reduction is a bound."""
-    from nest.cli import main
+    from nest.interfaces.cli import main
 
     p = str(tmp_path / "p.json")
     assert main(["plan", "--model", "tiny_gpt", "--cluster", "tpuv4_torus", "--num-devices",
@@ -314,7 +314,7 @@ def test_every_topology_kind_ships_as_a_cluster_file_with_its_source():
 def test_nest_plan_plans_on_every_shipped_network_cluster(name, capsys):
     """`nest plan` (the CLI, exit 0) on each shipped builder / graph cluster, one node-group's
     worth of devices above the first level (72 on NVL72: a plan spans whole domains)."""
-    from nest.cli import main
+    from nest.interfaces.cli import main
 
     first = load_cluster(name).levels[0].devices_per_group
     n = first if first >= 64 else 64

@@ -10,7 +10,7 @@ The measurements are independent of the cluster files' inputs except where said.
 import pytest
 
 from nest.network.collectives import coefficients, collective_time, flattened
-from nest.specs import load_cluster
+from nest.spec.catalog import load_cluster
 
 
 def busbw(cluster, group, kind="all_reduce", S=8e9):

@@ -1,4 +1,4 @@
-"""The training settings' cost_scale (nest.settings.CostScale): compute and communication times
+"""The training settings' cost_scale (nest.spec.settings.CostScale): compute and communication times
 scaled where they enter the cost tables, so planners re-plan and the evaluator scores under the
 same perturbed model. Checked against closed forms: with no communication (one device) the time
 scales by exactly the compute factor; with both factors equal the objective is homogeneous of
@@ -8,10 +8,10 @@ import math
 
 import pytest
 
-from nest.errors import SpecError
-from nest.evaluate import evaluate, make_problem
-from nest.planners import run_planner
-from nest.settings import CostScale, TrainingSettings, load_training
+from nest.common.errors import SpecError
+from nest.problem.evaluate import evaluate, make_problem
+from nest.planners.registry import run_planner
+from nest.spec.settings import CostScale, TrainingSettings, load_training
 
 COMPUTE = ("compute_fwd", "compute_bwd", "recompute", "optimizer_step")
 REL = 1e-12

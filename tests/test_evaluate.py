@@ -4,11 +4,11 @@ import math
 
 import pytest
 
-from nest.errors import PlanError
-from nest.evaluate import evaluate, make_problem
+from nest.common.errors import PlanError
+from nest.problem.evaluate import evaluate, make_problem
 from nest.graph.layer_graph import Variant
-from nest.plan import Plan, Stage
-from nest.space import make_plan
+from nest.problem.plan import Plan, Stage
+from nest.problem.space import make_plan
 
 
 def _op_time(op):
@@ -161,7 +161,7 @@ def test_gpt3_175b_on_64_a100s_matches_published_behaviour():
     curve is fitted to published microbenchmarks (profiles/a100_sxm/published_gemm.csv), which
     run faster than the 2022 Megatron-LM runs; README, "How far to trust the numbers"."""
     from baselines.manual import uniform_cuts
-    from nest.settings import load_training
+    from nest.spec.settings import load_training
 
     pr = make_problem("gpt3_175b", "dgx_a100", 64,
                       training=load_training().with_(global_batch=64))
@@ -188,8 +188,8 @@ def test_simulated_schedule_agrees_with_closed_form(model, n):
     """The discrete-event simulation of a Manual plan (near-uniform stages) is within 1% of the
     closed-form 1F1B time and never above it (the closed form charges every stage the
     bottleneck's time in fill and drain)."""
-    from nest.evaluate import simulate_plan
-    from nest.planners import run_planner
+    from nest.problem.evaluate import simulate_plan
+    from nest.planners.registry import run_planner
 
     ev = run_planner("manual", make_problem(model, "tpuv4_fattree", n)).evaluation
     sim = simulate_plan(ev)
@@ -201,7 +201,7 @@ def test_simulated_schedule_agrees_with_closed_form(model, n):
 def test_gpipe_schedule(small_batch):
     """GPipe stashes all m micro-batches and its time is the exact flow-shop makespan, which the
     discrete-event simulation reproduces; the breakdown adds up to the total."""
-    from nest.evaluate import simulate_plan
+    from nest.problem.evaluate import simulate_plan
 
     pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=small_batch)
     p1 = make_plan(pr, "h", Variant(), 2, 2, [(0, 2), (3, 5)], [0, 0], ["full"] * 2,
@@ -243,8 +243,8 @@ def test_interleaved_schedule(small_batch):
     """Interleaved 1F1B (Narayanan et al. 2021b, 2.2.2): 2 device groups x 2 chunks; time
     (m + (p-1)/v) * max_d t_d with t_d summed over the device's chunks; device 0 holds
     min(2(p-1) + (v-1)p + 1, m v) chunk-micro-batches; malformed chunk layouts are errors."""
-    from nest.evaluate import simulate_plan
-    from nest.plan import Stage
+    from nest.problem.evaluate import simulate_plan
+    from nest.problem.plan import Stage
 
     pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=small_batch)
     base = make_plan(pr, "h", Variant(), 2, 2, [(0, 2), (3, 5)], [0, 0], ["none"] * 2,

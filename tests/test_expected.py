@@ -6,7 +6,7 @@ The committed expectation results/expected/tiny/ is rewritten by
 
 from pathlib import Path
 
-from nest.expected import differences, machine_free
+from nest.experiments.expected import differences, machine_free
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPECTED = ROOT / "results" / "expected" / "tiny"

@@ -1,4 +1,4 @@
-"""Plans as Megatron-LM arguments and rank placements (nest.export), checked by hand."""
+"""Plans as Megatron-LM arguments and rank placements (nest.interfaces.export), checked by hand."""
 
 import csv
 import subprocess
@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from nest.evaluate import evaluate, make_problem
-from nest.export import layout_string, megatron_rank_coords, to_megatron
+from nest.problem.evaluate import evaluate, make_problem
+from nest.interfaces.export import layout_string, megatron_rank_coords, to_megatron
 from nest.graph.layer_graph import Variant
-from nest.plan_spec import load_plan
-from nest.space import make_plan
+from nest.problem.plan_spec import load_plan
+from nest.problem.space import make_plan
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def _cli_export(capsys, *argv):
     """`nest export argv` in-process: (exit code, stdout, stderr)."""
-    from nest import cli
+    from nest.interfaces import cli
 
     rc = cli.main(["export", *map(str, argv)])
     out = capsys.readouterr()
@@ -92,7 +92,7 @@ def test_uneven_cuts_become_a_layout_and_mixed_modes_are_projected():
 def test_moe_and_a_non_identity_placement(tmp_path, capsys):
     """A plan whose devices are permuted: the rank map pins every Megatron rank to the device
     with its coordinates; the CLI writes launch.sh, args.txt, rank_map.csv."""
-    from nest.plan import Stage
+    from nest.problem.plan import Stage
 
     pr = make_problem("tiny_moe", "tiny_cluster", 8)
     L = pr.graph.num_layers
@@ -143,7 +143,7 @@ def test_heterogeneous_stages_are_projected_to_one_variant(case, tmp_path, capsy
     """Megatron-LM runs one tp / sp / ep / cp for the whole model: a heterogeneous plan exports
     as the fastest feasible uniform plan made of one of its own stage variants (same cuts, same
     dp x ep streams), re-scored by the shared evaluator, with both times in a warning."""
-    from nest.export import uniform_candidates
+    from nest.interfaces.export import uniform_candidates
 
     if case == "tp2_sp":
         pr = make_problem("tiny_gpt", "tiny_cluster", 8)
@@ -189,7 +189,7 @@ def test_heterogeneous_stages_are_projected_to_one_variant(case, tmp_path, capsy
 
 
 def _fold(plan):
-    from nest.export import _project
+    from nest.interfaces.export import _project
 
     return _project(plan, [])
 
@@ -197,7 +197,7 @@ def _fold(plan):
 def test_heterogeneous_widths_project_onto_fewer_devices():
     """A stage on fewer devices (tp 1 beside tp 2): a uniform tp 2 would need more devices than
     the plan uses, so the projection runs tp 1 on fewer devices and says why tp 2 was not."""
-    from nest.plan import Stage
+    from nest.problem.plan import Stage
 
     pr = make_problem("tiny_gpt", "tiny_cluster", 8)
     L = pr.graph.num_layers
@@ -213,7 +213,7 @@ def test_heterogeneous_widths_project_onto_fewer_devices():
 
 
 def test_heterogeneous_plan_without_a_runnable_projection_is_a_plan_error(tmp_path):
-    from nest.errors import PlanError
+    from nest.common.errors import PlanError
 
     pr = make_problem("tiny_gpt", "tiny_cluster", 8).with_hardware(hbm_bytes=1e6)
     plan = _hetero(pr, [Variant(tp=2), Variant(tp=2, sp=True)])
@@ -229,8 +229,8 @@ def test_heterogeneous_plan_without_a_runnable_projection_is_a_plan_error(tmp_pa
 
 def _plan_in(order, tp, cp, ep, dp, pp):
     """A bare uniform plan laid out in `order` (rank = device id under that order)."""
-    from nest.placement import stage_device_ids
-    from nest.plan import Plan, Stage
+    from nest.problem.placement import stage_device_ids
+    from nest.problem.plan import Plan, Stage
 
     ids = stage_device_ids(pp, dp, tp, cp, ep, order)
     stages = tuple(Stage(j, j, dp * tp * cp * ep, ids[j]) for j in range(pp))
@@ -264,8 +264,8 @@ def test_rank_maps_agree_with_megatron_cores_rank_generator(cli_order):
     RankGenerator builds, mapped through the export's rank map, are the groups the harness
     prices; with cp > 1 and ep > 1 they never are (expert grid folds ep over cp), which is why
     the export projects such plans (test_placement_orders)."""
-    from nest.export import _rank_map
-    from nest.placement import expressible, harness_groups, launcher_orders
+    from nest.interfaces.export import _rank_map
+    from nest.problem.placement import expressible, harness_groups, launcher_orders
 
     cases = 0
     for tp, cp, ep, dp, pp in DEGREES:
@@ -294,9 +294,9 @@ def test_rank_maps_agree_with_megatron_cores_rank_generator(cli_order):
 
 
 def test_nest_placement_megatron_groups_is_megatron_cores():
-    """nest.placement.megatron_groups (what check_against_plan compares) == RankGenerator's, for
+    """nest.problem.placement.megatron_groups (what check_against_plan compares) == RankGenerator's, for
     every order initialize_model_parallel accepts."""
-    from nest.placement import all_orders, megatron_groups
+    from nest.problem.placement import all_orders, megatron_groups
 
     n = 0
     for tp, cp, ep, dp, pp in DEGREES[::3]:
@@ -316,7 +316,7 @@ def test_exported_rank_map_with_ep_and_cp_is_megatron_cores(tp, cp, ep):
     """End to end, ep > 1 and cp > 1 on 8-GPU nodes: the export projects onto a plan Megatron-LM
     runs, and megatron-core's RankGenerator groups for its order, through its rank map, are
     exactly the exported plan's priced groups."""
-    from nest.placement import harness_groups
+    from nest.problem.placement import harness_groups
 
     pr = make_problem("tiny_moe", "dgx_a100", 16)
     L = pr.graph.num_layers
@@ -355,7 +355,7 @@ def test_the_priced_overlap_is_exported_as_megatrons_flags():
     -> --overlap-param-gather (Megatron-LM's validate_args asserts --overlap-grad-reduce and a
     sharded optimizer beside it); tp_comm_overlap with sequence parallelism -> --tp-comm-overlap
     (asserted to come with --sequence-parallel). Defaults: none of them."""
-    from nest.settings import TrainingSettings
+    from nest.spec.settings import TrainingSettings
 
     def export(**kw):
         tr = TrainingSettings(global_batch=16, **kw)
@@ -381,8 +381,8 @@ def test_the_priced_overlap_is_exported_as_megatrons_flags():
 def test_uneven_interleaving_emits_the_layout_alone_and_indivisible_layers_get_a_layout():
     """Megatron rejects --num-virtual-stages-per-pipeline-rank beside a layout, and a split
     without a layout when pp x v does not divide the blocks."""
-    from nest.export import _pipeline_args
-    from nest.plan_spec import block_cuts
+    from nest.interfaces.export import _pipeline_args
+    from nest.problem.plan_spec import block_cuts
 
     pr = make_problem("tiny_gpt", "tiny_cluster", 8)  # 4 blocks
     L = pr.graph.num_layers
@@ -390,7 +390,7 @@ def test_uneven_interleaving_emits_the_layout_alone_and_indivisible_layers_get_a
                      "replica_major")
 
     def chunks(cuts):
-        from nest.plan import Stage
+        from nest.problem.plan import Stage
 
         return base.with_(schedule="interleaved", virtual_stages=2, stages=tuple(
             Stage(a, b, 1, base.stages[j % 2].device_ids) for j, (a, b) in enumerate(cuts)))
@@ -408,7 +408,7 @@ def test_uneven_interleaving_emits_the_layout_alone_and_indivisible_layers_get_a
 
 def test_launch_starts_exactly_the_plans_ranks():
     """3 ranks on 2-GPU nodes: two torchrun agents of 2 and 1 processes (never 4)."""
-    from nest.export_launch import node_runs, torchrun_script
+    from nest.interfaces.export_launch import node_runs, torchrun_script
 
     rmap = [{"rank": r, "node": r // 2, "local_rank": r % 2, "device": r} for r in range(3)]
     assert [len(x) for _, x in node_runs(rmap)] == [2, 1]
@@ -421,7 +421,7 @@ def test_launch_starts_exactly_the_plans_ranks():
 
 def test_63_ranks_on_8_gpu_nodes_are_63_processes():
     pr = make_problem("llama2_7b", "dgx_a100", 64)
-    from nest.plan_spec import block_cuts
+    from nest.problem.plan_spec import block_cuts
 
     plan = make_plan(pr, "h", Variant(), 7, 9, block_cuts(32, 7), [1] * 7, ["full"] * 7,
                      "replica_major")
@@ -438,8 +438,8 @@ def test_63_ranks_on_8_gpu_nodes_are_63_processes():
                                             ("mixtral_8x7b", "1000000", "1e-05"),
                                             ("tiny_llama", "10000", "1e-05")])
 def test_numerics_changing_model_arguments_come_from_the_spec(model, rope, eps):
-    from nest.export import _model_args
-    from nest.specs import load_model
+    from nest.interfaces.export import _model_args
+    from nest.spec.catalog import load_model
 
     m = load_model(model)
     a = _model_args(m, [])
@@ -479,7 +479,7 @@ def test_examples_pass_megatron_lms_own_validation():
 def test_hosts_come_from_the_node_definition_not_the_first_network_level():
     """GB200 NVL72: the NVLink domain (first level) is 72 GPUs, a host (compute tray) 4: 144
     GPUs launch as 36 torchrun agents of 4 processes, never 2 of 72."""
-    from nest.plan_spec import block_cuts
+    from nest.problem.plan_spec import block_cuts
 
     pr = make_problem("llama2_7b", "gb200_nvl72", 144)
     assert pr.cluster.levels[0].devices_per_group == 72 and pr.cluster.node_size == 4
@@ -495,8 +495,8 @@ def test_hosts_come_from_the_node_definition_not_the_first_network_level():
 
 
 def test_a_node_size_that_does_not_divide_the_cluster_is_refused(tmp_path):
-    from nest.errors import SpecError
-    from nest.specs import cluster_from_dict, config_dir, read_yaml
+    from nest.common.errors import SpecError
+    from nest.spec.catalog import cluster_from_dict, config_dir, read_yaml
 
     d = read_yaml(config_dir() / "clusters" / "gb200_nvl72.yaml")
     with pytest.raises(SpecError, match="devices_per_node.*5 must divide"):

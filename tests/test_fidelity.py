@@ -10,12 +10,12 @@ import pytest
 
 from nest.costs.profiled import price_op, profile_for
 from nest.costs.table import layer_times
-from nest.evaluate import make_problem
+from nest.problem.evaluate import make_problem
 from nest.graph.attention import LSE_BYTES, resolve, unfused_ops, with_attention
 from nest.graph.closed_form import block_cost, build_layer_graph
 from nest.graph.layer_graph import LayerCost, Op, Variant
-from nest.settings import load_training
-from nest.specs import load_hardware, load_model
+from nest.spec.settings import load_training
+from nest.spec.catalog import load_hardware, load_model
 
 PROFILES = Path(__file__).resolve().parents[1] / "profiles" / "h100_sxm"
 
@@ -222,8 +222,8 @@ def test_fp8_keeps_gemm_inputs_in_fp8():
     shards, T h / t each) and the down projection's input (T f / t) halve; the out-projection's
     FP8 copy of O is kept beside flash's BF16 O (+ T h / t): net -(T h + T f) / t bytes; "full"
     is unchanged. And Megatron-Bridge's FP8 recipe for 70B on 64 H100, which ran, now fits."""
-    from nest.plan_spec import load_plan
-    from nest.evaluate import evaluate
+    from nest.problem.plan_spec import load_plan
+    from nest.problem.evaluate import evaluate
 
     m = load_model("llama3_70b")
     v = Variant(4, True)
@@ -246,7 +246,7 @@ def test_fp8_keeps_gemm_inputs_in_fp8():
 def test_interleaved_stash_is_weighed_chunk_by_chunk():
     """nest.costs.pipeline.interleaved_peak_activations walks Megatron's interleaved order. With
     equal chunks it is Korthikanti et al. 2022's p (1 + (p - 1) / (p v)) stage micro-batches on
-    the first device (section 4.2.3) and nest.schedule's closed form on every device; with
+    the first device (section 4.2.3) and nest.costs.critical_path's closed form on every device; with
     Meta's Llama 3 layout (only the embedding in the first chunk of device 0, Grattafiori et al.
     2024, section 3.3.2) the first device's extra warm-up micro-batches cost nothing: 7 block
     chunks x p micro-batches."""

@@ -8,10 +8,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from nest import figures
-from nest.figures import (TABLE_COLUMNS, figure_kind, figure_table, planner_color, plot_figure,
+from nest.reports import figures
+from nest.reports.figures import (TABLE_COLUMNS, figure_kind, figure_table, planner_color, plot_figure,
                           plot_throughput)
-from nest.results import COLUMNS
+from nest.experiments.results import COLUMNS
 
 # (model, num_devices, planner) -> throughput, or a status without one
 SCALE = {
@@ -303,7 +303,7 @@ def test_plot_throughput_alias(tmp_path):
 
 
 def _classed_df():
-    """The scale table with the results' reason classes (nest.results.REASON_CLASSES) and one
+    """The scale table with the results' reason classes (nest.experiments.results.REASON_CLASSES) and one
     batch-adjusted bar."""
     df = _scale_df()
     cls = {("llama2_7b", 64, "phaze"): ("infeasible", "batch"),

@@ -10,7 +10,7 @@ from nest.graph import closed_form as cf
 from nest.graph import fx_extract as fx
 from nest.graph.layer_graph import LayerGraph, Variant
 from nest.graph.torch_models import build_layer
-from nest.specs import catalog_names, load_model, model_spec_from_hf_config
+from nest.spec.catalog import catalog_names, load_model, model_spec_from_hf_config
 
 MODELS = catalog_names("models")
 APPROXIMATE_SIZES = {"gpt3_35b", "mixtral_mini"}  # "~35 B", "~790 M"

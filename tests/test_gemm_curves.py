@@ -22,7 +22,7 @@ from nest.profiling.gemm_fit import (
     profile_gemms,
     published_gemms,
 )
-from nest.specs import load_hardware
+from nest.spec.catalog import load_hardware
 
 ROOT = Path(__file__).resolve().parent.parent
 A100_CSV = ROOT / "profiles" / "a100_sxm" / "published_gemm.csv"

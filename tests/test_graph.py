@@ -4,7 +4,7 @@ import pytest
 
 from nest.graph.closed_form import block_params, build_layer_graph, variants_of
 from nest.graph.layer_graph import LayerGraph, Variant
-from nest.specs import load_model
+from nest.spec.catalog import load_model
 
 
 def _block(graph, v):

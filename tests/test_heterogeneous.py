@@ -6,12 +6,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nest.evaluate import evaluate, make_problem
+from nest.problem.evaluate import evaluate, make_problem
 from nest.graph.layer_graph import Variant
-from nest.planners import run_planner
-from nest.settings import TrainingSettings
+from nest.planners.registry import run_planner
+from nest.spec.settings import TrainingSettings
 from nest.solver import search
-from nest.space import count_plans, declare, make_plan
+from nest.problem.space import count_plans, declare, make_plan
 
 SMALL = {"zero_stages": [0, 3], "recompute_modes": ["none", "full"], "max_pp": 3,
          "heterogeneous_stages": True}
@@ -42,11 +42,11 @@ def test_solver_equals_exhaustive_with_heterogeneous_stages(model, n, batch, hbm
     assert count_plans(pr, declare(pr, space)) < 60_000
     nest = run_planner("nest", pr, {"space": space})
     ex = run_planner("exhaustive", pr, {"space": space, "max_plans": 60_000})
-    assert (nest.plan is None) == (ex.plan is None)
+    assert (nest.problem.plan is None) == (ex.plan is None)
     if ex.plan is not None:
         assert nest.evaluation.time_per_batch_s == pytest.approx(ex.evaluation.time_per_batch_s,
                                                                  rel=1e-9)
-        assert nest.plan.predicted_time_per_batch_s == pytest.approx(
+        assert nest.problem.plan.predicted_time_per_batch_s == pytest.approx(
             nest.evaluation.time_per_batch_s, rel=1e-9)
 
 
@@ -74,7 +74,7 @@ def test_a_stage_costs_what_it_costs_in_its_own_uniform_plan():
 
 
 def test_plan_json_round_trip_keeps_stage_variants(tmp_path):
-    from nest.plan import Plan
+    from nest.problem.plan import Plan
 
     pr = problem("tiny_moe", 8, 8)
     tp, cp = Variant(tp=2), Variant(cp=2)
@@ -87,7 +87,7 @@ def test_plan_json_round_trip_keeps_stage_variants(tmp_path):
 
 @pytest.mark.parametrize("model,n,batch", [("tiny_moe", 8, 16), ("tiny_gpt", 8, 8)])
 def test_solver_equals_exhaustive_over_every_launcher_order(model, n, batch):
-    """placements: [orders] searches every rank order megatron-core accepts (nest.placement);
+    """placements: [orders] searches every rank order megatron-core accepts (nest.problem.placement);
     the solver's optimum equals exhaustive search over the same orders, and is never worse than
     over the two CLI orders alone."""
     pr = problem(model, n, batch, 6e8)

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from nest.errors import SpecError
+from nest.common.errors import SpecError
 from nest.graph import fx_extract as fx
 from nest.graph.hf_spec import DEFAULT_SEQ_LEN, model_spec_from_hf_config
 from nest.graph.layer_graph import Variant
 from nest.graph.torch_models import block_kinds
-from nest.specs import load_model
+from nest.spec.catalog import load_model
 
 SMALL_PV = {"tp": [1, 2], "sp": [False], "ep": [1], "cp": [1]}
 MOE_PV = {**SMALL_PV, "ep": [1, 2]}
@@ -215,7 +215,7 @@ def test_seq_len_never_defaults_to_max_position_embeddings(tmp_path):
 
 
 def test_cli_seq_len(tmp_path):
-    from nest.cli import main
+    from nest.interfaces.cli import main
 
     path = tmp_path / "config.json"
     path.write_text(json.dumps(TINY["qwen3"]))

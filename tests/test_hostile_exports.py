@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from nest import cli
-from nest.errors import SpecError
-from nest.export_launch import DATA_ARGS, TRAIN_ARGS, check_text, comment, job_name
+from nest.interfaces import cli
+from nest.common.errors import SpecError
+from nest.interfaces.export_launch import DATA_ARGS, TRAIN_ARGS, check_text, comment, job_name
 
 ROOT = Path(__file__).resolve().parents[1]
 PWNED = "PWNED"
@@ -196,7 +196,7 @@ def test_text_checks_comments_and_job_names(case):
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_argument_values_are_refused_or_quoted(case, tmp_path):
     """An argument value (were one ever to come from a file) is one shell word, or refused."""
-    from nest.export_launch import torchrun_script
+    from nest.interfaces.export_launch import torchrun_script
 
     ranks = [{"rank": 0, "node": 0, "local_rank": 0, "device": 0}]
     args = ["--num-layers", "4", "--data-path", HOSTILE[case], "--bf16"]

@@ -20,8 +20,8 @@ import time
 
 import pytest
 
-from nest import cli
-from nest.errors import MAX_MESSAGE, SpecError, debug_enabled, one_line, short
+from nest.interfaces import cli
+from nest.common.errors import MAX_MESSAGE, SpecError, debug_enabled, one_line, short
 
 FAST_S = 10.0  # a refusal is a check, not work: far below this however busy the machine is
 
@@ -88,9 +88,9 @@ def yset(text: str, key: str, value: str) -> str:
 @pytest.fixture(scope="module", autouse=True)
 def warm_imports():
     """Import what the commands import, once, so a case's time is its own check."""
-    import nest.evaluate  # noqa: F401
-    import nest.planners  # noqa: F401
-    import nest.plan_spec  # noqa: F401
+    import nest.problem.evaluate  # noqa: F401
+    import nest.planners.registry  # noqa: F401
+    import nest.problem.plan_spec  # noqa: F401
 
 
 def run(argv, capsys):
@@ -328,7 +328,7 @@ def test_hf_config_values(case, tmp_path, capsys):
 def test_hf_nan_is_not_exported_as_norm_epsilon():
     """The issue's case: `rms_norm_eps: NaN` never reaches a ModelSpec (nor the export's
     `--norm-epsilon nan`)."""
-    from nest.specs import model_spec_from_hf_config
+    from nest.spec.catalog import model_spec_from_hf_config
 
     with pytest.raises(SpecError, match="key 'rms_norm_eps': nan is not a finite number"):
         model_spec_from_hf_config({**HF, "rms_norm_eps": float("nan")}, seq_len=64)
@@ -367,7 +367,7 @@ def test_mbs_flag_bounded_on_every_command(command, capsys):
 
 def test_flag_bounds_are_the_schemas():
     """The command line's bounds are read from the schemas (one boundary)."""
-    from nest.specs import MAX_DEVICES, limit
+    from nest.spec.catalog import MAX_DEVICES, limit
 
     assert limit("plan", "num_devices") == MAX_DEVICES == limit("plan_spec", "num_devices")
     assert limit("plan", "mbs") == limit("plan_spec", "mbs") == limit("plan", "global_batch")
@@ -429,7 +429,7 @@ def test_microbatch_token_guard():
     """mbs x seq_len beyond MAX_MICROBATCH_TOKENS is refused before a graph is traced (the
     traced attention scores, mbs x heads x seq^2, would overflow int64)."""
     from nest.graph import build_graph
-    from nest.specs import MAX_MICROBATCH_TOKENS, load_model
+    from nest.spec.catalog import MAX_MICROBATCH_TOKENS, load_model
 
     m = load_model("tiny_gpt", seq_len=2**20)
     with pytest.raises(SpecError, match="tokens per micro-batch exceeds"):
@@ -552,7 +552,7 @@ def test_cluster_hardware_dev_zero_names_both(tmp_path, capsys):
 
 def test_a_scalar_alias_still_loads(tmp_path):
     """Aliases are capped, not banned: config/validation/published_runs.yaml shares a string."""
-    from nest.specs import load_model
+    from nest.spec.catalog import load_model
 
     (tmp_path / "m.yaml").write_text("name: &n m\n" + MODEL.split("\n", 1)[1]
                                      + "source: *n\n")
@@ -565,26 +565,26 @@ def test_a_scalar_alias_still_loads(tmp_path):
 
 
 def _training(tmp_path, line):
-    from nest.settings import load_training
+    from nest.spec.settings import load_training
 
     (tmp_path / "training.yaml").write_text(line + "\n")
     return lambda: load_training(tmp_path / "training.yaml")
 
 
 def _space(tmp_path, line):
-    from nest.specs import parse_yaml, validate
+    from nest.spec.catalog import parse_yaml, validate
 
     return lambda: validate(parse_yaml(line, "s.yaml"), "search_space", "s.yaml")
 
 
 def _planners(tmp_path, line):
-    from nest.specs import parse_yaml, validate
+    from nest.spec.catalog import parse_yaml, validate
 
     return lambda: validate(parse_yaml(line, "planners.yaml"), "planners", "planners.yaml")
 
 
 def _cluster_n(tmp_path, n):
-    from nest.specs import load_cluster
+    from nest.spec.catalog import load_cluster
 
     (tmp_path / "c.yaml").write_text(cluster().replace("devices_per_group: 16",
                                                        "devices_per_group: 16777216"))
@@ -592,7 +592,7 @@ def _cluster_n(tmp_path, n):
 
 
 def _setting(tmp_path, kv):
-    from nest.planners import merged_settings
+    from nest.planners.registry import merged_settings
 
     defaults = {"budget": 2000, "beta": 50.0, "starts": ["manual"], "expert_parallel": True}
     return lambda: merged_settings("p", dict([kv]), defaults)
@@ -738,7 +738,7 @@ def _integer_nodes(node, path="$"):
 def test_every_integer_of_an_input_schema_is_bounded(kind):
     """No integer key of a file a user hands in is unbounded (a new key without a maximum would
     reopen the size-guard class)."""
-    from nest.specs import load_schema
+    from nest.spec.catalog import load_schema
 
     nodes = list(_integer_nodes(load_schema(kind)))
     assert nodes

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from nest.expected import machine_free
+from nest.experiments.expected import machine_free
 from tiny_pipeline import SNAKEMAKE, TINY, snakemake
 
 

@@ -10,13 +10,13 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from nest.compare import shape_of
-from nest.evaluate import evaluate, make_problem
-from nest.plan import Stage
-from nest.settings import TrainingSettings
+from nest.experiments.compare import shape_of
+from nest.problem.evaluate import evaluate, make_problem
+from nest.problem.plan import Stage
+from nest.spec.settings import TrainingSettings
 from nest.solver.launchable import (differs, interleaved_plan, search_launchable,
                                     virtual_options)
-from nest.space import declare, enumerate_plans, pp_dp_options
+from nest.problem.space import declare, enumerate_plans, pp_dp_options
 
 SPACE = {"zero_stages": [0, 3], "recompute_modes": ["none", "full"], "max_pp": 4}
 

@@ -87,7 +87,7 @@ def test_hardware_file_holds_the_fit(problem):
 # found (searched: vendor performance summaries, Megatron-LM / NeMo / Megatron-Bridge docs, the
 # Llama 3 paper; they report end-to-end throughput only). The best citable component measurement
 # is our own: one transformer block of each model timed on an H100 80GB HBM3 (torch 2.11,
-# 2026-11-26; profiles/h100_sxm/blocks.json, meta.json; `nest validate`, nest.validate), forward
+# 2026-11-26; profiles/h100_sxm/blocks.json, meta.json; `nest validate`, nest.fidelity.block_validation), forward
 # and backward separately, with the operators priced from the separately measured operator sweep
 # (profiles/h100_sxm/*.csv). No constant is fitted to these blocks.
 # --------------------------------------------------------------------------------------------
@@ -95,7 +95,7 @@ def test_hardware_file_holds_the_fit(problem):
 
 @pytest.fixture(scope="module")
 def h100_blocks():
-    from nest.validate import validate
+    from nest.fidelity.block_validation import validate
 
     return [r for r in validate("h100_sxm")["rows"] if r["gpu_bound"]]
 
@@ -120,7 +120,7 @@ def test_h100_layer_against_measured_blocks(h100_blocks, phase):
 def test_h100_optimizer_step_with_the_fp32_copy(h100_blocks):
     """Component check of the main-gradient term outside the layer: the measured block copies
     its BF16 gradients into the FP32 main_grad in its optimizer step (nest.profiling.blocks,
-    MixedAdam), which nest.validate prices with nest.costs.table.main_grad_traffic_s (6
+    MixedAdam), which nest.fidelity.block_validation prices with nest.costs.table.main_grad_traffic_s (6
     bytes per weight element, not fitted). Without that term the step is priced 19-22% fast in
     every block, with it 6-9%."""
     import json
@@ -129,8 +129,8 @@ def test_h100_optimizer_step_with_the_fp32_copy(h100_blocks):
     from nest.costs.table import main_grad_traffic_s
     from nest.graph.closed_form import block_cost
     from nest.graph.layer_graph import Variant
-    from nest.specs import load_hardware
-    from nest.validate import block_model
+    from nest.spec.catalog import load_hardware
+    from nest.fidelity.block_validation import block_model
 
     hw = load_hardware("h100_sxm")
     blocks = {b["model"]: b for b in json.loads(
@@ -150,7 +150,7 @@ def test_main_grad_accumulation_closed_form():
     from nest.costs.table import layer_times, main_grad_accumulation_s, main_grad_traffic_s
     from nest.graph.closed_form import block_cost
     from nest.graph.layer_graph import Variant
-    from nest.specs import load_hardware, load_model
+    from nest.spec.catalog import load_hardware, load_model
 
     a100, h100 = load_hardware("a100_sxm"), load_hardware("h100_sxm")
     m = load_model("gpt3_175b", seq_len=2048)

@@ -10,10 +10,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nest.errors import MAX_MESSAGE, SpecError
-from nest.plan import Plan, check_structure, stages_from_cuts
-from nest.plan_spec import check_kind, read_plan_file
-from nest.specs import (config_dir, load_cluster, load_hardware, load_model,
+from nest.common.errors import MAX_MESSAGE, SpecError
+from nest.problem.plan import Plan, check_structure, stages_from_cuts
+from nest.problem.plan_spec import check_kind, read_plan_file
+from nest.spec.catalog import (config_dir, load_cluster, load_hardware, load_model,
                         model_spec_from_hf_config, validate)
 
 FUZZ = settings(max_examples=60, deadline=None, derandomize=True,

@@ -22,9 +22,9 @@ S, H, F, HEADS, KV, T = 8192, 16384, 53248, 128, 8, 8  # Llama 3 405B, seq 8192,
 
 @pytest.fixture(scope="module")
 def rank1():
-    from nest.evaluate import evaluate
-    from nest.plan_spec import expand
-    from nest.published import band_members, load_runs, plan_spec, problem_for
+    from nest.problem.evaluate import evaluate
+    from nest.problem.plan_spec import expand
+    from nest.fidelity.published_runs import band_members, load_runs, plan_spec, problem_for
 
     row = next(r for r in load_runs() if r["id"] == "llama3_405b_8192gpu")
     mem = next(m for m in band_members(row) if m["virtual_stages"] == V)

@@ -10,7 +10,7 @@ from nest.costs.roofline import elementwise_efficiency
 from nest.costs.table import MOE_SORT, layer_times, moe_local_sort_op
 from nest.graph.closed_form import block_cost
 from nest.graph.layer_graph import Variant
-from nest.specs import load_hardware, load_model
+from nest.spec.catalog import load_hardware, load_model
 
 
 @pytest.fixture(scope="module")
@@ -61,10 +61,10 @@ def test_routing_imbalance_prices_the_busiest_ranks_bytes():
 
     from nest.costs.groups import group_terms, inner_groups
     from nest.costs.layers import layer_table
-    from nest.errors import SpecError
+    from nest.common.errors import SpecError
     from nest.network.collectives import group_lines, lines_time
-    from nest.evaluate import make_problem
-    from nest.specs import validate
+    from nest.problem.evaluate import make_problem
+    from nest.spec.catalog import validate
 
     v = Variant(ep=8)
     pr = make_problem("mixtral_8x7b", "dgx_h100_superpod", 8).with_variants([v])

@@ -3,7 +3,7 @@
 import pytest
 
 from nest.network.collectives import collective_time, p2p_time, path_bandwidth, span_level
-from nest.specs import load_cluster
+from nest.spec.catalog import load_cluster
 
 # tiny_cluster: node of 2 @ 50 GB/s, 1 us; rack of 4 @ 5 GB/s, 5 us; top of 16 @ 5 GB/s, 10 us, 2:1
 C = load_cluster("tiny_cluster", 8)

@@ -1,4 +1,4 @@
-"""Every output nest writes (issue 22, items 5 and 10) goes through nest.atomic_io: a target that
+"""Every output nest writes (issue 22, items 5 and 10) goes through nest.common.atomic_io: a target that
 is not a regular file is refused and left alone, the umask is honoured, a full disk leaves no
 temporary file and the old output whole, `nest export` writes all its files or none, and an
 infeasible `nest plan -o` leaves no stale plan behind."""
@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from nest import atomic_io, cli
-from nest.errors import SpecError
+from nest.common import atomic_io
+
+from nest.interfaces import cli
+from nest.common.errors import SpecError
 
 TINY = ["--model", "tiny_gpt", "--cluster", "tiny_cluster", "--num-devices", "4"]
 
@@ -132,7 +134,7 @@ def _disk_full_after(monkeypatch, n: int) -> None:
 def test_a_full_disk_leaves_the_old_file_and_no_temporary(writer, tmp_path, monkeypatch):
     import pandas as pd
 
-    from nest.results import write_frame
+    from nest.experiments.results import write_frame
 
     target = tmp_path / "out.csv"
     target.write_text("old\n")

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from baselines import paper_plans
-from nest.errors import SpecError
-from nest.evaluate import make_problem
-from nest.planners import NoPlan, NotApplicable, run_planner
-from nest.settings import TrainingSettings
-from nest.specs import config_dir
+from nest.common.errors import SpecError
+from nest.problem.evaluate import make_problem
+from nest.planners.registry import NoPlan, NotApplicable, run_planner
+from nest.spec.settings import TrainingSettings
+from nest.spec.catalog import config_dir
 
 CSV = config_dir() / "paper" / "artifact_baseline_plans.csv"
 # sha256 of the CSV's data lines (header row and rows, '\n'-joined, comments left out) as
@@ -208,7 +208,7 @@ def test_processed_batch_closed_form():
 
 @pytest.fixture(scope="module")
 def llama3_512():
-    from nest.settings import load_training
+    from nest.spec.settings import load_training
 
     return make_problem("llama3_70b", "tpuv4_fattree", 512,
                         training=load_training().with_(global_batch=4096))
@@ -219,8 +219,8 @@ def test_plan_80_6_is_scored_on_the_batch_it_processes(planner, llama3_512):
     """The artifact's (and Manual's) Llama-3-70B 80/6/1 at 512 devices: mbs x dp = 6 does not
     divide 4096. It is scored on the 4092 samples (682 micro-batches) it processes, its
     throughput counts those samples, and the results row says so; it is never `memory`."""
-    from nest.point import plan_point
-    from nest.results import collect_records
+    from nest.experiments.run_point import plan_point
+    from nest.experiments.results import collect_records
 
     plan, ev = plan_point(planner, llama3_512, "llama3_70b", "tpuv4_fattree")
     assert (plan["pp"], plan["dp"], plan["tp"]) == (80, 6, 1)
@@ -239,15 +239,15 @@ def test_plan_80_6_is_scored_on_the_batch_it_processes(planner, llama3_512):
 def test_batch_that_one_step_exceeds_is_no_plan_of_class_batch(tmp_path, tiny, monkeypatch):
     """mbs x dp x ep above the global batch: nothing to round down to; the reason class is
     batch, read from the planner (NoPlan.kind), not from its message."""
-    from nest.point import plan_point
-    from nest.results import collect_records
+    from nest.experiments.run_point import plan_point
+    from nest.experiments.results import collect_records
 
     table = tiny_table(tmp_path, "tiny_cluster,1,tiny_llama,8,manual,1,8,1,")
     small = tiny.with_training(global_batch=4)
     out = run_planner("paper_manual", small, {"table": table})
     assert out.status == "no_plan" and out.kind == "batch"
     assert "exceeds the global batch 4" in out.reason
-    from nest import planners
+    from nest.planners import registry as planners
 
     monkeypatch.setattr(planners, "planner_entry", lambda name: (
         "baselines.paper_plans:plan", {"baseline": "manual", "table": table}))
@@ -258,8 +258,8 @@ def test_batch_that_one_step_exceeds_is_no_plan_of_class_batch(tmp_path, tiny, m
 
 def test_reason_class_of_an_evaluator_rejected_plan():
     """A plan the evaluator rejects only for the batch split is `batch`; with a stage out of
-    memory it is `memory` (nest.results.reason_class)."""
-    from nest.results import reason_class
+    memory it is `memory` (nest.experiments.results.reason_class)."""
+    from nest.experiments.results import reason_class
 
     plan = {"mbs": 1, "dp": 6, "ep": 1}
     ev = {"global_batch": 4096}

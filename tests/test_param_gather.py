@@ -9,11 +9,11 @@ import math
 import pytest
 
 from nest.costs.stage import gather_exposed
-from nest.evaluate import evaluate, make_problem, simulate_plan
+from nest.problem.evaluate import evaluate, make_problem, simulate_plan
 from exactness import assert_solver_equals_exhaustive
-from nest.schedule import dp_sync_exposed_s
-from nest.settings import TrainingSettings
-from nest.space import make_plan
+from nest.costs.critical_path import dp_sync_exposed_s
+from nest.spec.settings import TrainingSettings
+from nest.problem.space import make_plan
 
 
 def test_exposed_gather_closed_form():

@@ -1,7 +1,7 @@
 """The evaluator's closed-form schedule times against the discrete-event simulation, on random
 plans of catalog models (random variant, p, d, cuts, ZeRO stages, recomputation, placement).
 
-Facts checked (nest.evaluate.pipeline_time_s / sync_tail_s, nest.schedule, nest.simulate):
+Facts checked (nest.problem.evaluate.pipeline_time_s / sync_tail_s, nest.costs.critical_path, nest.costs.simulate):
   * `critical_path` is within 1% of the simulated time per batch and never above it;
   * `paper`, (m + p - 1) max_j t_j, is never below the simulation and equals it when every stage
     takes the same time;
@@ -12,9 +12,9 @@ Facts checked (nest.evaluate.pipeline_time_s / sync_tail_s, nest.schedule, nest.
 import numpy as np
 import pytest
 
-from nest.evaluate import evaluate, make_problem
-from nest.settings import load_training
-from nest.space import declare, make_plan, pp_dp_options
+from nest.problem.evaluate import evaluate, make_problem
+from nest.spec.settings import load_training
+from nest.problem.space import declare, make_plan, pp_dp_options
 
 # (model, cluster, devices, global batch): the paper's batch gives m >> p; a batch of 64 (as in
 # Korthikanti et al. 2022) gives m ~ p, where fill and drain weigh most
@@ -86,7 +86,7 @@ def test_sync_overlap_against_the_simulation_on_random_plans(overlap):
 
 def test_every_form_agrees_without_a_pipeline():
     """One stage (p = 1): no fill or drain, so every form is m t + sync + step, the simulation
-    included (the wiring of evaluate -> nest.simulate, sync and optimizer step after the last
+    included (the wiring of evaluate -> nest.costs.simulate, sync and optimizer step after the last
     backward)."""
     from nest.graph.layer_graph import Variant
 
@@ -103,7 +103,7 @@ def test_every_form_agrees_without_a_pipeline():
 def test_stage_overlap_by_hand(small_batch):
     """dp_overlap: stage. Stage j syncs after its own last backward while the last micro-batch's
     gradient still drains through stages j-1..0 (at least D_j = sum_{k<j} b_k), so the tail is
-    max_j max(0, S_j + O_j - D_j) (nest.schedule.dp_sync_tail_s); none: max_j (S_j + O_j)."""
+    max_j max(0, S_j + O_j - D_j) (nest.costs.critical_path.dp_sync_tail_s); none: max_j (S_j + O_j)."""
     from nest.graph.layer_graph import Variant
 
     pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=small_batch)

@@ -1,7 +1,7 @@
 """The pipeline verifies what it reads and recovers from a corrupt intermediate file (issue 22,
 items 3 and 9).
 
-- nest.results.read_point refuses an evaluation / plan pair that is not what the plan rule
+- nest.experiments.results.read_point refuses an evaluation / plan pair that is not what the plan rule
   writes (unreadable, another schema or version, inconsistent: throughput x time != global
   batch, another point), naming the file in one line;
 - end to end on a small config: a corrupt evaluation fails the collect job with one line naming
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from nest import cli
-from nest.results import CorruptIntermediate, quarantine, read_point
+from nest.interfaces import cli
+from nest.experiments.results import CorruptIntermediate, quarantine, read_point
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
@@ -118,8 +118,8 @@ def test_quarantine_moves_the_file_aside(tmp_path):
 
 @pytest.mark.parametrize("title", ["cost $5", "$x^2$ and $", r"\$ a $\alpha", "50% {braces} _"])
 def test_a_dollar_in_a_figure_title_is_text(title, point, tmp_path):
-    from nest.figures import plot_figure
-    from nest.results import collect_records
+    from nest.reports.figures import plot_figure
+    from nest.experiments.results import collect_records
 
     e, p = point
     df = collect_records([(e, p)])
@@ -161,7 +161,7 @@ def small_run(tmp_path_factory) -> Path:
 @pytest.mark.skipif(not SNAKEMAKE.exists(), reason="snakemake is not installed beside this Python")
 @pytest.mark.parametrize("corruption", ["truncated", "v99_and_10x_throughput"])
 def test_a_corrupt_evaluation_is_recomputed_by_the_next_run(corruption, small_run, tmp_path):
-    from nest.expected import machine_free
+    from nest.experiments.expected import machine_free
 
     tmp_path = tmp_path / "run"
     shutil.copytree(small_run, tmp_path, symlinks=True)

@@ -1,4 +1,4 @@
-"""Rank orders (nest.placement) against megatron-core's own group construction.
+"""Rank orders (nest.problem.placement) against megatron-core's own group construction.
 
 The block between the BEGIN / END markers is copied verbatim from NVIDIA/Megatron-LM
 megatron/core/parallel_state.py at commit d98e8a64ddf34856e74b24714e3bedb2f5a39553
@@ -21,8 +21,8 @@ from typing import List  # noqa: UP035 (the verbatim megatron-core block uses it
 
 import pytest
 
-from nest.errors import PlanError
-from nest.placement import (
+from nest.common.errors import PlanError
+from nest.problem.placement import (
     CLI_ORDERS,
     DIMS,
     LEGACY,
@@ -32,7 +32,7 @@ from nest.placement import (
     megatron_groups,
     stage_device_ids,
 )
-from nest.plan import place
+from nest.problem.plan import place
 
 # ---------------------------------------------------------------------------------------------
 # BEGIN verbatim megatron-core (parallel_state.py @ d98e8a64)
@@ -337,7 +337,7 @@ def test_megatron_folds_ep_over_cp_under_both_cli_orders():
     assert expressible(1, 1, 2, 1, 1, "tp-cp-ep-pp-dp")
 
 
-def _old_place(pp, dp, width, placement):  # nest.plan.place before order strings
+def _old_place(pp, dp, width, placement):  # nest.problem.plan.place before order strings
     out = []
     for j in range(pp):
         ids = []
@@ -391,7 +391,7 @@ def _ordered_plan(pr, v, pp, dp, order):
     """A plan laid out in `order` (make_plan takes legacy names only)."""
     from dataclasses import replace
 
-    from nest.space import make_plan
+    from nest.problem.space import make_plan
 
     L = pr.graph.num_layers
     cuts = [(0, L // 2 - 1), (L // 2, L - 1)][:pp] if pp == 2 else [(0, L - 1)]
@@ -406,11 +406,11 @@ def test_export_round_trip_for_a_non_cli_order(tmp_path, capsys):
     on 8-GPU nodes: exported with the default CLI order and a launchable rank map (a node's 8
     ranks stay on one node), every group kind checked, nothing projected; the plan JSON keeps its
     order string through write / read / `nest export`."""
-    from nest import cli
-    from nest.evaluate import evaluate, make_problem
-    from nest.export import check_against_plan, to_megatron
+    from nest.interfaces import cli
+    from nest.problem.evaluate import evaluate, make_problem
+    from nest.interfaces.export import check_against_plan, to_megatron
     from nest.graph.layer_graph import Variant
-    from nest.plan import Plan
+    from nest.problem.plan import Plan
 
     pr = make_problem("tiny_gpt", "dgx_a100", 16)
     plan = _ordered_plan(pr, Variant(2), 2, 4, "dp-tp-cp-ep-pp")
@@ -437,8 +437,8 @@ def test_export_round_trip_for_a_non_cli_order(tmp_path, capsys):
 def test_export_projects_an_unlaunchable_order():
     """The same order on 2-GPU nodes puts a tensor-parallel pair on two nodes, which torchrun's
     rank blocks cannot: projected onto the better CLI order, both times reported."""
-    from nest.evaluate import evaluate, make_problem
-    from nest.export import to_megatron
+    from nest.problem.evaluate import evaluate, make_problem
+    from nest.interfaces.export import to_megatron
     from nest.graph.layer_graph import Variant
 
     pr = make_problem("tiny_gpt", "tiny_cluster", 8)
@@ -457,9 +457,9 @@ def test_export_projects_an_unlaunchable_order():
 def test_export_with_cp_and_ep_is_projected_to_a_runnable_plan():
     """cp = ep = 2: Megatron-LM's CLI fixes the order, and its expert grid (expert-tp, ep,
     expert-dp, pp) folds ep over the cp ranks, so no launch gives the plan's groups; the export
-    re-scores the nearest runnable plans (ep 1, cp into tp, cp 1) and says so (nest.export)."""
-    from nest.evaluate import evaluate, make_problem
-    from nest.export import to_megatron
+    re-scores the nearest runnable plans (ep 1, cp into tp, cp 1) and says so (nest.interfaces.export)."""
+    from nest.problem.evaluate import evaluate, make_problem
+    from nest.interfaces.export import to_megatron
     from nest.graph.layer_graph import Variant
 
     pr = make_problem("tiny_moe", "tiny_cluster", 8)

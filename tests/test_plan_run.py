@@ -9,12 +9,12 @@ import os
 import pytest
 import yaml
 
-from nest import cli
-from nest.cli_run import margins, warnings_for
-from nest.evaluate import evaluate, make_problem
-from nest.plan import Plan
-from nest.plan_spec import load_plan
-from nest.settings import TrainingSettings
+from nest.interfaces import cli
+from nest.interfaces.cli_run import margins, warnings_for
+from nest.problem.evaluate import evaluate, make_problem
+from nest.problem.plan import Plan
+from nest.problem.plan_spec import load_plan
+from nest.spec.settings import TrainingSettings
 
 TINY = ["--model", "tiny_gpt", "--cluster", "tiny_cluster", "--num-devices", "4", "-q"]
 
@@ -59,8 +59,8 @@ def test_bad_flags_exit_2_naming_the_flag(capsys, argv, flag):
 def test_headroom_is_kept_and_reported():
     """Planned with a 30% headroom, every stage leaves at least 30% of HBM free, and the plan
     found on the whole HBM (headroom 0) does not (so the headroom changed the plan)."""
-    from nest.cli_run import planning_problem
-    from nest.planners import run_planner
+    from nest.interfaces.cli_run import planning_problem
+    from nest.planners.registry import run_planner
 
     def plan_with(h):
         tr = TrainingSettings(global_batch=16, memory_headroom=h)
@@ -81,7 +81,7 @@ def test_warnings_headroom_and_idle_devices():
     tr = TrainingSettings(global_batch=6, memory_headroom=0.5)
     pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=tr)
     spec = {"model": "tiny_gpt", "cluster": "tiny_cluster", "num_devices": 4, "pp": 1, "dp": 3}
-    from nest.plan_spec import expand
+    from nest.problem.plan_spec import expand
 
     plan = expand(spec, pr, "x")
     ev = evaluate(plan, pr)
@@ -96,10 +96,10 @@ def test_warnings_headroom_and_idle_devices():
 
 
 def test_mfu_above_published_is_a_warning(monkeypatch):
-    import nest.uncertainty as u
+    import nest.fidelity.uncertainty as u
 
     pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=TrainingSettings(global_batch=8))
-    from nest.plan_spec import expand
+    from nest.problem.plan_spec import expand
 
     plan = expand({"model": "tiny_gpt", "cluster": "tiny_cluster", "num_devices": 4, "pp": 1,
                    "dp": 4}, pr, "x")
@@ -144,7 +144,7 @@ def test_one_file_states_a_run(tmp_path, monkeypatch):
 def test_plan_json_round_trip_keeps_training(tmp_path):
     tr = TrainingSettings(global_batch=8)
     pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=tr)
-    from nest.plan_spec import expand
+    from nest.problem.plan_spec import expand
 
     plan = expand({"model": "tiny_gpt", "cluster": "tiny_cluster", "num_devices": 4, "pp": 1,
                    "dp": 4}, pr, "x")
@@ -158,7 +158,7 @@ def test_plan_json_round_trip_keeps_training(tmp_path):
 def test_heterogeneous_plan_says_why_it_cannot_be_launched():
     from dataclasses import replace
 
-    from nest.plan_spec import expand
+    from nest.problem.plan_spec import expand
 
     pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=TrainingSettings(global_batch=8))
     plan = expand({"model": "tiny_gpt", "cluster": "tiny_cluster", "num_devices": 4, "pp": 2,

@@ -27,10 +27,10 @@ from hypothesis import strategies as st
 from nest.costs.pipeline import FORMS, OVERLAPS, is_exact
 from nest.graph import build_graph
 from nest.graph.layer_graph import Variant
-from nest.planners import run_planner
-from nest.problem import Problem
-from nest.settings import TrainingSettings
-from nest.specs import cluster_from_dict, load_model
+from nest.planners.registry import run_planner
+from nest.problem.problem import Problem
+from nest.spec.settings import TrainingSettings
+from nest.spec.catalog import cluster_from_dict, load_model
 
 PLANNERS = {  # name: overrides keeping each search small
     "nest": {}, "phaze": {}, "mist": {},
@@ -69,7 +69,7 @@ NO_OWN_OBJECTIVE = {"baselines.manual:plan", "baselines.exhaustive:plan",
 
 
 def test_every_planner_with_an_objective_is_checked():
-    from nest.planners import registry
+    from nest.planners.registry import registry
 
     own = {name for name, e in registry().items() if e["entry"] not in NO_OWN_OBJECTIVE}
     assert own == set(PLANNERS), "add the planner to PLANNERS (or say why it has no objective)"
@@ -114,8 +114,8 @@ def test_mcmc_scores_pipelines_as_the_evaluator(form, overlap):
     import random
 
     from baselines.mcmc import Chain, Scorer, to_plan
-    from nest.evaluate import evaluate, make_problem
-    from nest.space import declare
+    from nest.problem.evaluate import evaluate, make_problem
+    from nest.problem.space import declare
 
     tr = TrainingSettings(global_batch=8, pipeline_time=form, dp_overlap=overlap,
                           dp_bucket_params=1_000)

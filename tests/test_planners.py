@@ -7,16 +7,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from baselines.manual import uniform_cuts
-from nest.evaluate import evaluate, make_problem
-from nest.planners import planner_names, run_planner
-from nest.space import count_plans, cut_options, declare, enumerate_plans
+from nest.problem.evaluate import evaluate, make_problem
+from nest.planners.registry import planner_names, run_planner
+from nest.problem.space import count_plans, cut_options, declare, enumerate_plans
 
 SMALL_SPACE = {"zero_stages": [0, 3], "recompute_modes": ["none", "full"]}
 
 
 @pytest.fixture(scope="module")
 def tiny_moe_problem():
-    from nest.settings import TrainingSettings
+    from nest.spec.settings import TrainingSettings
 
     return make_problem("tiny_moe", "tiny_cluster", 4, training=TrainingSettings(global_batch=8))
 

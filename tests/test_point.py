@@ -1,14 +1,14 @@
-"""nest.point: a stored plan and its stored evaluation agree, and the results table of records
+"""nest.experiments.run_point: a stored plan and its stored evaluation agree, and the results table of records
 equals the one of the same records written to files (the plan rule's and the decomposition's
 paths give the same CSV rows)."""
 
 import json
 
-from nest.evaluate import evaluate, make_problem
-from nest.plan import Plan
-from nest.point import plan_point
-from nest.results import collect, collect_records
-from nest.settings import TrainingSettings
+from nest.problem.evaluate import evaluate, make_problem
+from nest.problem.plan import Plan
+from nest.experiments.run_point import plan_point
+from nest.experiments.results import collect, collect_records
+from nest.spec.settings import TrainingSettings
 
 
 def test_point_records_equal_file_records(tmp_path):

@@ -1,4 +1,4 @@
-"""Precision as one setting (nest.precision): memory per term against Megatron-LM's theoretical
+"""Precision as one setting (nest.spec.precision): memory per term against Megatron-LM's theoretical
 memory formula, gradient / weight collective bytes, published H100 runs, FP8, export flags,
 usable HBM, interleaved labels."""
 
@@ -8,12 +8,12 @@ import pytest
 
 from nest.costs.memory import state_bytes
 from nest.costs.stage import bytes_per_param
-from nest.errors import SpecError
-from nest.evaluate import evaluate, make_problem
-from nest.plan_spec import load_plan
-from nest.precision import Precision, precision_args, precision_from_dict
-from nest.settings import OPTIMIZER_STATE_BYTES, OPTIMIZER_STEP_BYTES, TrainingSettings
-from nest.specs import load_hardware
+from nest.common.errors import SpecError
+from nest.problem.evaluate import evaluate, make_problem
+from nest.problem.plan_spec import load_plan
+from nest.spec.precision import Precision, precision_args, precision_from_dict
+from nest.spec.settings import OPTIMIZER_STATE_BYTES, OPTIMIZER_STEP_BYTES, TrainingSettings
+from nest.spec.catalog import load_hardware
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -126,7 +126,7 @@ def test_published_h100_bf16_runs_fit_with_their_precision(name, fits_fp32):
 
 
 def test_fp8_plan_evaluates_faster_and_exports():
-    from nest.export import to_megatron
+    from nest.interfaces.export import to_megatron
 
     plan, pr = load_plan(EXAMPLES / "llama3_70b_h100_fp8_bridge.yaml")
     ev = evaluate(plan, pr)
@@ -147,7 +147,7 @@ def test_fp8_plan_evaluates_faster_and_exports():
 
 
 def test_interleaved_labels_name_every_chunk_and_device_totals():
-    from nest.cli import summarize
+    from nest.interfaces.cli import summarize
 
     plan, pr = load_plan(EXAMPLES / "llama3_70b_h100_fp8_bridge.yaml")
     ev = evaluate(plan, pr.with_hardware(hbm_bytes=40e9))

@@ -22,8 +22,8 @@ from nest.costs.layers import layer_table
 from nest.costs.stage import Options, stage_cost
 from nest.costs.table import CostTable
 from nest.graph.layer_graph import Variant
-from nest.problem import Problem, make_problem
-from nest.settings import CostScale, TrainingSettings
+from nest.problem.problem import Problem, make_problem
+from nest.spec.settings import CostScale, TrainingSettings
 
 MODES = ("none", "full")
 

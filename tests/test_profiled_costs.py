@@ -1,4 +1,4 @@
-"""GPU path of the cost model (nest.costs.profiled) and the block validation (nest.validate)."""
+"""GPU path of the cost model (nest.costs.profiled) and the block validation (nest.fidelity.block_validation)."""
 
 import csv
 import json
@@ -6,18 +6,18 @@ import json
 import pytest
 import yaml
 
-from nest import validate as V
+from nest.fidelity import block_validation as V
 from nest.costs.profiled import AUTOGRAD_FLOOR_S, load_profile, price_op, profile_for
 from nest.costs.roofline import op_times
 from nest.costs.table import CostTable, layer_times
-from nest.errors import SpecError
+from nest.common.errors import SpecError
 from nest.graph.closed_form import block_cost, build_layer_graph
 from nest.graph.layer_graph import Op, Variant
-from nest.specs import config_dir, load_hardware, load_model
-from nest.validate import ACHIEVED_TIME_GPU_BOUND
+from nest.spec.catalog import config_dir, load_hardware, load_model
+from nest.fidelity.block_validation import ACHIEVED_TIME_GPU_BOUND
 
 PROF = config_dir().parent / "profiles" / "h100_sxm"
-# ACHIEVED_TIME_GPU_BOUND (nest.validate): what the committed H100 profile achieves on the
+# ACHIEVED_TIME_GPU_BOUND (nest.fidelity.block_validation): what the committed H100 profile achieves on the
 # GPU-bound dense blocks, attention priced from attention_default.csv: worst |error| of forward
 # and backward (GPT-3 backward +12.4%).
 

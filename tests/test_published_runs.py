@@ -1,16 +1,16 @@
 """End-to-end predictions against published training runs, through the hand-written plans in
-examples/ (nest.plan_spec), as a user would run them with `nest evaluate` (docs/paper.md: the
+examples/ (nest.problem.plan_spec), as a user would run them with `nest evaluate` (docs/paper.md: the
 field reaches 42-47% MFU in Megatron-LM's H100 tables, up to ~55% in the best dense runs)."""
 
 from pathlib import Path
 
 import pytest
 
-from nest.errors import PlanError, SpecError
-from nest.evaluate import evaluate, make_problem
+from nest.common.errors import PlanError, SpecError
+from nest.problem.evaluate import evaluate, make_problem
 from nest.graph.layer_graph import Variant
-from nest.plan_spec import expand, load_plan
-from nest.space import make_plan
+from nest.problem.plan_spec import expand, load_plan
+from nest.problem.space import make_plan
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -37,7 +37,7 @@ def test_gpt3_175b_on_128_h100_matches_the_best_published_run():
 
 
 def _spec(name):
-    from nest.plan_spec import read_plan_file
+    from nest.problem.plan_spec import read_plan_file
 
     return read_plan_file(EXAMPLES / name)
 

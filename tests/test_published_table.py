@@ -1,15 +1,15 @@
 """config/validation/published_runs.yaml: the table is internally consistent (closed forms computed
-here another way than nest.published does), and `nest validate --published` evaluates every row.
+here another way than nest.fidelity.published_runs does), and `nest validate --published` evaluates every row.
 No assertion on the size of the errors: the cost model is being changed (issue 13)."""
 
 import math
 
 import pytest
 
-from nest import published
-from nest.cli import main as cli_main
-from nest.errors import SpecError
-from nest.specs import load_cluster
+from nest.fidelity import published_runs as published
+from nest.interfaces.cli import main as cli_main
+from nest.common.errors import SpecError
+from nest.spec.catalog import load_cluster
 
 ROWS = published.load_runs()
 IDS = [r["id"] for r in ROWS]
@@ -66,7 +66,7 @@ def test_parallel_settings_compose(r):
 def test_bands_are_shown_and_scored_as_bands():
     """A band row lists every member; its error is 0 when the measurement lies inside the band
     of the members that fit, else the distance to the nearest end (computed here by hand)."""
-    from nest.published import Member, RowResult
+    from nest.fidelity.published_runs import Member, RowResult
 
     def res(times, fits=(True, True)):
         ms = tuple(Member({"virtual_stages": i}, t, f, "" if f else "out of memory", 0.4, 70.0)
@@ -105,7 +105,7 @@ def _flops_per_token(mod, seq, vocab, causal_half):
                          ids=lambda r: r["id"])
 def test_reported_tokens_and_tflops_agree(r):
     """Where a source prints both tokens/s/GPU and model TFLOP/s/GPU, they agree through the
-    row's FLOP convention computed from parameter counts (not nest.published's formula); MoE
+    row's FLOP convention computed from parameter counts (not nest.fidelity.published_runs's formula); MoE
     rows (Qwen3 30B-A3B) through the active parameters. A row marked `flops_check: false`
     (GPT-OSS 120B: sliding windows, a TFLOP/s we do not reproduce) is priced from tokens/s."""
     mod = _model(r)
@@ -113,7 +113,7 @@ def test_reported_tokens_and_tflops_agree(r):
     f = _flops_per_token(mod, r["seq_len"], vocab, r["flops"] == "nemo_causal")
     tflops = r["measured"]["tokens_per_s_per_gpu"] * f / 1e12
     assert tflops == pytest.approx(r["measured"]["model_tflops_per_gpu"], rel=0.01)
-    # and nest.published's formula is the same number
+    # and nest.fidelity.published_runs's formula is the same number
     assert published.flops_per_step(r, mod) == pytest.approx(
         f * r["global_batch"] * r["seq_len"], rel=1e-9)
 
@@ -169,8 +169,8 @@ def test_runner_evaluates_every_row(tmp_path):
     assert all(i in md for i in IDS) and "mean |error|" in md
     s = published.summary(results)
     assert s["n"] == sum(r.priced for r in results) and s["max_abs"] >= s["mean_abs"]
-    # the committed residuals (nest.uncertainty) are what this run computes
-    from nest.uncertainty import dump, residuals_doc, residuals_path
+    # the committed residuals (nest.fidelity.uncertainty) are what this run computes
+    from nest.fidelity.uncertainty import dump, residuals_doc, residuals_path
 
     assert residuals_path().read_text() == dump(residuals_doc(results)), (
         "config/validation/residuals.yaml is stale: regenerate with `nest validate --published`")
@@ -196,7 +196,7 @@ def test_moe_rows_and_parameter_counts():
     own count, nest.graph.fx_extract) is the published one, and the runner's plan puts the ep
     ranks inside Megatron's dp: plan dp x ep = dp, micro-batches = GBS / (mbs x dp)."""
     from nest.graph import fx_extract as fx
-    from nest.plan_spec import expand
+    from nest.problem.plan_spec import expand
 
     moe = [r for r in ROWS if _model(r).is_moe]
     assert len(moe) >= 3 and all(r["ep"] > 1 for r in moe)
@@ -220,7 +220,7 @@ def test_moe_rows_and_parameter_counts():
 def test_recipe_overlap_settings_are_checked_and_reach_the_training_settings():
     """A row's `overlap:` (the recipe's overlap_grad_sync / overlap_param_sync / bucket) becomes
     the training settings it is priced with; a bad key or value names the run and the key."""
-    from nest.published import load_runs, training_for
+    from nest.fidelity.published_runs import load_runs, training_for
 
     row = next(r for r in load_runs() if r["id"] == "nemo2407_gpt3_175b_128gpu_fp8")
     tr = training_for(row)
@@ -259,7 +259,7 @@ def test_mosaic_rows_models_have_the_tables_parameter_counts():
 def test_narayanan_rows_reproduce_the_papers_training_days(rid, days):
     """Narayanan et al. 2021, Table 2 also prints the training time for 300B tokens: iterations
     300e9 / (B s) x the step time that Eq. 3 FLOPs over the achieved TFLOP/s imply
-    (nest.published.measured_step_s, flops: megatron_hardware) gives the same days."""
+    (nest.fidelity.published_runs.measured_step_s, flops: megatron_hardware) gives the same days."""
     r = next(x for x in ROWS if x["id"] == rid)
     m = _model(r)
     b, s, l, h, v = r["global_batch"], r["seq_len"], m.num_layers, m.hidden_size, 51200
@@ -275,7 +275,7 @@ def test_readme_trust_section_is_the_committed_run():
     import re
     from pathlib import Path
 
-    from nest.uncertainty import load_residuals
+    from nest.fidelity.uncertainty import load_residuals
 
     readme = Path("README.md").read_text()
     block = readme.split("<!-- trust:begin -->")[1].split("<!-- trust:end -->")[0]

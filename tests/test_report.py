@@ -5,8 +5,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from nest.report import gains, load_best_published_mfu, mfu_check, schedule_check
-from nest.results import COLUMNS
+from nest.reports.gains import gains, load_best_published_mfu, mfu_check, schedule_check
+from nest.experiments.results import COLUMNS
 
 
 EXPECTED_RUN = Path(__file__).resolve().parents[1] / "results" / "expected" / "default"
@@ -105,7 +105,7 @@ def test_best_published_table_loads_and_rejects_malformed_rows(tmp_path):
         load_best_published_mfu(path)
 
 
-# ---- REPRODUCTION.md: claims judged on hand-made CSVs (nest.reproduction, nest.measures) ----
+# ---- REPRODUCTION.md: claims judged on hand-made CSVs (nest.reports.reproduction, nest.reports.figure_measures) ----
 
 def _row(model, n, mbs, planner, t=None, status="feasible", reason="", pp=1, dp=1, tp=1):
     r = dict.fromkeys(COLUMNS)
@@ -137,7 +137,7 @@ def _figure(tmp_path):
 
 
 def test_excluded_points_are_counted_by_the_reason_in_their_rows(tmp_path):
-    from nest.measures import excluded_points
+    from nest.reports.figure_measures import excluded_points
     df = pd.read_csv(_figure(tmp_path))
     assert excluded_points(df, "paper_manual") == {"batch": 3, "memory": 1}
 
@@ -158,8 +158,8 @@ fig:
 
 
 def test_report_counts_points_reasons_and_robustness(tmp_path):
-    from nest.measures import Run
-    from nest.reproduction import report
+    from nest.reports.figure_measures import Run
+    from nest.reports.reproduction import report
     fig = _figure(tmp_path)
     rob = tmp_path / "robustness.csv"
     # the gain at each perturbation: within 10% of 1.59 everywhere but comm x1.3 (1.40)
@@ -184,9 +184,9 @@ def test_report_counts_points_reasons_and_robustness(tmp_path):
 
 
 def test_a_trend_the_data_reverses_is_contradicted_and_the_plans_are_named(tmp_path):
-    from nest.measures import Run
-    from nest.reproduction import evaluate
-    from nest.claims import load_claims
+    from nest.reports.figure_measures import Run
+    from nest.reports.reproduction import evaluate
+    from nest.reports.claims import load_claims
     rows = [_row("m", 8, mbs, "nest", t, pp=pp, dp=8 // pp)
             for mbs, t, pp in ((1, 1.0, 1), (2, 1.1, 1), (4, 1.3, 2), (8, 1.6, 2))]
     df = pd.DataFrame(rows, columns=COLUMNS)
@@ -204,7 +204,7 @@ def test_a_trend_the_data_reverses_is_contradicted_and_the_plans_are_named(tmp_p
 
 
 def test_a_robust_verdict_survives_every_perturbation(tmp_path):
-    from nest.claims import final_verdict, robustness
+    from nest.reports.claims import final_verdict, robustness
     claim = {"kind": "ratio", "value": 1.16,
              "robustness": {"experiment": "figure7", "quantity": "gain_over:phaze"}}
     t = pd.DataFrame({"experiment": "figure7", "quantity": ["gain_over:phaze"] * 3
@@ -222,8 +222,8 @@ def test_results_v4_columns_reason_class_batch_adjusted_and_tied_ranges(tmp_path
     """The fairness columns of results v4: the row's own reason_class wins over its text, points
     scored on the batch they process are counted, and an ablation's tied placements give a
     range."""
-    from nest.claims import measure
-    from nest.measures import Run, batch_adjusted, excluded_points, ratios
+    from nest.reports.claims import measure
+    from nest.reports.figure_measures import Run, batch_adjusted, excluded_points, ratios
     rows = [_row("m", n, 1, "nest", 1.0) for n in (8, 16, 32)]
     rows += [_row("m", 8, 1, "paper_x", 2.0), _row("m", 16, 1, "paper_x", 4.0),
              _row("m", 32, 1, "paper_x", status="infeasible", reason="out of memory: stage 0")]
@@ -249,7 +249,7 @@ def test_results_v4_columns_reason_class_batch_adjusted_and_tied_ranges(tmp_path
 
 
 def test_codesign_cells_are_aggregated_per_perturbation(tmp_path):
-    from nest.claims import final_verdict, robustness
+    from nest.reports.claims import final_verdict, robustness
     claim = {"kind": "trend", "direction": "down",
              "robustness": {"experiment": "codesign", "cells": "codesign:",
                             "aggregate": "codesign_trend"}}
@@ -268,9 +268,9 @@ def test_codesign_cells_are_aggregated_per_perturbation(tmp_path):
 
 
 def test_search_time_reduction_is_one_minus_nest_over_mist(tmp_path):
-    from nest.claims import judge
-    from nest.claims import measure
-    from nest.measures import Run
+    from nest.reports.claims import judge
+    from nest.reports.claims import measure
+    from nest.reports.figure_measures import Run
     path = tmp_path / "table4_search_time.csv"
     pd.DataFrame({"model": ["a", "a", "b", "b"], "planner": ["mist", "nest"] * 2,
                   "solve_time_s": [2.0, 3.0, 4.0, 1.0],
@@ -289,7 +289,7 @@ def test_the_tolerance_is_set_against_what_the_perturbations_move():
     """Why 10%: each kind of quantity's largest relative move over the perturbations, computed
     from robustness.csv's columns (a gain moving 1.10 -> 1.21 moves 10%; one moving 2 -> 1
     moves 50%)."""
-    from nest.reproduction import tolerance_lines
+    from nest.reports.reproduction import tolerance_lines
     t = pd.DataFrame({"experiment": ["figure5"] * 3 + ["decomposition"] * 3,
                       "quantity": ["gain_over:x"] * 3 + ["ablation:a:c"] * 3,
                       "compute_scale": [1.0, 0.85, 1.15] * 2, "comm_scale": [1.0, 0.7, 1.3] * 2,
@@ -306,8 +306,8 @@ def test_the_tolerance_is_set_against_what_the_perturbations_move():
 def test_a_robustness_rerun_of_fewer_points_says_so():
     """The co-design claim covers 24 cells, the perturbed runs 12: the report says whose
     verdicts the perturbations give, instead of calling the unperturbed value foreign."""
-    from nest.claims import robustness
-    from nest.reproduction import _robust_text
+    from nest.reports.claims import robustness
+    from nest.reports.reproduction import _robust_text
     claim = {"kind": "trend", "direction": "down",
              "robustness": {"experiment": "codesign", "cells": "codesign:",
                             "aggregate": "codesign_trend"}}
@@ -325,8 +325,8 @@ def test_a_robustness_rerun_of_fewer_points_says_so():
 def test_where_a_gain_comes_from_and_the_status_and_depth_measures(tmp_path):
     """The gain's detail splits the points where the planner is as fast as NEST from the rest;
     planner_status and shallower read the rows' own status, reason and pp."""
-    from nest.claims import measure
-    from nest.measures import Run
+    from nest.reports.claims import measure
+    from nest.reports.figure_measures import Run
     rows = [_row("m", 8, 1, "nest", 1.0, pp=2, dp=4), _row("m", 8, 1, "b", 1.0, pp=2, dp=4),
             _row("m", 16, 1, "nest", 1.0, pp=1, dp=16), _row("m", 16, 1, "b", 2.0, pp=4, dp=4),
             _row("m", 32, 1, "nest", 1.0, pp=4, dp=8), _row("m", 32, 1, "b", 1.5, pp=2, dp=16),
@@ -356,8 +356,8 @@ def test_where_a_gain_comes_from_and_the_status_and_depth_measures(tmp_path):
 
 
 def test_codesign_trend_reads_the_tie_columns_and_gain_ratio_compares_the_same_points(tmp_path):
-    from nest.claims import measure
-    from nest.measures import Run
+    from nest.reports.claims import measure
+    from nest.reports.figure_measures import Run
     # two bandwidths; the slow cell tied placements (Megatron's order: 2 s; the slowest: 8 s)
     cd = pd.DataFrame({"inter_node_bandwidth_GBps": [12.5, 400.0], "nest_time_s": [1.0, 1.0],
                        "flat_time_s": [2.0, 1.0], "gain": [2.0, 1.0],
@@ -384,9 +384,9 @@ def test_communication_shares_rescored_under_a_perturbed_cost_model(tmp_path):
     stage's communication (critical path 2.5 s): at compute x0.85, communication x1.3 the time
     is (8 + 0.5) x 0.85 + 2.5 x 1.3 = 10.475 s and the share 2.6 / 10.475. Unperturbed, the
     committed run's shares come back exactly."""
-    from nest.claims import load_claims, rescored_robustness
-    from nest.measures import Run
-    from nest.table_measures import rescaled_shares
+    from nest.reports.claims import load_claims, rescored_robustness
+    from nest.reports.figure_measures import Run
+    from nest.reports.table_measures import rescaled_shares
     df = pd.DataFrame({"compute_s": [8.0], "recompute_s": [0.0], "optimizer_s": [0.0],
                        "comm_s": [2.0], "bubble_s": [1.0], "comm_critical_path_s": [2.5],
                        "time_per_batch_s": [11.0], "comm_share": [2 / 11]})
@@ -421,8 +421,8 @@ def test_communication_shares_rescored_under_a_perturbed_cost_model(tmp_path):
 def test_higher_throughput_is_read_strictly_per_model_or_per_point(tmp_path):
     """'Higher across all models': a baseline that ties NEST on a model is not beaten there.
     Models a (gains 1.0, 1.0) and b (1.5, 1.0): by model, b's mean 1.25 is above, a's is not."""
-    from nest.claims import measure
-    from nest.measures import Run
+    from nest.reports.claims import measure
+    from nest.reports.figure_measures import Run
     rows = []
     for model, times in (("a", (1.0, 1.0)), ("b", (1.5, 1.0))):
         for n, t in zip((8, 16), times):
@@ -439,8 +439,8 @@ def test_higher_throughput_is_read_strictly_per_model_or_per_point(tmp_path):
 def test_the_figures_decomposition_table_counts_ties_of_different_real_time(tmp_path):
     """An ablation at 2 points: 2 s (tied with a 4 s placement) and 1 s; NEST 1 s at both. The
     mean is 1.5x; with the slowest tied placement (4 + 1) / 2 = 2.5x, from 1 tied point."""
-    from nest.measures import Run
-    from nest.reproduction import decomposition_lines
+    from nest.reports.figure_measures import Run
+    from nest.reports.reproduction import decomposition_lines
     dec = [_row("m", 8, 1, "nest", 1.0), _row("m", 16, 1, "nest", 1.0),
            _row("m", 8, 1, "abl", 2.0), _row("m", 16, 1, "abl", 1.0)]
     dec = pd.DataFrame(dec, columns=COLUMNS)
@@ -454,8 +454,8 @@ def test_the_figures_decomposition_table_counts_ties_of_different_real_time(tmp_
 
 
 def test_a_memory_claim_survives_every_perturbation_by_construction():
-    from nest.claims import invariant_robustness
-    from nest.reproduction import _robust_text
+    from nest.reports.claims import invariant_robustness
+    from nest.reports.reproduction import _robust_text
     claim = {"kind": "match", "value": "infeasible"}
     table = pd.DataFrame({"compute_scale": [0.85, 1.15], "comm_scale": [1.3, 0.7]})
     rob = invariant_robustness(claim, "feasible", table)
@@ -467,9 +467,9 @@ def test_a_memory_claim_survives_every_perturbation_by_construction():
 def test_a_verdict_that_rests_on_one_point_says_so(tmp_path):
     """Gains 1.0, 1.0, 1.0 and 3.4 average 1.6 (holds against 1.59); without the 3.4 point the
     mean is 1.0, no gain at all (contradicted): the report names the point and that verdict."""
-    from nest.claims import load_claims
-    from nest.measures import Run
-    from nest.reproduction import evaluate
+    from nest.reports.claims import load_claims
+    from nest.reports.figure_measures import Run
+    from nest.reports.reproduction import evaluate
     rows = []
     for n, t in zip((8, 16, 32, 64), (1.0, 1.0, 1.0, 3.4)):
         rows += [_row("m", n, 1, "nest", 1.0), _row("m", n, 1, "manual", t)]
@@ -484,7 +484,7 @@ def test_a_verdict_that_rests_on_one_point_says_so(tmp_path):
 
 
 def test_a_ratio_of_two_rerun_quantities_is_judged_per_perturbation():
-    from nest.claims import robustness
+    from nest.reports.claims import robustness
     claim = {"kind": "trend", "direction": "up",
              "robustness": {"experiment": "decomposition", "ratio": ["a", "b"]}}
     t = pd.DataFrame({"experiment": "decomposition", "quantity": ["a", "a", "b", "b"],

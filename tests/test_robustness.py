@@ -1,6 +1,6 @@
-"""nest.robustness: the verdicts rerun under a perturbed cost model. Checked against closed forms:
+"""nest.experiments.robustness: the verdicts rerun under a perturbed cost model. Checked against closed forms:
 with compute and communication both x k every plan's time is x k (the objective is homogeneous),
-so every gain is unchanged; the unperturbed row is the figures' own number (nest.report.gains);
+so every gain is unchanged; the unperturbed row is the figures' own number (nest.reports.gains.gains);
 a rescored plan keeps its plan and its time scales with the model."""
 
 import math
@@ -8,14 +8,14 @@ import math
 import pandas as pd
 import pytest
 
-from nest.errors import SpecError
-from nest.evaluate import make_problem
-from nest.point import plan_point
-from nest.report import gains
-from nest.results import collect_records
-from nest.robustness import (COLUMNS, markdown, modes_of, parse_scale, perturbations,
+from nest.common.errors import SpecError
+from nest.problem.evaluate import make_problem
+from nest.experiments.run_point import plan_point
+from nest.reports.gains import gains
+from nest.experiments.results import collect_records
+from nest.experiments.robustness import (COLUMNS, markdown, modes_of, parse_scale, perturbations,
                              point_record, rescore, summary, table)
-from nest.settings import CostScale, TrainingSettings
+from nest.spec.settings import CostScale, TrainingSettings
 
 POINTS = [("tiny_gpt", 4), ("tiny_gpt", 8)]
 
@@ -75,7 +75,7 @@ def test_ratio_extremes_are_the_corners_of_lowest_and_highest_ratio():
 
 def test_homogeneous_perturbation_keeps_every_gain(base_rows):
     """Both factors x k: every plan is the same and every time is x k, so every gain (a ratio of
-    times at the same batch) is the unperturbed one; the (1, 1) row is nest.report.gains."""
+    times at the same batch) is the unperturbed one; the (1, 1) row is nest.reports.gains.gains."""
     base = collect_records([(r["evaluation"], r["plan"]) for r in base_rows])
     stored = {"phaze": {(r["plan"]["model"], r["plan"]["num_devices"]): r["plan"]
                         for r in base_rows if r["planner"] == "phaze"}}

@@ -9,14 +9,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exactness import assert_solver_equals_exhaustive
-from nest.evaluate import evaluate, make_problem
+from nest.problem.evaluate import evaluate, make_problem
 from nest.network.collectives import flattened
-from nest.planners import run_planner
-from nest.settings import TrainingSettings
+from nest.planners.registry import run_planner
+from nest.spec.settings import TrainingSettings
 from nest.solver import search
 from nest.solver.dp import bottleneck, bottleneck_reference
-from nest.space import declare
-from nest.ties import with_placement
+from nest.problem.space import declare
+from nest.planners.ties import with_placement
 
 
 @settings(max_examples=40, deadline=None)
@@ -57,7 +57,7 @@ def test_no_worse_than_manual(model, n):
     nest = run_planner("nest", pr)
     manual = run_planner("manual", pr)
     assert nest.evaluation.feasible
-    assert nest.plan.predicted_time_per_batch_s == pytest.approx(
+    assert nest.problem.plan.predicted_time_per_batch_s == pytest.approx(
         nest.evaluation.time_per_batch_s, rel=1e-9)
     if manual.evaluation is not None and manual.evaluation.feasible:
         assert nest.evaluation.time_per_batch_s <= manual.evaluation.time_per_batch_s * (1 + 1e-12)
@@ -66,7 +66,7 @@ def test_no_worse_than_manual(model, n):
 def test_network_blind_ties_go_to_megatron_order_on_spine_leaf():
     """A network-blind solve (the same DP, one flat NVLink bandwidth) cannot tell the placements
     of its optimum apart (they differ by microseconds there); the tie goes to Megatron-LM's
-    default order (nest.ties), which is NEST's own plan here, and the tied range shows what the
+    default order (nest.planners.ties), which is NEST's own plan here, and the tied range shows what the
     blind planner risks: the other placement is more than 2x slower on the real network."""
     real = make_problem("llama3_70b", "h100_spineleaf", 128)
     blind = real.with_cluster(flattened(real.cluster))

@@ -2,9 +2,9 @@
 
 import pytest
 
-from nest.errors import SpecError
+from nest.common.errors import SpecError
 from nest.graph.closed_form import total_params
-from nest.specs import catalog_names, load_cluster, load_hardware, load_model
+from nest.spec.catalog import catalog_names, load_cluster, load_hardware, load_model
 
 # Published sizes (docs/paper.md, Models; sizes the paper gives only by name or rounded: 1%).
 PUBLISHED = {"bert_large": (335e6, 0.005), "llama2_7b": (6.74e9, 0.005),

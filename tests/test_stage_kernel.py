@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 from nest.costs.memory import peak, shard_sizes
 from nest.costs.layers import layer_table
 from nest.costs.stage import Options, stage_cost, zero_schedule
-from nest.evaluate import make_problem
+from nest.problem.evaluate import make_problem
 from nest.graph.layer_graph import Variant
-from nest.plan import place
-from nest.settings import TrainingSettings
+from nest.problem.plan import place
+from nest.spec.settings import TrainingSettings
 
 MODES = ("none", "selective", "full")
 ALL = Options((0, 1, 2, 3), MODES)

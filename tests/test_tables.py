@@ -1,4 +1,4 @@
-"""The paper's tables, Figure 2 and the communication share (nest/tables.py) on tiny problems."""
+"""The paper's tables, Figure 2 and the communication share (nest/experiments/tables.py) on tiny problems."""
 
 import json
 import math
@@ -6,13 +6,13 @@ import math
 import pandas as pd
 import pytest
 
-from nest.evaluate import evaluate
+from nest.problem.evaluate import evaluate
 from nest.graph.layer_graph import Variant
-from nest.plan import Plan, stages_from_cuts
-from nest.problem import make_problem
-from nest.results import no_plan_record
-from nest.specs import load_model
-from nest.tables import (CATEGORIES, COMM_CATEGORIES, ablation_point, claims, comm_breakdown,
+from nest.problem.plan import Plan, stages_from_cuts
+from nest.problem.problem import make_problem
+from nest.experiments.results import no_plan_record
+from nest.spec.catalog import load_model
+from nest.experiments.tables import (CATEGORIES, COMM_CATEGORIES, ablation_point, claims, comm_breakdown,
                          comm_table, reduced_problem, strategy_row, table2, table7,
                          term_category, write_csv)
 
@@ -92,7 +92,7 @@ def test_comm_share_of_a_hand_built_plan(small_batch):
 
 def test_comm_table_no_plan_row():
     rec = no_plan_record("manual", "tiny_gpt", "tiny_cluster", 8, 1, "no feasible plan: x", 0.0)
-    from nest.results import no_plan_evaluation
+    from nest.experiments.results import no_plan_evaluation
 
     df = comm_table([(rec, no_plan_evaluation(rec))])
     assert df.iloc[0].status == "no_plan" and math.isnan(df.iloc[0].comm_share)

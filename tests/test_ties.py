@@ -1,4 +1,4 @@
-"""Ties (nest.ties): placements a planner's own objective cannot tell apart go to Megatron-LM's
+"""Ties (nest.planners.ties): placements a planner's own objective cannot tell apart go to Megatron-LM's
 default rank order, and the plan carries the range of the tied placements' times on the real
 cluster. Checked against brute force: every plan of the space scored on the flattened network
 (where the planner optimises) and the tied ones on the real network, by the shared evaluator."""
@@ -7,14 +7,14 @@ import math
 
 import pytest
 
-from nest.evaluate import evaluate, make_problem
+from nest.problem.evaluate import evaluate, make_problem
 from nest.network.collectives import flattened
-from nest.placement import launch_rank
-from nest.planners import run_planner
-from nest.results import collect_records
-from nest.settings import TrainingSettings
-from nest.space import declare, enumerate_plans
-from nest.ties import TIE_RTOL, with_placement
+from nest.problem.placement import launch_rank
+from nest.planners.registry import run_planner
+from nest.experiments.results import collect_records
+from nest.spec.settings import TrainingSettings
+from nest.problem.space import declare, enumerate_plans
+from nest.planners.ties import TIE_RTOL, with_placement
 
 # a space small enough to enumerate: one variant, no ZeRO, no recomputation
 SPACE = {"tp": [1], "sp": [False], "cp": [1], "ep": [1], "zero_stages": [0],
@@ -87,9 +87,9 @@ def test_network_aware_planner_and_fixed_placement_keep_their_plans():
     nest = run_planner("nest", pr, overrides={"space": SPACE})
     fixed = run_planner("nest", pr, overrides={"space": dict(SPACE,
                                                               placements=["replica_major"])})
-    times = {pl: evaluate(with_placement(nest.plan, pl), pr).time_per_batch_s
+    times = {pl: evaluate(with_placement(nest.problem.plan, pl), pr).time_per_batch_s
              for pl in ("replica_major", "stage_major")}
-    assert "tied" not in nest.plan.extra and "tied" not in fixed.plan.extra
+    assert "tied" not in nest.problem.plan.extra and "tied" not in fixed.plan.extra
     assert nest.evaluation.time_per_batch_s == pytest.approx(min(times.values()), rel=1e-12)
     assert fixed.plan.placement == "replica_major"
 

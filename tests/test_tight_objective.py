@@ -94,15 +94,15 @@ def test_solver_equals_exhaustive_and_the_evaluator_under_the_tight_form(model, 
     optimises exactly that (the same optimum as scoring every plan of the space), and its
     predicted time is the evaluator's to rounding."""
     from exactness import assert_solver_equals_exhaustive
-    from nest.evaluate import make_problem
-    from nest.planners import run_planner
-    from nest.settings import TrainingSettings
+    from nest.problem.evaluate import make_problem
+    from nest.planners.registry import run_planner
+    from nest.spec.settings import TrainingSettings
 
     tr = TrainingSettings(global_batch=batch, pipeline_time="dapple")
     pr = make_problem(model, "tiny_cluster", n, training=tr)
     space = {"zero_stages": [0, 3], "recompute_modes": ["none", "full"], "max_pp": 4}
     nest = assert_solver_equals_exhaustive(pr, space)
-    if nest.plan is None:
+    if nest.problem.plan is None:
         return
     paper = run_planner("nest", pr.with_training(pipeline_time="paper"), {"space": space})
     assert nest.evaluation.time_per_batch_s <= paper.evaluation.time_per_batch_s * (1 + 1e-12)

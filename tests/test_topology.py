@@ -18,7 +18,7 @@ from nest.network.topology import (
     tree_graph,
     write_cluster_yaml,
 )
-from nest.specs import cluster_from_dict, config_dir, load_cluster, read_yaml
+from nest.spec.catalog import cluster_from_dict, config_dir, load_cluster, read_yaml
 
 
 def _catalog_levels(name):

@@ -1,10 +1,10 @@
-"""Uncertainty bands from the published residuals (nest.uncertainty): the arithmetic by hand, the
+"""Uncertainty bands from the published residuals (nest.fidelity.uncertainty): the arithmetic by hand, the
 class fallback order, the committed file's shape, and what `nest evaluate` prints."""
 
 import pytest
 
-from nest.errors import SpecError
-from nest.uncertainty import band_for, load_residuals, residuals_doc
+from nest.common.errors import SpecError
+from nest.fidelity.uncertainty import band_for, load_residuals, residuals_doc
 
 RES = {"classes": {
     "a100_sxm/fp16/dense": {"n": 8, "min": -0.2, "max": -0.1},
@@ -31,7 +31,7 @@ def test_band_arithmetic_and_fallbacks():
 
 
 def test_residuals_doc_uses_band_ends():
-    from nest.published import Member, RowResult
+    from nest.fidelity.published_runs import Member, RowResult
 
     def res(i, times, cls_row):
         ms = tuple(Member({}, t, True, "", 0.4, 70.0) for t in times)
@@ -46,7 +46,7 @@ def test_residuals_doc_uses_band_ends():
 
 
 def test_committed_residuals_cover_the_table_classes():
-    from nest import published
+    from nest.fidelity import published_runs as published
 
     d = load_residuals()
     rows = [r for r in published.load_runs() if r["precision"] in published.PRICED_PRECISIONS]
@@ -67,7 +67,7 @@ def test_bad_residuals_file_names_file_and_key(tmp_path):
 def test_evaluate_prints_the_band(capsys):
     from pathlib import Path
 
-    from nest.cli import main
+    from nest.interfaces.cli import main
 
     plan = Path(__file__).resolve().parents[1] / "examples" / "gpt3_175b_a100_selective_sp.yaml"
     assert main(["evaluate", str(plan)]) == 0
@@ -80,7 +80,7 @@ def test_mfu_ceiling_by_precision(capsys):
     to the FP8 runs (NeMo's GPT-3 175B at 85.1% of the BF16 peak), not to the BF16 ones."""
     from pathlib import Path
 
-    from nest.cli import main
+    from nest.interfaces.cli import main
 
     ex = Path(__file__).resolve().parents[1] / "examples"
     assert main(["evaluate", str(ex / "llama3_70b_h100_bf16_bridge.yaml")]) == 0

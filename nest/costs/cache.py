@@ -1,6 +1,6 @@
 """One Problem's derived tables: the one store that keeps them, with one eviction rule.
 
-A Problem (nest.problem) owns exactly one ProblemCache; a new problem (every `with_*`) starts with
+A Problem (nest.problem.problem) owns exactly one ProblemCache; a new problem (every `with_*`) starts with
 an empty one, so no two problems share an entry. What it keeps, by store:
     "layer_tables"                 key (variant, modes): nest.costs.layers.LayerTable
     ("derived", variant, modes)    per layer table: group terms and data-parallel lines

@@ -43,7 +43,7 @@ class LayerTable:
     act_LLR: np.ndarray
     work_LLR: np.ndarray
     maxpar_LL: np.ndarray
-    fp8_LL: np.ndarray  # parameters of the stage's FP8 GEMMs (its blocks; nest.precision)
+    fp8_LL: np.ndarray  # parameters of the stage's FP8 GEMMs (its blocks; nest.spec.precision)
     gemm_fwd_L: np.ndarray  # the GEMMs' part of fwd_L / bwd_L (tensor-parallel overlap)
     gemm_bwd_L: np.ndarray
     cum: Mapping[str, np.ndarray]  # prefix sums of fwd_L, bwd_L, rec_LR for one-cell breakdowns
@@ -89,7 +89,7 @@ def _build(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
     pd_LL = range_sum(dense_L)
     pd_LL[L - 1, 0] -= tied  # one stage holding embedding and head keeps one copy
     comp_LR = (fwd_L + bwd_L)[:, None] + rec_LR
-    # Transformer Engine runs the blocks' linear layers in FP8 (nest.precision.FP8_GEMMS); the
+    # Transformer Engine runs the blocks' linear layers in FP8 (nest.spec.precision.FP8_GEMMS); the
     # embedding and the LM head stay BF16. A block's norm and router weights (2h + h E) are
     # counted with them: < 0.1% of a block.
     fp8_L = np.array([(c.dense_params + c.expert_params) * (la.kind == "block")

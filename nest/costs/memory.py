@@ -14,7 +14,7 @@ for the 1F1B stash; Korthikanti et al. 2022 for activations and recomputation):
                                                         and their FP8 cache)
     allocated          the sum of the above
     peak               allocated * (1 + fragmentation) + framework reserve    (hardware file)
-w, g, c, o, f follow the training's precision (nest.precision); with the defaults (BF16 weights,
+w, g, c, o, f follow the training's precision (nest.spec.precision); with the defaults (BF16 weights,
 FP32 gradients and Adam states) weights + gradients + optimizer_states are Megatron-LM's
 18 B per parameter, 6 + 12 / d with the distributed optimizer (z = 1;
 megatron/training/theoretical_memory_usage.py, num_bytes_per_parameter).

@@ -2,8 +2,8 @@
 
 Every planner, bound, message and the evaluator asks this module where a stage sits (its stash,
 its neighbours, its tied partner, its device group) and what a batch takes; nothing else writes
-these formulas. nest.schedule holds the two closed forms too long to sit here (the 1F1B path
-family and the overlapped gradient-sync tail), nest.simulate the discrete-event simulation.
+these formulas. nest.costs.critical_path holds the two closed forms too long to sit here (the 1F1B path
+family and the overlapped gradient-sync tail), nest.costs.simulate the discrete-event simulation.
 
 Position. A pipeline of p stages (device groups), stage j = 0..p-1 counted from the first (the
 embedding's), m micro-batches; an interleaved plan has n = p v chunks, chunk j on device group
@@ -29,13 +29,13 @@ all-gather after it) when nothing overlaps. The training setting `pipeline_time`
                      interleaved (m + (p - 1) / v) max_d t_d (Narayanan et al. 2021b, 2.2.2)
     "dapple"         1F1B sum_j t_j + (m - 1) max_j t_j (Fan et al. 2021, DAPPLE, section 3.2;
                      an upper bound, exact for equal stages)
-    "critical_path"  1F1B: nest.schedule's path family (a lower bound within 0.4% of the
+    "critical_path"  1F1B: nest.costs.critical_path's path family (a lower bound within 0.4% of the
                      simulation for m >= 4p); for m < 4p the simulation
-    "simulated"      the discrete-event simulation (nest.simulate) of the whole batch
+    "simulated"      the discrete-event simulation (nest.costs.simulate) of the whole batch
 GPipe is exact in every form: sum_j (f_j + b_j) + (m - 1) (max_j f_j + max_j b_j), two flow
 shops (Huang et al. 2019). Interleaved forms other than "paper" run the simulation.
 The training setting `dp_overlap` picks the tail after the pipeline (`tail_s`): "none" max_j u_j
-(the paper's, after the flush), "stage" / "bucketed" nest.schedule.dp_sync_tail_s.
+(the paper's, after the flush), "stage" / "bucketed" nest.costs.critical_path.dp_sync_tail_s.
 `tp_comm_overlap` and `param_gather_overlap` act inside the stage kernel (t_j and u_j), so every
 form prices them the same way.
 
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nest.costs.memory import allocatable
-from nest.schedule import critical_path_1f1b, dp_sync_tail_s, fb_times
+from nest.costs.critical_path import critical_path_1f1b, dp_sync_tail_s, fb_times
 
 FORMS = ("paper", "dapple", "critical_path", "simulated")
 OVERLAPS = ("none", "stage", "bucketed")
@@ -178,7 +178,7 @@ def time_1f1b_s(fwd_s, bwd_s, num_microbatches: int, send_fwd_s=None, send_bwd_s
         return float(dapple(t.sum(), t.max(), m))
     if form == "critical_path":
         if m < p:  # stages with m <= p - j - 1 run GPipe-like; the path family assumes m >= p
-            from nest.simulate import simulate
+            from nest.costs.simulate import simulate
 
             return simulate("1f1b", f, b, m).pipeline_s
         return critical_path_1f1b(f, b, m)
@@ -256,7 +256,7 @@ def pipeline_s(dt: DeviceTimes, schedule: str, form: str, m: int, v: int = 1) ->
 def tail_s(dt: DeviceTimes, schedule: str, overlap: str, m: int, v: int = 1) -> float:
     """Gradient sync + optimizer step (+ ZeRO-1/2's weight all-gather) after the last backward:
     "none" max_j (S_j + O_j) (they do not overlap); "stage" / "bucketed"
-    nest.schedule.dp_sync_tail_s (exact for equal stages, an upper bound otherwise); the
+    nest.costs.critical_path.dp_sync_tail_s (exact for equal stages, an upper bound otherwise); the
     all-gather comes after the optimizer step and never overlaps the backward."""
     if overlap == "none":
         return max(s + o for s, o in zip(dt.sync, dt.opt))
@@ -269,10 +269,10 @@ def tail_s(dt: DeviceTimes, schedule: str, overlap: str, m: int, v: int = 1) -> 
 
 def simulate_times(dt: DeviceTimes, schedule: str, m: int, v: int = 1,
                    overlap: str | None = None):
-    """Discrete-event simulation (nest.simulate) of the schedule with these times; overlap
+    """Discrete-event simulation (nest.costs.simulate) of the schedule with these times; overlap
     None: the pipeline alone, else the gradient sync and optimizer step too (interleaved: per
     chunk, the mean of the device's chunks' sends)."""
-    from nest.simulate import simulate
+    from nest.costs.simulate import simulate
 
     v = v if schedule == "interleaved" else 1
     kw = {}
@@ -329,7 +329,7 @@ def bottleneck_weight(form: str, m: int, p: int) -> int:
 
 def overlap_tail(e, r) -> float:
     """max(0, max_j (e_j - D_j)), D_j = sum_{k<j} r_k: the overlapped sync's tail on the
-    kernel's terms (nest.costs.stage.overlap_terms), as nest.schedule.dp_sync_tail_s prices it."""
+    kernel's terms (nest.costs.stage.overlap_terms), as nest.costs.critical_path.dp_sync_tail_s prices it."""
     D, worst = 0.0, 0.0
     for ej, rj in zip(e, r):
         worst = max(worst, float(ej) - D)

@@ -54,9 +54,9 @@ from pathlib import Path
 
 from nest.costs.roofline import is_fp8_gemm
 from nest.costs.roofline import op_times as roofline_op_times
-from nest.errors import SpecError
+from nest.common.errors import SpecError
 from nest.graph.layer_graph import Op
-from nest.specs import HardwareSpec
+from nest.spec.catalog import HardwareSpec
 
 BYTES = 2  # bf16, as in the layer graph
 # Backward timings of non-GEMM ops below this are host-bound (profiles/README.md, Caveats).
@@ -353,7 +353,7 @@ def profile_for(hw: HardwareSpec) -> ProfileSet | None:
 def price_op(hw: HardwareSpec, op: Op, profile: ProfileSet | None,
              compute: str = "bf16") -> OpTime:
     """One operator: measured where the profile covers it, else the roofline. Under FP8 compute
-    the FP8 GEMMs (nest.precision.FP8_GEMMS) come from the profile's matmul_fp8.csv
+    the FP8 GEMMs (nest.spec.precision.FP8_GEMMS) come from the profile's matmul_fp8.csv
     (torch._scaled_mm) where it covers them, else the FP8 roofline."""
     if profile is None:
         f, b = roofline_op_times(hw, op, compute)
@@ -371,7 +371,7 @@ def fp8_cast_s(hw: HardwareSpec, op: Op) -> tuple[float, float]:
     the BF16 input is cast to FP8 with its transpose for the weight-gradient GEMM, one fused
     kernel (cast_transpose: read 2 m k, write m k + m k bytes), and in backward the output
     gradient likewise (4 m n bytes); the weights' FP8 copies are cached across micro-batches
-    (nest.precision.FP8_CACHE_BYTES), so their cast is once per step and not counted here.
+    (nest.spec.precision.FP8_CACHE_BYTES), so their cast is once per step and not counted here.
     Bandwidth-bound, at the streaming efficiency, one launch each."""
     m, n, k = op.shape[:3]
     bw = hw.hbm_bytes_per_s * hw.memory_efficiency

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from nest.graph.layer_graph import Op
-from nest.specs import HardwareSpec
+from nest.spec.catalog import HardwareSpec
 
 BF16 = 2  # bytes per GEMM operand element
 
@@ -76,9 +76,9 @@ def matmul_times(hw: HardwareSpec, op: Op, peak: float | None = None) -> tuple[f
 
 
 def is_fp8_gemm(op: Op, compute: str = "bf16") -> bool:
-    """Whether `op` runs as an FP8 GEMM under `compute` (nest.precision.FP8_GEMMS: the linear
+    """Whether `op` runs as an FP8 GEMM under `compute` (nest.spec.precision.FP8_GEMMS: the linear
     layers Transformer Engine runs in FP8; attention, norms, the LM head stay BF16)."""
-    from nest.precision import FP8_GEMMS
+    from nest.spec.precision import FP8_GEMMS
 
     return compute == "fp8" and op.kind == "matmul" and op.name in FP8_GEMMS
 

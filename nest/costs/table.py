@@ -21,7 +21,7 @@ Hidden where it says `overlapped` (Hopper and later: CUTLASS 3's warp-specialize
 ping-pong kernels run one tile's epilogue under another tile's main loop; CUTLASS docs,
 "efficient_gemm", Hopper warp-specialized kernels). A separate cast / copy kernel would be
 additive anywhere (`main_grad_traffic_s`): the measured H100 blocks copy the BF16 gradients
-into FP32 in their optimizer step (nest.validate prices it so). PyTorch FSDP with an FP32 reduce
+into FP32 in their optimizer step (nest.fidelity.block_validation prices it so). PyTorch FSDP with an FP32 reduce
 dtype casts in a separate kernel too (read 2 + write 4); the cost table does not know a run's
 framework, so that cast is not priced (the MosaicML rows). Weight elements: every
 non-batched matmul's k x n (the attention core's batched GEMMs have no weights).
@@ -52,7 +52,7 @@ from types import MappingProxyType
 
 from nest.costs.profiled import ProfileSet, price_op, profile_for
 from nest.graph.layer_graph import RECOMPUTE_MODES, LayerCost, LayerGraph, Op
-from nest.specs import HardwareSpec, validate
+from nest.spec.catalog import HardwareSpec, validate
 
 SCHEMA = "nest.cost_table/v1"
 AUTO = "auto"  # CostTable(profile=AUTO): the profile the hardware file names, if any
@@ -76,7 +76,7 @@ def layer_times(hw: HardwareSpec, cost: LayerCost,
                 profile: ProfileSet | None = None, compute: str = "bf16") -> LayerTimes:
     """Forward, backward and recompute seconds of one layer; from `profile` where it covers,
     else (or with profile None) the roofline; compute: the training's compute dtype
-    (nest.precision: "fp8" runs the linear layers' GEMMs in FP8)."""
+    (nest.spec.precision: "fp8" runs the linear layers' GEMMs in FP8)."""
     ops = (*cost.ops, *moe_local_sort_op(cost))
     priced = {op.name: price_op(hw, op, profile, compute) for op in ops}
     per_op = {name: (t.fwd_s, t.bwd_s) for name, t in priced.items()}
@@ -158,9 +158,9 @@ class CostTable:
 
     profile: AUTO (default) uses the measured profile the hardware file names (`profile:` key;
     H100 SXM has one), None forces the roofline, or an explicit nest.costs.profiled.ProfileSet.
-    compute: the training's compute dtype (nest.precision.Precision.compute).
+    compute: the training's compute dtype (nest.spec.precision.Precision.compute).
     scale: every time multiplied by it (the training settings' cost_scale.compute, applied by
-    nest.problem.Problem.build; the one point where compute time enters every planner's costs).
+    nest.problem.problem.Problem.build; the one point where compute time enters every planner's costs).
     """
 
     __slots__ = ("graph", "hw", "compute", "scale", "profile")
@@ -206,6 +206,6 @@ class CostTable:
     def write(self, path: str | Path) -> None:
         d = self.to_dict()
         validate(d, "cost_table", str(path))
-        from nest.atomic_io import write_text_atomic
+        from nest.common.atomic_io import write_text_atomic
 
         write_text_atomic(path, json.dumps(d, indent=1, sort_keys=True) + "\n")

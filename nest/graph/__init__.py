@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from nest.graph.layer_graph import LayerGraph
-from nest.specs import ModelSpec, check_microbatch
+from nest.spec.catalog import ModelSpec, check_microbatch
 
 SOURCES = ("torch_fx", "closed_form")
 

@@ -23,8 +23,8 @@ The first-cut graph builder and, once torch.fx tracing lands, its cross-check. C
 from __future__ import annotations
 
 from nest.graph.layer_graph import Collective, Layer, LayerCost, LayerGraph, Op, Variant
-from nest.errors import SpecError
-from nest.specs import ModelSpec
+from nest.common.errors import SpecError
+from nest.spec.catalog import ModelSpec
 
 BYTES = 2  # bf16
 

@@ -1,9 +1,9 @@
 """Layer graph x FP8 compute -> the activations Transformer Engine saves for backward.
 
-Under FP8 (nest.precision), Transformer Engine's linear layers cast their input to FP8 for the
+Under FP8 (nest.spec.precision), Transformer Engine's linear layers cast their input to FP8 for the
 forward GEMM and keep that FP8 copy (1 byte per element) for the weight-gradient GEMM instead of
 the BF16 input (2 bytes; transformer_engine/pytorch/module/linear.py and layernorm_linear.py
-save the quantised input). So for every FP8 GEMM (nest.precision.FP8_GEMMS) of a layer the saved
+save the quantised input). So for every FP8 GEMM (nest.spec.precision.FP8_GEMMS) of a layer the saved
 bytes of its input halve:
     saving = m x k per instance   (the input X[m, k] of the op's first GEMM, `count` instances)
 with two exceptions:
@@ -23,7 +23,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from nest.graph.layer_graph import LayerCost, LayerGraph, Variant
-from nest.precision import FP8_GEMMS
+from nest.spec.precision import FP8_GEMMS
 
 SHARDED_WITH_SP = ("qkv", "mlp_up", "mlp_gate_up")  # inputs gathered over tp under sp
 

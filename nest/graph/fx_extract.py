@@ -46,7 +46,7 @@ from torch.utils.flop_counter import flop_registry
 from nest.graph import torch_models as tm
 from nest.graph.closed_form import variants_of
 from nest.graph.layer_graph import Collective, Layer, LayerCost, LayerGraph, Op, Variant
-from nest.specs import ModelSpec, ParallelVariants
+from nest.spec.catalog import ModelSpec, ParallelVariants
 
 EXTERNAL = "<external>"  # producer / consumer outside the traced layer
 aten = torch.ops.aten

@@ -2,7 +2,7 @@
 tensors (per-node FLOPs read from the exported graph): the cross-check of our compact modules.
 
 The config.json -> ModelSpec translation lives in nest.graph.hf_spec (model_spec_from_hf_config,
-which nest.specs.load_model uses for a .json path; supported `model_type`s, what is priced and
+which nest.spec.catalog.load_model uses for a .json path; supported `model_type`s, what is priced and
 what is refused are documented there) and is re-exported here. The transformers path needs `pip install
 transformers` (extra `hf`); nothing is downloaded.
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from nest.errors import SpecError
+from nest.common.errors import SpecError
 from nest.graph.hf_spec import model_spec_from_hf_config
-from nest.specs import load_hf_config
+from nest.spec.catalog import load_hf_config
 
 __all__ = ["HFBlockTrace", "load_hf_config", "model_spec_from_hf_config", "trace_hf_block"]
 

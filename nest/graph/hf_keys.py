@@ -11,7 +11,7 @@ routing assumption (nest.graph.torch_models), the checkpoint's storage format.
 
 from __future__ import annotations
 
-from nest.errors import SpecError
+from nest.common.errors import SpecError
 
 # no effect on the cost of training (any decoder family)
 GENERIC = frozenset("""

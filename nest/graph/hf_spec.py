@@ -47,9 +47,9 @@ import re
 import warnings
 from pathlib import Path
 
-from nest.errors import SpecError, short
+from nest.common.errors import SpecError, short
 from nest.graph.hf_keys import check_keys
-from nest.specs import ModelSpec, load_hf_config, model_from_dict, validate
+from nest.spec.catalog import ModelSpec, load_hf_config, model_from_dict, validate
 
 DEFAULT_SEQ_LEN = 4096  # Llama-3 pre-training's 8192 halved: the common fine-tuning length
 NODE_SIZE = 8  # tp and cp up to one 8-GPU node (every catalog cluster's innermost level)

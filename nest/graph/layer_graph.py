@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from nest.specs import validate
+from nest.spec.catalog import validate
 
 SCHEMA = "nest.layer_graph/v1"
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -203,7 +203,7 @@ class LayerGraph:
     def write(self, path: str | Path) -> None:
         d = self.to_dict()
         validate(d, "layer_graph", str(path))
-        from nest.atomic_io import write_text_atomic
+        from nest.common.atomic_io import write_text_atomic
 
         write_text_atomic(path, json.dumps(d, indent=1, sort_keys=True) + "\n")
 

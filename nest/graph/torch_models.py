@@ -36,7 +36,7 @@ from torch import nn
 from torch.autograd import Function
 
 from nest.graph.layer_graph import Variant
-from nest.specs import ModelSpec
+from nest.spec.catalog import ModelSpec
 
 DTYPE = torch.bfloat16
 _PHASES = ("fwd", "bwd")

@@ -30,7 +30,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from nest.specs import ClusterSpec
+from nest.spec.catalog import ClusterSpec
 
 
 def path_bandwidth(cluster: ClusterSpec, level: int) -> float:

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from nest.errors import SpecError
+from nest.common.errors import SpecError
 from nest.network.topology import _bw_os, _level, graph_levels, torus_levels, tree_levels
 
 GB, US = 1e9, 1e-6
@@ -53,7 +53,7 @@ MAX_GRAPH_BYTES = 32 * 2**20  # a graph file larger than this is refused (a 16K-
 # graph_levels keeps route costs from every device to every node (devices x nodes floats, a few
 # such arrays): a graph with more is refused before any route is computed
 MAX_GRAPH_DEVICES, MAX_GRAPH_NODES = 4096, 16384
-MAX_TORUS_DEVICES = 65536  # torus_levels lists every coordinate (nest.specs.MAX_DEVICES)
+MAX_TORUS_DEVICES = 65536  # torus_levels lists every coordinate (nest.spec.catalog.MAX_DEVICES)
 KINDS = ("tiered", "fat_tree", "spine_leaf", "scale_up", "rail_optimized", "multi_plane",
          "torus", "graph")
 
@@ -319,7 +319,7 @@ def validate_network(net, where: str) -> None:
     (so an error names the key, not 'valid under none of the schemas'); numbers finite."""
     import jsonschema
 
-    from nest.inputs import _error_path, load_schema
+    from nest.common.inputs import _error_path, load_schema
 
     key = f"{where}: key 'network"
     if not isinstance(net, dict):

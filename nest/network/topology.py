@@ -2,7 +2,7 @@
 
 The level-wise abstraction (NEST section 4.2, Appendix B): devices sit in nested groups of equal
 size, contiguous in device id; two devices communicate over the level of their lowest common
-group. Per level (innermost first), as config/clusters/*.yaml and nest.specs.NetworkLevel hold it:
+group. Per level (innermost first), as config/clusters/*.yaml and nest.spec.catalog.NetworkLevel hold it:
 devices_per_group, bandwidth_GBps (per device, per direction), latency_us (end to end),
 oversubscription. nest.network.collectives prices a flow meeting at level L at
     bw(L) = min_{k<=L} bandwidth_k / oversubscription_L,
@@ -56,8 +56,8 @@ import networkx as nx
 import numpy as np
 import yaml
 
-from nest.errors import SpecError
-from nest.specs import validate
+from nest.common.errors import SpecError
+from nest.spec.catalog import validate
 
 GB, US = 1e9, 1e-6
 
@@ -264,7 +264,7 @@ class Grouping:
 
 def level_matrix(levels, num_devices: int) -> np.ndarray:
     """level_NN[a, b]: index of the lowest level whose group holds devices a and b (-1 when
-    a == b), from level dicts or a nest.specs.ClusterSpec."""
+    a == b), from level dicts or a nest.spec.catalog.ClusterSpec."""
     sizes = [lv["devices_per_group"] if isinstance(lv, dict) else lv.devices_per_group
              for lv in getattr(levels, "levels", levels)]
     ids = np.arange(num_devices)
@@ -542,6 +542,6 @@ def write_cluster_yaml(path: str | Path, cluster: dict, comment: str = "") -> No
     if "sizes" in cluster:
         lines.append(f"sizes: {dump(cluster['sizes'])}")
     lines.append(f"source: {json.dumps(cluster['source'])}")
-    from nest.atomic_io import write_text_atomic
+    from nest.common.atomic_io import write_text_atomic
 
     write_text_atomic(path, "\n".join(lines) + "\n")

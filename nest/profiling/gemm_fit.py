@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from nest.costs.roofline import gemm_time
-from nest.specs import HardwareSpec
+from nest.spec.catalog import HardwareSpec
 
 ALIGN = 8  # shapes with m, n or k not a multiple of 8 run other (slow) kernels: left out
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from nest.specs import HardwareSpec, config_dir
+from nest.spec.catalog import HardwareSpec, config_dir
 
 GRID = np.round(np.arange(0.30, 1.0001, 0.01), 2)
 
@@ -52,8 +52,8 @@ def layer_problem(row: LayerRow, cluster: str):
     """One node of `cluster` running the row's model with tensor parallelism tp, both sp
     variants in the graph."""
     from nest.graph.layer_graph import Variant
-    from nest.problem import make_problem
-    from nest.settings import load_training
+    from nest.problem.problem import make_problem
+    from nest.spec.settings import load_training
 
     tr = load_training().with_(global_batch=row.mbs, attention="unfused")
     pr = make_problem(row.model, cluster, row.tp, row.mbs, tr)

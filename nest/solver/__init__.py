@@ -1,13 +1,13 @@
 """The NEST solver: an exact, network- and memory-aware dynamic program (JAX) over the plan space.
 
-Search space (nest.space, declared once; with settings {mbs_options: [1, 2, 4, 8]} also the
+Search space (nest.problem.space, declared once; with settings {mbs_options: [1, 2, 4, 8]} also the
 micro-batch size, one DP per size): the sub-graph variant (tp, sp, ep, cp) shared by all
 stages, or with heterogeneous_stages one per stage among a class of variants of the same width and
 ep (the variant is then part of each stage's option); the number of stages p; the data-parallel degree d with p * d * tp*ep*cp <= N (devices may
 stay idle; m = ceil(global_batch / (mbs * d * ep)) micro-batches); contiguous cuts anywhere
 between layers (uneven stages); per stage a ZeRO stage and a recomputation mode; the placement of
 stages and replicas on the hierarchy (the space's placements: replica-major, stage-major, any rank
-order, or every order a launcher can express, nest.placement). Every cost is the stage kernel's
+order, or every order a launcher can express, nest.problem.placement). Every cost is the stage kernel's
 (nest.costs.stage) on the whole grid of cuts, through nest.solver.arrays.
 
 Objective: exactly the shared evaluator's time per batch (nest.costs.pipeline.objective_s),
@@ -35,7 +35,7 @@ walks that frontier with two bottleneck DPs (nest.solver.dp): X_k = min max t s.
 U_k = min max u s.t. t <= X_k, then cap = just below U_k; every frontier point is visited and
 T = C X + U is minimised over them (epsilon-constraint method, Haimes et al. 1971).
 
-Switches (planner settings, for the ablations of nest.ablation; the defaults are NEST):
+Switches (planner settings, for the ablations of nest.experiments.decomposition; the defaults are NEST):
     network: real | flat   flat: plan on nest.network.collectives.flattened(cluster) (one
                            bandwidth, the innermost level's; no hierarchy, no oversubscription),
                            return the plan for the real cluster (the evaluator scores it there)
@@ -63,18 +63,18 @@ from nest.costs.layers import layer_table
 from nest.costs.pipeline import bottleneck_weight, held_bytes, paper_1f1b, solver_form, stash
 from nest.costs.stage import Options, fixed_bytes
 from nest.graph.layer_graph import Variant
-from nest.problem import Problem, with_mbs
-from nest.errors import SpecError
+from nest.problem.problem import Problem, with_mbs
+from nest.common.errors import SpecError
 from nest.network.collectives import flattened
 from nest.solver.arrays import StageArrays, class_arrays, even_cut_mask
 from nest.solver.bounds import compute_bounds, joint_bound, memory_aware_bound, p2p_floor
 from nest.solver.dp import bottleneck
 from nest.solver.overlap import solve_fixed_overlap
-from nest import progress
+from nest.common import progress
 from nest.solver.tight import FORM as TIGHT_FORM
 from nest.solver.tight import solve_fixed_tight
-from nest.ties import tie_record, tied_candidates
-from nest.space import SearchSpace, declare, make_plan, pp_dp_options
+from nest.planners.ties import tie_record, tied_candidates
+from nest.problem.space import SearchSpace, declare, make_plan, pp_dp_options
 
 
 def solve_fixed(arr: StageArrays, C: float, best_T: float):
@@ -138,7 +138,7 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
     blocks (p <= blocks); the bounds stay valid (they bound the unrestricted optimum, which is
     no larger).
 
-    Candidates (class, p, d) -- a class is the variants a stage may pick (nest.space) -- are
+    Candidates (class, p, d) -- a class is the variants a stage may pick (nest.problem.space) -- are
     popped from a heap by lower bound (nest.solver.bounds): first the compute-only bound (one DP
     for all p), refined on first pop by the memory-aware bound of (class, p), then, while still
     below the best time, the joint bound of (class, p, d). prune=False visits every
@@ -192,7 +192,7 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
                     log(f"  better: T={best_T:.6g} s  {'/'.join(v.key for v in variants)} p={p} "
                         f"d={d} {placement}")
     stats = {"candidates": num_candidates, "visited": visited, "tied": []}
-    if best is not None:  # ties go to the placement its user launches (nest.ties)
+    if best is not None:  # ties go to the placement its user launches (nest.planners.ties)
         stats["tied"] = tied_candidates(problem, space, space.classes[best_ci], lts[best_ci],
                                         best, best_T, form, even_cuts)
         best_T, best = stats["tied"][0]
@@ -239,7 +239,7 @@ def switches(settings: dict) -> tuple[bool, bool]:
 
 
 def plan(problem: Problem, settings: dict):
-    from nest.planners import NoPlan
+    from nest.planners.registry import NoPlan
 
     flat, even = switches(settings)
     if settings.get("launchable"):
@@ -276,7 +276,7 @@ def plan(problem: Problem, settings: dict):
         notes = "even cuts; " + notes
     if len(stats["tied"]) > 1:
         notes += (f"; placements {', '.join(b[3] for _, b in stats['tied'])} tied under the "
-                  f"objective (nest.ties): the first kept")
+                  f"objective (nest.planners.ties): the first kept")
     return out.with_(predicted_time_per_batch_s=best_T, solve_time_s=time.perf_counter() - t0,
                      notes=notes)
 
@@ -284,7 +284,7 @@ def plan(problem: Problem, settings: dict):
 def plan_launchable(problem: Problem, settings: dict):
     """The launchable optimum (nest.solver.launchable): one variant, ZeRO stage and recomputation
     mode for all stages, 1F1B or interleaved, the micro-batch size among settings' mbs_options."""
-    from nest.planners import NoPlan
+    from nest.planners.registry import NoPlan
     from nest.solver.launchable import search_launchable
 
     t0 = time.perf_counter()
@@ -300,9 +300,9 @@ def plan_launchable(problem: Problem, settings: dict):
 
 
 def tie_range(real: Problem, space: SearchSpace, tied) -> dict:
-    """plan.extra["tied"] (nest.ties.tie_record): every tied plan scored by the shared evaluator
+    """plan.extra["tied"] (nest.planners.ties.tie_record): every tied plan scored by the shared evaluator
     on the real cluster."""
-    from nest.evaluate import evaluate
+    from nest.problem.evaluate import evaluate
 
     scored = []
     for _, b in tied:

@@ -22,9 +22,9 @@ from nest.costs.layers import LayerTable
 from nest.costs.pipeline import links, stash
 from nest.costs.stage import Options, stage_cost
 from nest.graph.layer_graph import Variant
-from nest.plan import place
-from nest.problem import Problem
-from nest.space import SearchSpace
+from nest.problem.plan import place
+from nest.problem.problem import Problem
+from nest.problem.space import SearchSpace
 
 
 @dataclass

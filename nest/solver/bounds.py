@@ -25,9 +25,9 @@ from nest.costs.pipeline import (bottleneck_weight, links, solver_form, stash,
 from nest.costs.stage import Options, fixed_bytes, stage_cost
 from nest.graph.layer_graph import Variant
 from nest.network.collectives import path_bandwidth
-from nest.plan import place
-from nest.problem import Problem
-from nest.space import SearchSpace
+from nest.problem.plan import place
+from nest.problem.problem import Problem
+from nest.problem.space import SearchSpace
 
 ALIGNED = ("replica_major", "stage_major")  # placements whose replicas are aligned id blocks
 

@@ -1,6 +1,6 @@
 """Problem -> the fastest plan Megatron-LM launches exactly as priced (`nest plan`'s default space).
 
-The launchable space (what nest.export writes without projecting anything):
+The launchable space (what nest.interfaces.export writes without projecting anything):
   * one sub-graph variant (tp, sp, ep, cp) for every stage, one ZeRO stage and one recomputation
     mode for every stage (Megatron-LM applies --recompute-granularity and the distributed
     optimizer / Megatron-FSDP to the whole model);
@@ -8,7 +8,7 @@ The launchable space (what nest.export writes without projecting anything):
     interleaved 1F1B with v >= 2 model chunks per device group (--num-virtual-stages-per-
     pipeline-rank v) on Megatron-LM's default split: pp x v divides the transformer blocks, every
     chunk holds the same number of blocks, the embedding rides on the first chunk and the head on
-    the last (nest.plan_spec.block_cuts), and the micro-batches are a multiple of pp (Megatron);
+    the last (nest.problem.plan_spec.block_cuts), and the micro-batches are a multiple of pp (Megatron);
   * the micro-batch size among `mbs_options` (the problem's own when none are given).
 
 Exact for the evaluator: the 1F1B part is the NEST solver (nest.solver.search) on the space
@@ -31,8 +31,8 @@ import math
 import numpy as np
 
 from nest.costs.layers import layer_table
-from nest.problem import Problem, with_mbs
-from nest.space import SearchSpace, declare, pp_dp_options
+from nest.problem.problem import Problem, with_mbs
+from nest.problem.space import SearchSpace, declare, pp_dp_options
 
 
 def virtual_options(num_blocks: int, p: int, m: int, max_v: int | None = None) -> list[int]:
@@ -47,8 +47,8 @@ def virtual_options(num_blocks: int, p: int, m: int, max_v: int | None = None) -
 def interleaved_plan(problem: Problem, variant, p: int, d: int, v: int, placement: str,
                      zero: int, recompute: str, planner: str = "nest"):
     """The interleaved plan of these knobs on Megatron-LM's default split."""
-    from nest.plan import Plan, Stage, place
-    from nest.plan_spec import block_cuts
+    from nest.problem.plan import Plan, Stage, place
+    from nest.problem.plan_spec import block_cuts
 
     num_blocks = problem.graph.num_layers - 2
     ids = place(p, d, variant.width, placement, tp=variant.tp, cp=variant.cp, ep=variant.ep)
@@ -130,7 +130,7 @@ def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
     (best_T, None, evaluated)."""
     from dataclasses import replace
 
-    from nest.evaluate import evaluate
+    from nest.problem.evaluate import evaluate
 
     best, n = None, 0
     for bound, _, var, p, d, v in interleaved_candidates(problem, space, max_v):
@@ -156,7 +156,7 @@ def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
 def search_launchable(problem: Problem, settings: dict, log=None):
     """(time, plan, stats, problem of the plan's micro-batch size) of the launchable optimum
     (module docstring); plan None if nothing fits."""
-    from nest.evaluate import evaluate
+    from nest.problem.evaluate import evaluate
     from nest.solver import plan_of, search
 
     best_T, best, best_pr = math.inf, None, problem

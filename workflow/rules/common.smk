@@ -7,9 +7,9 @@ from collections import namedtuple
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from nest.planners import planner_names
-from nest.settings import load_training
-from nest.specs import config_dir, load_cluster, load_model
+from nest.planners.registry import planner_names
+from nest.spec.settings import load_training
+from nest.spec.catalog import config_dir, load_cluster, load_model
 
 # One point of a figure. `batch` names its file: "mbs{mbs}", then "_gb{N}" when the figure's
 # global batch differs from config/training.yaml's and "_seq{L}" when its sequence length differs
@@ -169,3 +169,22 @@ def network_files(c):
         except ValueError:
             out.append(f)
     return out
+
+
+# ---- one job per point (workflow/rules/plan.smk) ---------------------------------------------
+
+
+def plan_groups():
+    """(model, cluster, num_devices, batch) -> its planners in first-seen order, over every
+    figure of the config and Figure 2's points."""
+    pts = list(itertools.chain.from_iterable(figure_points(f) for f in config["figures"]))
+    if "figure2" in (config.get("tables") or {}):
+        pts += figure2_points()
+    groups = {}
+    for pt in pts:
+        groups.setdefault((pt.model, pt.cluster, pt.num_devices, pt.batch), {})[pt.planner] = None
+    return {k: list(v) for k, v in groups.items()}
+
+
+def _rule_name(*parts):
+    return "plan_" + "_".join(re.sub(r"[^A-Za-z0-9]", "_", str(p)) for p in parts)

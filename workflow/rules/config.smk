@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from nest.errors import SpecError
-from nest.planners import planner_names
-from nest.specs import catalog_names, config_dir, load_cluster, load_model
+from nest.common.errors import SpecError
+from nest.planners.registry import planner_names
+from nest.spec.catalog import catalog_names, config_dir, load_cluster, load_model
 
 
 def config_key_source(keys):
@@ -87,7 +87,7 @@ def _seq_len_fits(model, seq_len, keys):
     from nest.graph.closed_form import variants_of
     from nest.graph.torch_models import _check
 
-    try:  # the model file's own check (nest.specs) may refuse the length first
+    try:  # the model file's own check (nest.spec.catalog) may refuse the length first
         m = load_model(model, seq_len=seq_len)
     except SpecError as e:
         config_error(keys, f"seq_len {seq_len} for model '{model}': "

@@ -10,7 +10,7 @@ import sys
 
 import yaml
 
-from nest.specs import catalog_names
+from nest.spec.catalog import catalog_names
 
 CURRENT_NETWORKS_CONFIG = "config/current_clusters.yaml"
 _current = yaml.safe_load(open(CURRENT_NETWORKS_CONFIG))

@@ -4,7 +4,7 @@
 
 rule decomposition_point:
     """Every ablation of the decomposition on one point, in one process (a process start costs
-    about as much as a small solve): their plans and evaluations (nest.point) in one JSON. A
+    about as much as a small solve): their plans and evaluations (nest.experiments.run_point) in one JSON. A
     planner still running when the job nears its runtime gives a `crashed` record (plan.smk)."""
     input:
         graph=lambda wc: graph_file(wc.model, wc.batch),

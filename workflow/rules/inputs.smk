@@ -107,8 +107,8 @@ def robustness_cfg():
 
 
 def robustness_scales():
-    from nest.errors import SpecError
-    from nest.robustness import perturbations, scale_name
+    from nest.common.errors import SpecError
+    from nest.experiments.robustness import perturbations, scale_name
 
     try:
         return [scale_name(c, m) for c, m in perturbations(config["robustness"])]

@@ -1,6 +1,6 @@
 rule plan:
     """Layer graph x cluster -> one planner's plan (or a no-plan record with the reason) and its
-    evaluation by the one shared evaluator (nest.point: the stored plan reads back as the plan
+    evaluation by the one shared evaluator (nest.experiments.run_point: the stored plan reads back as the plan
     scored). One job per point: a process start costs about as much as a small solve. The file
     name states the micro-batch size and any global batch / sequence length of the figure that
     differs from the default (common.smk: batch_name). A planner that crashes, or that is still
@@ -43,22 +43,6 @@ rule plan:
 # have no wildcards wins over `plan` for the same file (Snakemake's rule order), so `plan` still
 # makes any other point asked for by name. One job per point, not per figure: a recomputed point
 # (a corrupt file moved aside) reruns only its own planners.
-
-
-def plan_groups():
-    """(model, cluster, num_devices, batch) -> its planners in first-seen order, over every
-    figure of the config and Figure 2's points."""
-    pts = list(itertools.chain.from_iterable(figure_points(f) for f in config["figures"]))
-    if "figure2" in (config.get("tables") or {}):
-        pts += figure2_points()
-    groups = {}
-    for pt in pts:
-        groups.setdefault((pt.model, pt.cluster, pt.num_devices, pt.batch), {})[pt.planner] = None
-    return {k: list(v) for k, v in groups.items()}
-
-
-def _rule_name(*parts):
-    return "plan_" + "_".join(re.sub(r"[^A-Za-z0-9]", "_", str(p)) for p in parts)
 
 
 for (_pm, _pc, _pn, _pb), _pp in plan_groups().items():

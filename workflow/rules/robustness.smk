@@ -1,8 +1,8 @@
-# The headline verdicts under the cost model's own error (nest/robustness.py): the figures' gains,
+# The headline verdicts under the cost model's own error (nest/experiments/robustness.py): the figures' gains,
 # the decomposition and the co-design cells rerun with compute and communication times scaled
 # (training setting cost_scale). One wildcard per perturbation ({scale}: c<compute>_m<comm>), so
 # every point is cached per perturbation and an interrupted run resumes.
-from nest.robustness import SCALE_RE, parse_scale
+from nest.experiments.robustness import SCALE_RE, parse_scale
 
 
 wildcard_constraints:
@@ -12,7 +12,7 @@ wildcard_constraints:
 rule robustness_point:
     """One model on one cluster (every device count of the robustness figures) under every
     perturbed cost model, in one process (a process start and the solver's first compile cost
-    more than most solves), one file per perturbation: the planners re-planned (nest.point,
+    more than most solves), one file per perturbation: the planners re-planned (nest.experiments.run_point,
     under the runtime guard) and those of `robustness.rescore` keeping their unperturbed plan
     (the figures' plan rule), scored by the perturbed evaluator."""
     input:

@@ -1,6 +1,6 @@
 # The paper's tables (2, 6, 7), Figure 2 and section 5.3's communication share.
 # Registers its experiments in EXPERIMENTS (common.smk); its config lives under its own keys.
-# Library code: nest/tables.py; scripts: workflow/scripts/table_*.py. Planner runs are one file
+# Library code: nest/experiments/tables.py; scripts: workflow/scripts/table_*.py. Planner runs are one file
 # per point (Figure 2 through the plan rule, Table 7 through table7_point), so an
 # interrupted run resumes where it stopped.
 

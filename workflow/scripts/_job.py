@@ -160,7 +160,7 @@ def clean_crash(plan: dict, evaluation: dict) -> tuple[dict, dict]:
 def crash_records(planner: str, problem, model: str, cluster: str, exc: BaseException,
                   t0: float) -> tuple[dict, dict]:
     """(record, evaluation) of a point whose planner run raised `exc`; the traceback to the log."""
-    from nest.results import no_plan_evaluation, no_plan_record
+    from nest.experiments.results import no_plan_evaluation, no_plan_record
 
     traceback.print_exception(exc, limit=8)
     reason = one_line(f"planner crashed: {type(exc).__name__}: {exc}")
@@ -170,10 +170,10 @@ def crash_records(planner: str, problem, model: str, cluster: str, exc: BaseExce
 
 
 def run_point(planner: str, problem, model: str, cluster: str) -> tuple[dict, dict]:
-    """nest.point.plan_point under the runtime guard; anything it raises other than bad input
+    """nest.experiments.run_point.plan_point under the runtime guard; anything it raises other than bad input
     (SpecError: the job fails with its message) is this point's crash record."""
-    from nest.errors import SpecError
-    from nest.point import plan_point
+    from nest.common.errors import SpecError
+    from nest.experiments.run_point import plan_point
 
     t0 = time.perf_counter()
     try:
@@ -186,17 +186,17 @@ def run_point(planner: str, problem, model: str, cluster: str) -> tuple[dict, di
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
-    """Write atomically (nest.atomic_io): a killed job never leaves half a file or a temporary."""
-    from nest.atomic_io import write_text_atomic
+    """Write atomically (nest.common.atomic_io): a killed job never leaves half a file or a temporary."""
+    from nest.common.atomic_io import write_text_atomic
 
     write_text_atomic(path, text)
 
 
 def read_points(evaluations, plans) -> list[tuple[dict, dict]]:
-    """(evaluation, plan) of every point, verified (nest.results.read_point). A corrupt or
+    """(evaluation, plan) of every point, verified (nest.experiments.results.read_point). A corrupt or
     foreign file fails the job with one line naming it, and is moved aside (<name>.corrupt) so
     the next run of the same command recomputes that point and nothing else."""
-    from nest.results import CorruptIntermediate, quarantine, read_point
+    from nest.experiments.results import CorruptIntermediate, quarantine, read_point
 
     try:
         return [read_point(e, p) for e, p in zip(evaluations, plans)]
@@ -217,7 +217,7 @@ def write_json(d: dict, path: str | os.PathLike) -> None:
 
 def model_at(name: str, seq_len: int | None = None):
     """The model spec, at `seq_len` when given (the library's hook when it has one)."""
-    from nest.specs import load_model
+    from nest.spec.catalog import load_model
 
     if seq_len is None:
         return load_model(name)
@@ -230,8 +230,8 @@ def point_problem(model: str, cluster: str, num_devices: int, graph, settings: d
                   training_path: str):
     """The Problem of one point: the figure's global batch over config/training.yaml and its
     sequence length over the model's (settings: common.smk batch_settings)."""
-    from nest.problem import make_problem
-    from nest.settings import load_training
+    from nest.problem.problem import make_problem
+    from nest.spec.settings import load_training
 
     tr = load_training(training_path)
     if settings.get("global_batch") is not None:

@@ -1,9 +1,9 @@
 """Snakemake adapter: the network co-design sweep -> results/codesign.csv, .md and figure
-(nest.ablation.codesign_sweep; points cached under results/codesign/, so a rerun resumes)."""
+(nest.experiments.decomposition.codesign_sweep; points cached under results/codesign/, so a rerun resumes)."""
 
 from _job import start, write_text
 
-from nest.ablation import codesign_markdown, codesign_sweep, digest, plot_codesign, write_csv
+from nest.experiments.decomposition import codesign_markdown, codesign_sweep, digest, plot_codesign, write_csv
 from nest.graph.layer_graph import LayerGraph
 
 sm = snakemake  # noqa: F821 - injected by Snakemake

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from _job import read_points, start
 
-from nest.results import collect_records, write_csv
+from nest.experiments.results import collect_records, write_csv
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)

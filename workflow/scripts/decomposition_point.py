@@ -1,5 +1,5 @@
 """Snakemake adapter: one point x every ablation planner -> one JSON of their plans and
-evaluations (nest.point), written once all are done; each planner under the runtime guard."""
+evaluations (nest.experiments.run_point), written once all are done; each planner under the runtime guard."""
 from _job import point_problem, run_point, start, write_json
 
 from nest.graph.layer_graph import LayerGraph

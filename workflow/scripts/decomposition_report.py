@@ -1,10 +1,10 @@
-"""Snakemake adapter: results/decomposition.csv -> table CSV, Markdown and figure (nest.ablation)."""
+"""Snakemake adapter: results/decomposition.csv -> table CSV, Markdown and figure (nest.experiments.decomposition)."""
 
 from _job import start, write_text
 
-from nest.ablation import (decomposition_markdown, decomposition_table, plot_decomposition,
+from nest.experiments.decomposition import (decomposition_markdown, decomposition_table, plot_decomposition,
                            write_csv)
-from nest.results import read_csv
+from nest.experiments.results import read_csv
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)

@@ -1,7 +1,7 @@
 """Snakemake adapter: this run's CSVs -> results/expected/<name>/ (machine-free)."""
 from _job import start
 
-from nest.expected import write_expected
+from nest.experiments.expected import write_expected
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)

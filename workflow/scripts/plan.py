@@ -1,9 +1,9 @@
 """Snakemake adapter: layer graph x cluster x planner -> plan JSON (or a no-plan / crash record)
-and its evaluation JSON (nest.point), under the runtime guard (_job.py)."""
+and its evaluation JSON (nest.experiments.run_point), under the runtime guard (_job.py)."""
 from _job import point_problem, run_point, start, write_json
 
 from nest.graph.layer_graph import LayerGraph
-from nest.specs import validate
+from nest.spec.catalog import validate
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)

@@ -1,11 +1,11 @@
 """Snakemake adapter: layer graph x cluster x every planner of one point -> each planner's plan
-JSON (or no-plan / crash record) and its evaluation JSON (nest.point), each planner under the
+JSON (or no-plan / crash record) and its evaluation JSON (nest.experiments.run_point), each planner under the
 runtime guard (_job.py), in one process: the graph is read and verified once, the point's
 Problem (its cost tables) built once and shared by the planners (plan.smk)."""
 from _job import point_problem, run_point, start, write_json
 
 from nest.graph.layer_graph import LayerGraph
-from nest.specs import validate
+from nest.spec.catalog import validate
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)

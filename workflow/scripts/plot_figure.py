@@ -2,9 +2,9 @@
 average NEST gains of this figure (config/paper/claims.yaml `<figure>.nest_gain_over`, if any)."""
 from _job import start
 
-from nest.figures import plot_figure
-from nest.results import read_csv
-from nest.specs import config_dir, read_yaml
+from nest.reports.figures import plot_figure
+from nest.experiments.results import read_csv
+from nest.spec.catalog import config_dir, read_yaml
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)

@@ -1,7 +1,7 @@
 """Snakemake adapter: every experiment's outputs (+ robustness.csv) -> results/REPRODUCTION.md."""
 from _job import start
 
-from nest.reproduction import write
+from nest.reports.reproduction import write
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)

@@ -1,13 +1,13 @@
 """Snakemake adapter: the unperturbed run's CSVs + every perturbation's point files and co-design
-sweeps -> results/robustness.csv and results/robustness.md (nest.robustness)."""
+sweeps -> results/robustness.csv and results/robustness.md (nest.experiments.robustness)."""
 from pathlib import Path
 
 import pandas as pd
 from _job import start, write_text
 
-from nest.ablation import write_csv
-from nest.results import read_csv
-from nest.robustness import markdown, modes_of, parse_scale, read_points, table
+from nest.experiments.decomposition import write_csv
+from nest.experiments.results import read_csv
+from nest.experiments.robustness import markdown, modes_of, parse_scale, read_points, table
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)

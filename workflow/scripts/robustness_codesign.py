@@ -1,13 +1,13 @@
 """Snakemake adapter: the co-design sweep (its `robustness.codesign_num_devices` cells) under
-every perturbed cost model -> one CSV each (nest.ablation.codesign_sweep; points cached per
+every perturbed cost model -> one CSV each (nest.experiments.decomposition.codesign_sweep; points cached per
 perturbation beside its CSV)."""
 import os
 
 from _job import start
 
-from nest.ablation import codesign_sweep, digest, write_csv
+from nest.experiments.decomposition import codesign_sweep, digest, write_csv
 from nest.graph.layer_graph import LayerGraph
-from nest.settings import CostScale, load_training
+from nest.spec.settings import CostScale, load_training
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)

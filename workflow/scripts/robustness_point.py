@@ -1,15 +1,15 @@
 """Snakemake adapter: one model on one cluster (its device counts) under every perturbed cost
 model (training setting cost_scale) -> one JSON per perturbation: the re-planned planners' plans
-and evaluations (nest.point, under the runtime guard) and the rescored ones' unperturbed plans
-scored by the perturbed evaluator (nest.robustness)."""
+and evaluations (nest.experiments.run_point, under the runtime guard) and the rescored ones' unperturbed plans
+scored by the perturbed evaluator (nest.experiments.robustness)."""
 import json
 from pathlib import Path
 
 from _job import point_problem, run_point, start, write_json
 
 from nest.graph.layer_graph import LayerGraph
-from nest.robustness import point_record, rescore
-from nest.settings import CostScale
+from nest.experiments.robustness import point_record, rescore
+from nest.spec.settings import CostScale
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)

@@ -1,7 +1,7 @@
 """Snakemake adapter: Table 4 (NEST vs Mist search time, each solve alone)."""
 from _job import start, write_text
 
-from nest.search_time import markdown, measure, table
+from nest.experiments.search_time import markdown, measure, table
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)

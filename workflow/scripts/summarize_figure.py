@@ -1,8 +1,8 @@
 """Snakemake adapter: results CSV -> summary Markdown (NEST's gains vs the paper's claims)."""
 from _job import start
 
-from nest.report import write_summary
-from nest.results import read_csv
+from nest.reports.gains import write_summary
+from nest.experiments.results import read_csv
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)

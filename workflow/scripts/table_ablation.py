@@ -3,7 +3,7 @@ from pathlib import Path
 
 from _job import start, write_text
 
-from nest.tables import read_json, table7, table7_markdown, write_csv
+from nest.experiments.tables import read_json, table7, table7_markdown, write_csv
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)

@@ -3,7 +3,7 @@ with reduced HBM -> one JSON record."""
 from _job import start
 
 from nest.graph.layer_graph import LayerGraph
-from nest.tables import ablation_point, reduced_problem, write_point
+from nest.experiments.tables import ablation_point, reduced_problem, write_point
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)

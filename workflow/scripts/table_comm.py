@@ -3,7 +3,7 @@ section 5.3's table), CSV + Markdown."""
 
 from _job import read_points, start, write_text
 
-from nest.tables import (comm_share_markdown, comm_table, figure2_markdown, plot_figure2,
+from nest.experiments.tables import (comm_share_markdown, comm_table, figure2_markdown, plot_figure2,
                          write_csv)
 
 sm = snakemake  # noqa: F821 - injected by Snakemake

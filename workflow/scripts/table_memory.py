@@ -4,8 +4,8 @@ from pathlib import Path
 from _job import start, write_text
 
 from nest.graph.layer_graph import LayerGraph
-from nest.problem import make_problem
-from nest.tables import memory_table, table6_markdown, write_csv
+from nest.problem.problem import make_problem
+from nest.experiments.tables import memory_table, table6_markdown, write_csv
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)

@@ -3,7 +3,7 @@ from pathlib import Path
 
 from _job import read_points, start, write_text
 
-from nest.tables import table2, table2_markdown, write_csv
+from nest.experiments.tables import table2, table2_markdown, write_csv
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start(sm)

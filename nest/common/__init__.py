@@ -1,0 +1,1 @@
+"""Infrastructure every layer uses: errors, the input boundary, atomic writes, progress."""

@@ -1,0 +1,1 @@
+"""Experiments: points, results CSVs, the paper's tables, the gain decomposition, robustness, search time."""

@@ -1,0 +1,1 @@
+"""The cost model against measurements: single blocks, published runs, uncertainty bands."""

@@ -1,0 +1,1 @@
+"""Interfaces: the `nest` command line and the Megatron-LM export."""

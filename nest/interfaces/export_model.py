@@ -1,0 +1,104 @@
+"""Model spec -> Megatron-LM's GPT / BERT model arguments, every one that changes the numerics.
+
+Argument names: Megatron-LM megatron/training/arguments.py and the TransformerConfig fields it
+generates flags from (NVIDIA/Megatron-LM d98e8a64). Defaults where the spec leaves a value open:
+rotary base 10000 (Megatron's and Hugging Face's), norm epsilon 1e-5 (Megatron's).
+"""
+
+from __future__ import annotations
+
+from nest.spec.catalog import ModelSpec
+
+# ModelSpec features of newer Hugging Face families Megatron-LM's GPT arguments do not carry
+UNEXPORTED = {"sandwich_norm": "--post-attention / post-MLP norms", "attn_softcap": "soft-capping",
+              "final_softcap": "logit soft-capping",
+              "shared_expert_gate": "a gated shared expert",
+              "qk_norm_full": "a Q/K norm over the whole projection (exported per head)"}
+MTP_LOSS_SCALE = 0.1  # Megatron-LM's default --mtp-loss-scaling-factor (DeepSeek-V3: 0.3 early,
+# then 0.1; section 4.2)
+
+
+def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
+    """Megatron-LM's GPT / BERT model arguments, every one that changes the numerics explicit."""
+    a = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
+         "--ffn-hidden-size", str(m.ffn_hidden_size), "--num-attention-heads", str(m.num_heads),
+         "--seq-length", str(m.seq_len), "--max-position-embeddings", str(m.seq_len)]
+    if getattr(m, "head_size", 0) and m.head_size != m.hidden_size // m.num_heads:
+        a += ["--kv-channels", str(m.head_size)]
+    if m.num_kv_heads != m.num_heads:
+        a += ["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)]
+    rms = m.norm == "rmsnorm"
+    a += ["--normalization", "RMSNorm" if rms else "LayerNorm",
+          "--norm-epsilon", repr(float(m.norm_eps or 1e-5))]
+    if m.learned_positions:
+        a += ["--position-embedding-type", "learned_absolute"]
+    else:  # Llama family: rotary, no biases (gpt-oss: biases on every linear)
+        a += ["--position-embedding-type", "rope", "--rotary-base",
+              str(int(m.rope_theta or 10000))]
+        if not m.linear_bias:  # Megatron-LM's default adds them (gpt-oss keeps the default)
+            a.append("--disable-bias-linear")
+        if getattr(m, "qkv_bias", False):
+            a.append("--add-qkv-bias")
+    if m.is_mla:  # DeepSeek-V2/V3 multi-latent attention (Megatron-LM MLATransformerConfig)
+        a += ["--multi-latent-attention", "--kv-lora-rank", str(m.kv_lora_rank),
+              "--qk-head-dim", str(m.head_dim - m.qk_rope_head_dim),
+              "--qk-pos-emb-head-dim", str(m.qk_rope_head_dim), "--v-head-dim", str(m.v_head_dim)]
+        if m.q_lora_rank:
+            a += ["--q-lora-rank", str(m.q_lora_rank)]
+    if m.attention_sinks:  # gpt-oss: a learned sink logit per head
+        a += ["--softmax-type", "learnable"]
+    if m.sliding_window and m.window_layers:
+        a += _window_args(m, warnings)
+    if getattr(m, "qk_norm", False):
+        a.append("--qk-layernorm")
+    if m.ffn_type == "swiglu":
+        a.append("--swiglu")
+    elif m.ffn_type != "gelu":
+        warnings.append(f"ffn_type '{m.ffn_type}' has no Megatron-LM argument: exported as GELU")
+    if m.is_moe:
+        a += ["--num-experts", str(m.num_experts), "--moe-router-topk", str(m.top_k),
+              "--moe-ffn-hidden-size", str(m.ffn_hidden_size),
+              "--moe-token-dispatcher-type", "alltoall",  # the all-to-all the evaluator prices
+              "--moe-grouped-gemm",  # the local experts as one batched GEMM, as priced
+              "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "1e-2"]
+        if getattr(m, "shared_ffn_hidden_size", 0):
+            a += ["--moe-shared-expert-intermediate-size", str(m.shared_ffn_hidden_size)]
+        if m.num_dense_layers:  # DeepSeek: the first blocks dense, of their own width
+            a[a.index("--ffn-hidden-size") + 1] = str(m.dense_ffn_hidden_size)
+            pattern = [0] * m.num_dense_layers + [1] * (m.num_layers - m.num_dense_layers)
+            a += ["--moe-layer-freq", _freq(pattern)]
+    if m.mtp_layers:  # DeepSeek-V3 multi-token prediction, on the last pipeline stage
+        a += ["--mtp-num-layers", str(m.mtp_layers), "--mtp-loss-scaling-factor",
+              repr(MTP_LOSS_SCALE)]
+    if not m.tied_embeddings:
+        a.append("--untie-embeddings-and-output-weights")
+    if not m.has_dropout:
+        a += ["--attention-dropout", "0", "--hidden-dropout", "0"]
+    if m.family == "bert":
+        a.append("--bert-no-binary-head")  # the layer graph has no pooler / NSP head
+    left = [w for k, w in UNEXPORTED.items() if getattr(m, k, 0)]
+    if left:
+        warnings.append(f"{m.name} uses {', '.join(left)}: not expressed by these Megatron-LM "
+                        f"arguments (add them by hand)")
+    return a
+
+
+def _freq(pattern: list[int]) -> str:
+    """A per-layer 0/1 list as Megatron-LM's moe_freq_type parses it: "([0]*3+[1]*58)"."""
+    runs: list[list[int]] = []
+    for x in pattern:
+        if runs and runs[-1][0] == x:
+            runs[-1][1] += 1
+        else:
+            runs.append([x, 1])
+    return "(" + "+".join(f"[{x}]*{n}" for x, n in runs) + ")"
+
+
+def _window_args(m: ModelSpec, warnings: list[str]) -> list[str]:
+    """--window-size (w - 1, 0): a query sees itself and the w - 1 keys before it, as the priced
+    band (nest.graph.torch_models.window_scale); the windowed layers as --window-attn-skip-freq
+    (Megatron-LM's per-layer list, megatron/core/transformer/utils.is_layer_window_attention:
+    1 = a sliding-window layer, 0 = full attention)."""
+    size = ["--window-size", f"({m.sliding_window - 1},0)"]
+    windowed = [1 if i in m.window_layers else 0 for i in range(m.num_layers)]
+    return size if all(windowed) else size + ["--window-attn-skip-freq", _freq(windowed)]

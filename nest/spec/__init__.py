@@ -1,0 +1,1 @@
+"""What the user specifies: model, hardware and cluster catalogs, training settings, precision."""

@@ -1,0 +1,149 @@
+"""config/training.yaml -> TrainingSettings (global batch, optimizer, precision, schedule)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from nest.common.errors import SpecError
+from nest.spec.precision import Precision, precision_from_dict
+from nest.spec.catalog import config_dir, read_yaml, validate
+
+# Bytes of optimizer state per parameter: mixed-precision Adam keeps fp32 master weights,
+# momentum and variance (Rajbhandari et al. 2020, ZeRO, section 3.1: K = 12); SGD with momentum
+# keeps fp32 master weights and momentum (8).
+OPTIMIZER_STATE_BYTES = {"adam": 12, "sgd": 8}
+# HBM bytes touched per parameter by one optimizer step (Megatron-LM with fp32 main gradients):
+# fused Adam reads fp32 param, grad, m, v and writes param, m, v (7 x 4 = 28), the fp32 -> bf16
+# weight copy reads 4 and writes 2 (6), zeroing the main gradient writes 4: 38 bytes. SGD with
+# momentum: reads param, grad, momentum, writes param, momentum (20) + 6 + 4 = 30. Measured on an
+# H100 block (profiles/h100_sxm/validation.md): PyTorch's Adam moves ~40 B/param.
+OPTIMIZER_STEP_BYTES = {"adam": 38, "sgd": 30}
+
+
+@dataclass(frozen=True)
+class CostScale:
+    """The cost model's own error as a knob (the `robustness` experiment, nest.experiments.robustness): every
+    compute time is multiplied by `compute`, every communication time by `communication`, where
+    they enter the cost tables, so every planner re-plans and the evaluator scores under the same
+    perturbed model. 1.0 / 1.0 leaves every number as it is (exactly: x * 1.0 == x).
+      compute: the layer table's forward, backward and recomputed forward (GEMMs, attention,
+               memory-bound kernels and the host floor alike; nest.costs.table.CostTable) and the
+               optimizer step (HBM-bound; nest.costs.memory.optimizer_step_s)
+      communication: every network transfer: tp / cp / ep collectives, the data-parallel and
+               ZeRO syncs, the tied-embedding all-reduce and pipeline point-to-point sends, by
+               scaling the cluster's per-level bandwidths by 1 / k and latencies by k
+               (nest.spec.catalog.ClusterSpec.with_comm_scale), so every alpha-beta line scales by k"""
+
+    compute: float = 1.0
+    communication: float = 1.0
+
+    @property
+    def unit(self) -> bool:
+        return self.compute == 1.0 and self.communication == 1.0
+
+
+def cost_scale_from_dict(d: dict | None, where: str) -> CostScale:
+    """A `cost_scale:` mapping (schema-checked) -> CostScale; finite and > 0 (a schema's minimum
+    lets NaN through)."""
+    d = dict(d or {})
+    for k, v in d.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or v <= 0:
+            raise SpecError(f"{where}: key 'cost_scale.{k}': {v!r} must be a finite number > 0")
+    return CostScale(**{k: float(v) for k, v in d.items()})
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    global_batch: int = 4096
+    optimizer: str = "adam"
+    # compute dtype, weights, gradients, optimizer states (nest.spec.precision; defaults: Megatron-LM's
+    # --bf16 with fp32 gradient reduction and fp32 Adam states, 18 B per parameter)
+    precision: Precision = Precision()
+    schedule: str = "1f1b"
+    graph_source: str = "torch_fx"  # how layer graphs are built: torch_fx | closed_form
+    # how the evaluator prices the pipeline (nest.costs.pipeline): "paper" (m + p - 1)
+    # max_j t_j, what the NEST solver optimises exactly; "critical_path" the tight closed form
+    # (nest.costs.critical_path), "simulated" the discrete-event simulation (nest.costs.simulate)
+    pipeline_time: str = "paper"
+    # data-parallel gradient sync vs the last backward (nest.costs.critical_path.dp_sync_tail_s): "none"
+    # (the paper's: after the flush), "stage" (after the stage's own last backward), "bucketed"
+    # (also overlapping it, in buckets of dp_bucket_params parameters; Megatron-LM's default
+    # bucket is 40 M parameters, PyTorch DDP's 25 MiB)
+    dp_overlap: str = "none"
+    dp_bucket_params: int = 40_000_000
+    # the attention kernel (nest.graph.attention): "auto" (the hardware file's
+    # attention_implementation), "flash" or "unfused"; time, memory and recomputation follow it
+    attention: str = "auto"
+    # tensor-parallel communication overlapped with the GEMMs (Transformer Engine userbuffers,
+    # NeMo / Megatron-Bridge `tp_comm_overlap`; sequence-parallel stages; nest.costs.groups)
+    tp_comm_overlap: bool = False
+    # the busiest expert-parallel rank's received tokens over the mean (>= 1; 1.0: balanced
+    # routing): its all-to-all buffers grow by this factor (nest.costs.groups.ep_a2a_bytes)
+    moe_routing_imbalance: float = 1.0
+    # the distributed optimizer's (ZeRO-1 / 2) all-gather of the updated weights overlapped with
+    # the next batch's first forward, bucket by bucket (Megatron-LM --overlap-param-gather, NeMo
+    # `overlap_param_sync`): only dp_sync_exposed_s(all-gather, first forward, buckets) stays
+    # (nest.costs.stage.gather_exposed)
+    param_gather_overlap: bool = False
+    # the cost model perturbed: compute and communication times scaled (CostScale; 1.0 / 1.0:
+    # the model as it is)
+    cost_scale: CostScale = CostScale()
+    # the share of HBM a plan of `nest plan` / `nest compare` leaves free (plans are searched on
+    # (1 - memory_headroom) x HBM; the evaluator reports each stage's margin and warns below it).
+    # 5%: docs/planning.md, "Memory headroom". The paper's figures plan on the whole HBM.
+    memory_headroom: float = 0.05
+
+    @property
+    def weight_bytes_per_param(self) -> int:
+        return self.precision.weight_bytes
+
+    @property
+    def grad_bytes_per_param(self) -> int:
+        """The gradient buffer and its collectives (the reduce dtype)."""
+        return self.precision.grad_buffer_bytes
+
+    @property
+    def optimizer_state_bytes(self) -> int:
+        return self.precision.optimizer_state_bytes(self.optimizer)
+
+    @property
+    def optimizer_step_bytes(self) -> int:
+        return self.precision.optimizer_step_bytes(self.optimizer)
+
+    def with_precision(self, overrides: dict | None, where: str = "precision") -> "TrainingSettings":
+        """These settings with a `precision:` mapping (a figure's or a plan's) applied."""
+        if not overrides:
+            return self
+        return replace(self, precision=precision_from_dict(overrides, where, self.precision))
+
+    def with_(self, **kw) -> "TrainingSettings":
+        return replace(self, **kw)
+
+
+def training_overrides(base: TrainingSettings, d: dict | None, where: str) -> TrainingSettings:
+    """`base` with a mapping of training.yaml keys applied (a plan file's `training:`, the
+    command line's flags): validated against nest/schemas/training.json, errors naming `where`
+    and the key."""
+    if not d:
+        return base
+    d = dict(d)
+    validate(d, "training", where)
+    out = base
+    if "precision" in d:
+        out = out.with_precision(d.pop("precision"), f"{where}: key 'precision'")
+    if "cost_scale" in d:
+        d["cost_scale"] = cost_scale_from_dict(d["cost_scale"], where)
+    if "memory_headroom" in d:
+        d["memory_headroom"] = float(d["memory_headroom"])
+    return out.with_(**d)
+
+
+def load_training(path=None) -> TrainingSettings:
+    path = path or config_dir() / "training.yaml"
+    d = read_yaml(path)
+    validate(d, "training", str(path))
+    prec = precision_from_dict(d.pop("precision", None), str(path))
+    scale = cost_scale_from_dict(d.pop("cost_scale", None), str(path))
+    return TrainingSettings(**d, precision=prec, cost_scale=scale)
