@@ -21,7 +21,7 @@ each of Alpa's autosharding configs (`zero_stages` x `recompute_modes`: weight-u
 ZeRO-3, remat) and the fastest config that fits is kept; none fits: infinity ("post hoc": the
 sharding was chosen without looking at memory).
 
-Mapping into the plan contract (nest.plan: one sub-graph variant per stage, per-stage device
+Mapping into the plan contract (nest.problem.plan: one sub-graph variant per stage, per-stage device
 counts). Alpa's data parallelism maps onto it exactly: a pipeline micro-batch is D slices of mbs
 sequences, a stage running variant v_j on D * tp_j * cp_j devices is data-parallel over
 d_j = D / ep_j replicas (ep_j divides D by construction), and the plan's dp * ep = D micro-batch
@@ -96,10 +96,10 @@ from baselines.alpa_e_ilp import (mesh_view, range_tables, sharding_of, sharding
                                   solve_ilp, stage_cost, submesh_sizes)
 from nest.costs.memory import peak
 from nest.costs.pipeline import alpa_objective, dapple, held_bytes, stash
-from nest.evaluate import Problem, evaluate
-from nest.plan import Plan
-from nest.planners import NoPlan, merged_settings
-from nest.space import make_plan
+from nest.problem.evaluate import Problem, evaluate
+from nest.problem.plan import Plan
+from nest.planners.registry import NoPlan, merged_settings
+from nest.problem.space import make_plan
 
 DEFAULTS = {
     # budget of the whole search, in DP passes (deterministic); a safety stop, not a tuning: the
@@ -262,7 +262,7 @@ def _splits(problem: Problem, settings) -> list[int]:
             raise NoPlan(f"num_microbatches={B} must split global_batch={G} into whole "
                          f"mbs={mbs} slices over a divisor of {N} devices")
         return [G // (mbs * B)]
-    # D streams of mbs samples must split the global batch exactly (nest.space.splits_batch)
+    # D streams of mbs samples must split the global batch exactly (nest.problem.space.splits_batch)
     return [D for D in range(1, N + 1) if N % D == 0 and G % (mbs * D) == 0]
 
 

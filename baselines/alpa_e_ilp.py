@@ -48,10 +48,10 @@ from nest.costs.layers import layer_table, range_max, range_sum
 from nest.costs.memory import optimizer_step_for, state_bytes, working_bytes
 from nest.costs.stage import bytes_per_param, zero_costs, zero_schedule
 from nest.network.collectives import lines_time
-from nest.problem import Problem
+from nest.problem.problem import Problem
 from nest.graph.layer_graph import Variant
 from nest.network.collectives import collective_time
-from nest.specs import ClusterSpec, NetworkLevel
+from nest.spec.catalog import ClusterSpec, NetworkLevel
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,12 +1,12 @@
-"""Exhaustive search: every plan of the declared search space (nest.space), scored by the shared
+"""Exhaustive search: every plan of the declared search space (nest.problem.space), scored by the shared
 evaluator; the feasible plan with the least time per batch wins (first in enumeration order on
 ties). The ground truth for the NEST solver on small problems; refuses spaces above max_plans."""
 
 from __future__ import annotations
 
-from nest.evaluate import Problem, evaluate
-from nest.planners import NoPlan
-from nest.space import count_plans, declare, enumerate_plans
+from nest.problem.evaluate import Problem, evaluate
+from nest.planners.registry import NoPlan
+from nest.problem.space import count_plans, declare, enumerate_plans
 
 
 def plan(problem: Problem, settings: dict):

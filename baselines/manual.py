@@ -10,12 +10,12 @@ full, as practitioners do) and there is no ZeRO (Megatron's default optimizer).
 
 from __future__ import annotations
 
-from nest.evaluate import Problem, evaluate
+from nest.problem.evaluate import Problem, evaluate
 from nest.graph.layer_graph import Variant
-from nest.plan_spec import block_cuts
-from nest.planners import NoPlan, NotApplicable
-from nest.space import make_plan
-from nest.specs import config_dir, read_yaml, shown
+from nest.problem.plan_spec import block_cuts
+from nest.planners.registry import NoPlan, NotApplicable
+from nest.problem.space import make_plan
+from nest.spec.catalog import config_dir, read_yaml, shown
 
 
 def manual_config(model: str, cluster: str, num_devices: int) -> tuple[int, int, int, int]:

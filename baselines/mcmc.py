@@ -11,7 +11,7 @@ strategies (FlexFlow: data parallelism, an expert-designed strategy, random ones
 (section 5.1) runs its MCMC baseline 10 times and reports the best run, and so do we: 10 seeded
 chains, the best feasible plan kept.
 
-The strategy space is exactly NEST's (nest.space): the sub-graph variant (tp, sp, ep, cp), p, d,
+The strategy space is exactly NEST's (nest.problem.space): the sub-graph variant (tp, sp, ep, cp), p, d,
 contiguous cuts, a ZeRO stage and a recomputation mode per stage, and the placement. Moves:
     cut        move one stage boundary by one layer
     split      split one stage in two at a random layer (both halves keep its memory knobs)
@@ -26,7 +26,7 @@ least 1 and at most what fits (the reverse move restores d whenever the division
 The cost is the shared evaluator's time per batch T under the training settings' pipeline_time
 and dp_overlap (nest.costs.pipeline), computed stage by stage from cached terms (Scorer;
 FlexFlow's delta simulation in spirit); the chains' best plans are re-scored by
-nest.evaluate.evaluate itself, which picks the winner (plan.extra["believed_time_per_batch_s"]
+nest.problem.evaluate.evaluate itself, which picks the winner (plan.extra["believed_time_per_batch_s"]
 keeps the chain's own price of it).
 
 Deliberate deviations from FlexFlow / TopoOpt:
@@ -61,12 +61,12 @@ from dataclasses import dataclass, replace
 from nest.costs.layers import layer_table
 from nest.costs.pipeline import batch_time_s, is_exact, links, objective_s, solver_form, stash
 from nest.costs.stage import Options, stage_cost
-from nest.evaluate import device_times, evaluate, stage_result
-from nest.problem import Problem
+from nest.problem.evaluate import device_times, evaluate, stage_result
+from nest.problem.problem import Problem
 from nest.graph.layer_graph import Variant
-from nest.plan import place
-from nest.planners import NoPlan, merged_settings
-from nest.space import SearchSpace, declare, make_plan, pp_dp_options, splits_batch
+from nest.problem.plan import place
+from nest.planners.registry import NoPlan, merged_settings
+from nest.problem.space import SearchSpace, declare, make_plan, pp_dp_options, splits_batch
 
 DEFAULTS = {"starts": ["data_parallel", "manual"], "chains": 10, "budget": 2000, "beta": 50.0,
             "penalty": 10.0, "seed": 0}
@@ -181,7 +181,7 @@ def acceptance(e_old: float, e_new: float, beta: float) -> float:
 
 
 def dp_limits(problem: Problem, space: SearchSpace) -> dict[int, dict[int, int]]:
-    """{variant index: {p: largest d}} over the space's (p, d) options (nest.space.pp_dp_options),
+    """{variant index: {p: largest d}} over the space's (p, d) options (nest.problem.space.pp_dp_options),
     so the chains move exactly inside the declared space."""
     out: dict[int, dict[int, int]] = {}
     for vi, v in enumerate(space.variants):

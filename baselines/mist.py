@@ -69,14 +69,14 @@ import numpy as np
 
 from nest.costs.memory import peak
 from nest.costs.pipeline import bottleneck_weight, held_bytes, objective_s, solver_form, stash
-from nest.problem import Problem
+from nest.problem.problem import Problem
 from nest.network.collectives import flattened
-from nest.planners import NoPlan, merged_settings
+from nest.planners.registry import NoPlan, merged_settings
 from nest.costs.layers import layer_table
 from nest.costs.stage import Options, fixed_bytes
 from nest.solver.arrays import stage_arrays
 from nest.solver.dp import lower_bounds
-from nest.space import SearchSpace, declare, make_plan, pp_dp_options
+from nest.problem.space import SearchSpace, declare, make_plan, pp_dp_options
 
 PLACEMENT = "replica_major"  # Megatron-LM rank order: tp, cp, ep, dp fastest, pp outermost
 # Budgets are safety stops, not tunings: a Figure 5/7 point has at most a few dozen (variant, p, d)

@@ -37,12 +37,12 @@ import re
 from functools import cache
 from pathlib import Path
 
-from nest.errors import SpecError
-from nest.evaluate import Problem
+from nest.common.errors import SpecError
+from nest.problem.evaluate import Problem
 from nest.graph.closed_form import variants_of
 from nest.graph.layer_graph import Variant
-from nest.planners import NoPlan, NotApplicable, merged_settings
-from nest.specs import config_dir, read_yaml
+from nest.planners.registry import NoPlan, NotApplicable, merged_settings
+from nest.spec.catalog import config_dir, read_yaml
 
 from baselines.manual import least_recompute, on_processed_batch, uniform_cuts
 

@@ -28,7 +28,7 @@ The plan it finds is mapped onto device ids with the fixed placement and handed 
 evaluator, which scores it on the real network. Its `predicted_time_per_batch_s` is Phaze's own
 flat-network prediction, so prediction versus evaluation shows what network blindness costs.
 
-What Phaze lacks relative to NEST (the space is a strict subset of nest.space's, so Phaze can
+What Phaze lacks relative to NEST (the space is a strict subset of nest.problem.space's, so Phaze can
 never beat NEST under the shared evaluator):
     * network awareness: one bandwidth, no hierarchy, no oversubscription;
     * placement choice: stages and replicas are laid out in Megatron-LM's default rank order
@@ -72,16 +72,16 @@ import time
 
 import numpy as np
 
-from nest.errors import SpecError
+from nest.common.errors import SpecError
 from nest.costs.memory import peak, state_bytes
 from nest.costs.pipeline import held_bytes, stash
 from nest.costs.layers import layer_table
 from nest.costs.stage import Options, fixed_bytes
-from nest.problem import Problem
+from nest.problem.problem import Problem
 from nest.network.collectives import flattened
-from nest.plan import PLACEMENTS
+from nest.problem.plan import PLACEMENTS
 from nest.solver import plan_of, search
-from nest.space import SearchSpace
+from nest.problem.space import SearchSpace
 
 DEFAULTS = {
     "recompute_modes": ["none", "full"],  # Phaze: recompute or stash activations
@@ -94,7 +94,7 @@ WHERE = "config/planners.yaml: key 'phaze.settings"
 
 
 def _settings(settings: dict) -> dict:
-    from nest.planners import merged_settings
+    from nest.planners.registry import merged_settings
 
     s = merged_settings("phaze", settings, DEFAULTS)
     modes = s["recompute_modes"]
@@ -112,7 +112,7 @@ def _settings(settings: dict) -> dict:
 
 
 def phaze_space(problem: Problem, settings: dict | None = None) -> SearchSpace:
-    """Phaze's plan space as a restriction of nest.space's (see the module docstring)."""
+    """Phaze's plan space as a restriction of nest.problem.space's (see the module docstring)."""
     s = _settings(settings or {})
     variants = tuple(v for v in problem.graph.variants
                      if not v.sp and v.cp == 1 and (s["expert_parallel"] or v.ep == 1))
@@ -129,7 +129,7 @@ def network_blind(problem: Problem, flat_bandwidth_GBps: float | None = None) ->
 
 
 def plan(problem: Problem, settings: dict):
-    from nest.planners import NoPlan
+    from nest.planners.registry import NoPlan
 
     s = _settings(settings)
     space = phaze_space(problem, s)

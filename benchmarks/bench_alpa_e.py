@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from nest.evaluate import make_problem
-from nest.planners import run_planner
+from nest.problem.evaluate import make_problem
+from nest.planners.registry import run_planner
 
 MODELS = ("bert_large", "llama2_7b", "llama3_70b", "gpt3_175b", "mixtral_8x7b")
 SIZES = (64, 128, 256, 512, 1024)
@@ -46,7 +46,7 @@ def main() -> None:
                 manual = run_planner("manual", make_problem(model, a.cluster, n))
             p = out.plan
             ratio = (f"{out.evaluation.time_per_batch_s / nest.evaluation.time_per_batch_s:6.3f}"
-                     if nest and p and nest.plan else f"{'-':>6s}")
+                     if nest and p and nest.problem.plan else f"{'-':>6s}")
             desc = (f"p={p.pp} d={p.dp} t={p.tp} sp={int(p.sp)} e={p.ep} c={p.cp} "
                     f"z={sorted({s.zero_stage for s in p.stages})} "
                     f"r={sorted({s.recompute for s in p.stages})}"

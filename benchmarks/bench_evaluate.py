@@ -12,9 +12,9 @@ import time
 from dataclasses import replace
 
 from baselines.manual import uniform_cuts
-from nest.evaluate import evaluate, make_problem
+from nest.problem.evaluate import evaluate, make_problem
 from nest.graph.layer_graph import Variant
-from nest.space import make_plan
+from nest.problem.space import make_plan
 
 POINTS = [  # model, cluster, devices, variant, p, d
     ("llama2_7b", "tpuv4_fattree", 64, Variant(), 8, 8),

@@ -20,7 +20,7 @@ def _rss_mib() -> float:
 def main(names: list[str]) -> None:
     t0 = time.perf_counter()
     from nest.graph import fx_extract
-    from nest.specs import load_model
+    from nest.spec.catalog import load_model
 
     import_s, import_rss = time.perf_counter() - t0, _rss_mib()
     print(f"import nest.graph.fx_extract (torch): {import_s:.2f} s, peak RSS {import_rss:.0f} MiB")

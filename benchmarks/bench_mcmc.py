@@ -15,8 +15,8 @@ import time
 
 import yaml
 
-from nest.evaluate import make_problem
-from nest.planners import run_planner
+from nest.problem.evaluate import make_problem
+from nest.planners.registry import run_planner
 
 MODELS = ("bert_large", "llama2_7b", "llama3_70b", "gpt3_175b", "mixtral_8x7b")
 DEVICES = (64, 128, 256, 512, 1024)

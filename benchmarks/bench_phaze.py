@@ -17,8 +17,8 @@ import argparse
 import time
 
 from baselines.phaze import phaze_space
-from nest.evaluate import make_problem
-from nest.planners import run_planner
+from nest.problem.evaluate import make_problem
+from nest.planners.registry import run_planner
 from nest.solver import search
 
 MODELS = ("bert_large", "llama2_7b", "llama3_70b", "gpt3_175b", "mixtral_8x7b")

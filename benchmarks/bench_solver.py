@@ -13,8 +13,8 @@ import resource
 import time
 from dataclasses import replace
 
-from nest.evaluate import make_problem
-from nest.planners import run_planner
+from nest.problem.evaluate import make_problem
+from nest.planners.registry import run_planner
 
 
 def rss_mb() -> float:
@@ -23,7 +23,7 @@ def rss_mb() -> float:
 
 def big_superpod(n: int):
     """dgx_h100_superpod with its spine level widened to n devices (for scaling runs)."""
-    from nest.specs import cluster_from_dict, config_dir, read_yaml
+    from nest.spec.catalog import cluster_from_dict, config_dir, read_yaml
 
     path = config_dir() / "clusters" / "dgx_h100_superpod.yaml"
     d = read_yaml(path)

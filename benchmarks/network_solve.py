@@ -19,10 +19,10 @@ import time
 import yaml
 
 import nest.solver as solver
-from nest.planners import run_planner
-from nest.problem import make_problem
-from nest.settings import load_training
-from nest.specs import catalog_names
+from nest.planners.registry import run_planner
+from nest.problem.problem import make_problem
+from nest.spec.settings import load_training
+from nest.spec.catalog import catalog_names
 
 
 def one(model: str, cluster: str, n: int, global_batch: int, planner: str) -> None:

@@ -54,10 +54,10 @@ def _quiet(fn, *a):
 
 
 def main(names: list[str]) -> None:
-    from nest.cli import main as cli
+    from nest.interfaces.cli import main as cli
     from nest.graph import build_graph, fx_extract
     from nest.graph.closed_form import variants_of
-    from nest.specs import load_model
+    from nest.spec.catalog import load_model
 
     warnings.simplefilter("ignore")
     print(f"{'model':<14} {'variants':>8} {'graph s':>8} {'solve s':>8} {'compare s':>9}")

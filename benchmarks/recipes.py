@@ -48,11 +48,11 @@ def shape(plan) -> str:
 def run(name: str) -> dict:
     import yaml
 
-    from nest.cli_run import planning_problem
-    from nest.evaluate import evaluate, make_problem
-    from nest.export import to_megatron
-    from nest.plan_spec import load_plan
-    from nest.planners import run_planner
+    from nest.interfaces.cli_run import planning_problem
+    from nest.problem.evaluate import evaluate, make_problem
+    from nest.interfaces.export import to_megatron
+    from nest.problem.plan_spec import load_plan
+    from nest.planners.registry import run_planner
 
     path, n, settings, over = RECIPES[name]
     spec = yaml.safe_load((ROOT / path).read_text())

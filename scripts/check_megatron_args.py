@@ -1,7 +1,7 @@
 """Run Megatron-LM's own argument checks on `nest export` argument lists (no GPU, no torch.distributed).
 
 For every plan given (a plan JSON from `nest plan -o`, or a compact plan YAML such as examples/*.yaml)
-this exports it with nest.export.to_megatron and then runs, inside the launch environment the export
+this exports it with nest.interfaces.export.to_megatron and then runs, inside the launch environment the export
 writes (its `env`, WORLD_SIZE = its world size, RANK = 0):
 
     1. megatron.training.arguments.parse_args     argparse with every Megatron-LM argument: an
@@ -142,8 +142,8 @@ def check_args(A, args: list[str], env: dict[str, str], world_size: int, script:
 
 
 def check_plan(A, root: Path, path: str) -> dict:
-    from nest.export import to_megatron
-    from nest.plan_spec import load_plan
+    from nest.interfaces.export import to_megatron
+    from nest.problem.plan_spec import load_plan
 
     plan, problem = load_plan(path)
     exp = to_megatron(plan, problem)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from nest.report import gains
-from nest.results import read_csv
-from nest.specs import config_dir, read_yaml
+from nest.reports.gains import gains
+from nest.experiments.results import read_csv
+from nest.spec.catalog import config_dir, read_yaml
 
 NAMES = {"manual": "Manual", "mcmc": "MCMC", "phaze": "Phaze", "alpa_e": "Alpa-E",
          "mist": "Mist-style"}

@@ -1,5 +1,5 @@
 """Print the generated part of the README's trust section ("How far to trust the numbers") from
-a run of `nest validate --published` (nest.published.run, the current code and table), so every
+a run of `nest validate --published` (nest.fidelity.published_runs.run, the current code and table), so every
 number there comes from the run: `python scripts/readme_trust.py > section.md`, then paste it
 between the README's `<!-- trust:begin -->` and `<!-- trust:end -->` markers.
 tests/test_published_table.py checks the pasted errors against config/validation/residuals.yaml
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from nest.published import RowResult, row_class, run, summary
+from nest.fidelity.published_runs import RowResult, row_class, run, summary
 
 BEGIN, END = "<!-- trust:begin -->", "<!-- trust:end -->"
 
