@@ -246,7 +246,7 @@ def test_fp8_keeps_gemm_inputs_in_fp8():
 def test_interleaved_stash_is_weighed_chunk_by_chunk():
     """nest.costs.pipeline.interleaved_peak_activations walks Megatron's interleaved order. With
     equal chunks it is Korthikanti et al. 2022's p (1 + (p - 1) / (p v)) stage micro-batches on
-    the first device (section 4.2.3) and nest.costs.critical_path's closed form on every device; with
+    the first device (section 4.2.3) and nest.costs.pipeline's closed form on every device; with
     Meta's Llama 3 layout (only the embedding in the first chunk of device 0, Grattafiori et al.
     2024, section 3.3.2) the first device's extra warm-up micro-batches cost nothing: 7 block
     chunks x p micro-batches."""

@@ -11,7 +11,7 @@ import pytest
 from nest.costs.stage import gather_exposed
 from nest.problem.evaluate import evaluate, make_problem, simulate_plan
 from exactness import assert_solver_equals_exhaustive
-from nest.costs.critical_path import dp_sync_exposed_s
+from nest.costs.pipeline import dp_sync_exposed_s
 from nest.spec.settings import TrainingSettings
 from nest.problem.space import make_plan
 

@@ -1,7 +1,7 @@
 """The evaluator's closed-form schedule times against the discrete-event simulation, on random
 plans of catalog models (random variant, p, d, cuts, ZeRO stages, recomputation, placement).
 
-Facts checked (nest.problem.evaluate.pipeline_time_s / sync_tail_s, nest.costs.critical_path, nest.costs.simulate):
+Facts checked (nest.problem.evaluate.pipeline_time_s / sync_tail_s, nest.costs.pipeline critical_path_1f1b, nest.costs.simulate):
   * `critical_path` is within 1% of the simulated time per batch and never above it;
   * `paper`, (m + p - 1) max_j t_j, is never below the simulation and equals it when every stage
     takes the same time;
@@ -103,7 +103,7 @@ def test_every_form_agrees_without_a_pipeline():
 def test_stage_overlap_by_hand(small_batch):
     """dp_overlap: stage. Stage j syncs after its own last backward while the last micro-batch's
     gradient still drains through stages j-1..0 (at least D_j = sum_{k<j} b_k), so the tail is
-    max_j max(0, S_j + O_j - D_j) (nest.costs.critical_path.dp_sync_tail_s); none: max_j (S_j + O_j)."""
+    max_j max(0, S_j + O_j - D_j) (nest.costs.pipeline.dp_sync_tail_s); none: max_j (S_j + O_j)."""
     from nest.graph.layer_graph import Variant
 
     pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=small_batch)

@@ -1,4 +1,4 @@
-"""Closed-form pipeline schedules (nest.costs.pipeline, nest.costs.critical_path) against the discrete-event simulation."""
+"""Closed-form pipeline schedules (nest.costs.pipeline) against the discrete-event simulation."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from nest.costs.pipeline import (bubble_fraction, stage_time_s, stashes, time_1f1b_s,
                                  time_gpipe_s, time_interleaved_s)
-from nest.costs.critical_path import dp_sync_exposed_s, dp_sync_tail_s
+from nest.costs.pipeline import dp_sync_exposed_s, dp_sync_tail_s
 from nest.costs.simulate import plot_timeline, simulate
 
 

@@ -34,7 +34,7 @@ from nest.costs.memory import (optimizer_step_for, peak, state_bytes, with_overh
                                working_bytes)
 from nest.costs.pipeline import held_bytes
 from nest.network.collectives import lines_time, pairs, send_time, worst
-from nest.costs.critical_path import dp_sync_exposed_s
+from nest.costs.pipeline import dp_sync_exposed_s
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ def gather_exposed(gather_s, window_s, num_buckets):
     setting param_gather_overlap; Megatron-LM --overlap-param-gather): the k buckets go out one
     after another, bucket i is needed i / k of the way through the forward window W, so the
     forward waits S / k for the first and S - W (k - 1) / k in all when the network is slower
-    than the forward: nest.costs.critical_path.dp_sync_exposed_s read backwards, S / k + max(0, S - W)
+    than the forward: nest.costs.pipeline.dp_sync_exposed_s read backwards, S / k + max(0, S - W)
     (k - 1) / k. Any upstream pipeline fill before the stage's first forward is not counted
     (an upper bound, exact for the first stage)."""
     return dp_sync_exposed_s(gather_s, window_s, num_buckets)
@@ -296,7 +296,7 @@ def _terms(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options, cell)
 
 def overlap_terms(problem, ov: dict, base_R, per_mb_Z, send_bwd, tied):
     """The tail of the overlapped gradient sync (training setting dp_overlap: stage | bucketed)
-    per cell and option, as nest.costs.critical_path.dp_sync_tail_s prices it for a plan, split so that
+    per cell and option, as nest.costs.pipeline.dp_sync_tail_s prices it for a plan, split so that
     the solver can optimise it exactly (nest.solver.overlap):
         tail[z, r]  = e: what stage j adds after its own last backward (its gradient sync,
                       exposed under that backward in buckets for "bucketed", minus its own

@@ -3,7 +3,7 @@ C max_j t_j + max(0, max_j (e_j - D_j)),  D_j = sum_{k<j} r_k  (nest.costs.pipel
 
 With training setting dp_overlap: stage | bucketed the evaluator lets stage j's gradient sync
 start after its own last backward (in buckets under it, for "bucketed") while the backward of the
-last micro-batch still drains through stages j - 1 .. 0 (nest.costs.critical_path.dp_sync_tail_s): e_j is
+last micro-batch still drains through stages j - 1 .. 0 (nest.costs.pipeline.dp_sync_tail_s): e_j is
 what stage j adds after its own last backward, r_k = B_k + sb_k its backward busy time per
 micro-batch (the stage kernel's `tail` and `drain`, nest.costs.stage.overlap_terms). The credit
 D_j couples the stages, so the bottleneck DP of nest.solver (one max per stage) does not apply;

@@ -4,7 +4,7 @@ The paper's form charges every stage the slowest stage's time during fill and dr
 stages it is up to 17.5% above the simulated 1F1B schedule. The DAPPLE form (Fan et al. 2021,
 section 3.2; nest.costs.pipeline.dapple) charges fill and drain
 with each stage's own time: the critical path through the bottleneck stage, the path family's
-dominant member (nest.costs.critical_path) and equal to the paper's form for equal stages. Training setting
+dominant member (nest.costs.pipeline.critical_path_1f1b) and equal to the paper's form for equal stages. Training setting
 `pipeline_time: dapple` prices plans so (nest.problem.evaluate) and the solver optimises it exactly here.
 
 For one candidate (variant, p, d, placement), with t[j, b, a, o], u[j, b, a, o] and ok[j, b, a, o]

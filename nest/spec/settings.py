@@ -65,9 +65,9 @@ class TrainingSettings:
     graph_source: str = "torch_fx"  # how layer graphs are built: torch_fx | closed_form
     # how the evaluator prices the pipeline (nest.costs.pipeline): "paper" (m + p - 1)
     # max_j t_j, what the NEST solver optimises exactly; "critical_path" the tight closed form
-    # (nest.costs.critical_path), "simulated" the discrete-event simulation (nest.costs.simulate)
+    # (nest.costs.pipeline.critical_path_1f1b), "simulated" the discrete-event simulation (nest.costs.simulate)
     pipeline_time: str = "paper"
-    # data-parallel gradient sync vs the last backward (nest.costs.critical_path.dp_sync_tail_s): "none"
+    # data-parallel gradient sync vs the last backward (nest.costs.pipeline.dp_sync_tail_s): "none"
     # (the paper's: after the flush), "stage" (after the stage's own last backward), "bucketed"
     # (also overlapping it, in buckets of dp_bucket_params parameters; Megatron-LM's default
     # bucket is 40 M parameters, PyTorch DDP's 25 MiB)
