@@ -28,7 +28,7 @@ def sigint_as_in_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 TINY = ["--cluster", "tiny_cluster", "--num-devices", "4"]
-PLAN = ["plan", "--model", "tiny_gpt", *TINY]
+PLAN = ["plan", "--planner", "manual", "--model", "tiny_gpt", *TINY]
 
 MODEL = """name: m
 family: gpt
@@ -232,7 +232,7 @@ CASES = [
     ("spec_devices_negative", {"s.yaml": SPEC.replace("num_devices: 4", "num_devices: -8")},
      ["evaluate", "{t}/s.yaml"], BAD, "num_devices"),
     ("spec_too_many_stages", {"s.yaml": SPEC.replace("pp: 2", "pp: 5").replace("dp: 2", "dp: 1")},
-     ["evaluate", "{t}/s.yaml"], BAD, "key 'pp'"),
+     ["evaluate", "{t}/s.yaml"], BAD, "pp x dp x tp x cp x ep = 5 x 1 x 1 x 1 x 1 = 5 devices"),
     ("spec_placement_random", {"s.yaml": SPEC + "placement: random\n"},
      ["evaluate", "{t}/s.yaml"], BAD, "placement"),
     ("spec_batch_not_split", {"s.yaml": SPEC.replace("global_batch: 8", "global_batch: 2")
