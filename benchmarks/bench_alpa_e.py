@@ -46,7 +46,7 @@ def main() -> None:
                 manual = run_planner("manual", make_problem(model, a.cluster, n))
             p = out.plan
             ratio = (f"{out.evaluation.time_per_batch_s / nest.evaluation.time_per_batch_s:6.3f}"
-                     if nest and p and nest.problem.plan else f"{'-':>6s}")
+                     if nest and p and nest.plan else f"{'-':>6s}")
             desc = (f"p={p.pp} d={p.dp} t={p.tp} sp={int(p.sp)} e={p.ep} c={p.cp} "
                     f"z={sorted({s.zero_stage for s in p.stages})} "
                     f"r={sorted({s.recompute for s in p.stages})}"

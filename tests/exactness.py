@@ -13,11 +13,11 @@ def assert_solver_equals_exhaustive(problem, space: dict):
     """Returns NEST's planner output (None plan when nothing fits, as the exhaustive one)."""
     nest = run_planner("nest", problem, {"space": space})
     ex = run_planner("exhaustive", problem, {"space": space, "max_plans": 400_000})
-    assert (nest.problem.plan is None) == (ex.plan is None)
+    assert (nest.plan is None) == (ex.plan is None)
     if ex.plan is None:
         return nest
     assert nest.evaluation.time_per_batch_s == pytest.approx(ex.evaluation.time_per_batch_s,
                                                              rel=1e-9)
-    assert nest.problem.plan.predicted_time_per_batch_s == pytest.approx(
+    assert nest.plan.predicted_time_per_batch_s == pytest.approx(
         nest.evaluation.time_per_batch_s, rel=1e-9)
     return nest

@@ -95,7 +95,7 @@ def test_equals_nest_on_a_flat_network(model, n, batch, hbm):
     pr = pr.with_hardware(hbm_bytes=hbm)
     out = run_planner("mist", pr, {"full_device_use": False})
     nest = run_planner("nest", pr, {"space": {"placements": ["replica_major"]}})
-    assert (out.plan is None) == (nest.problem.plan is None)
+    assert (out.plan is None) == (nest.plan is None)
     if out.plan is None:
         return
     assert out.evaluation.feasible

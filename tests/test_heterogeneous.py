@@ -42,11 +42,11 @@ def test_solver_equals_exhaustive_with_heterogeneous_stages(model, n, batch, hbm
     assert count_plans(pr, declare(pr, space)) < 60_000
     nest = run_planner("nest", pr, {"space": space})
     ex = run_planner("exhaustive", pr, {"space": space, "max_plans": 60_000})
-    assert (nest.problem.plan is None) == (ex.plan is None)
+    assert (nest.plan is None) == (ex.plan is None)
     if ex.plan is not None:
         assert nest.evaluation.time_per_batch_s == pytest.approx(ex.evaluation.time_per_batch_s,
                                                                  rel=1e-9)
-        assert nest.problem.plan.predicted_time_per_batch_s == pytest.approx(
+        assert nest.plan.predicted_time_per_batch_s == pytest.approx(
             nest.evaluation.time_per_batch_s, rel=1e-9)
 
 

@@ -57,7 +57,7 @@ def test_no_worse_than_manual(model, n):
     nest = run_planner("nest", pr)
     manual = run_planner("manual", pr)
     assert nest.evaluation.feasible
-    assert nest.problem.plan.predicted_time_per_batch_s == pytest.approx(
+    assert nest.plan.predicted_time_per_batch_s == pytest.approx(
         nest.evaluation.time_per_batch_s, rel=1e-9)
     if manual.evaluation is not None and manual.evaluation.feasible:
         assert nest.evaluation.time_per_batch_s <= manual.evaluation.time_per_batch_s * (1 + 1e-12)

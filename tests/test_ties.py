@@ -87,9 +87,9 @@ def test_network_aware_planner_and_fixed_placement_keep_their_plans():
     nest = run_planner("nest", pr, overrides={"space": SPACE})
     fixed = run_planner("nest", pr, overrides={"space": dict(SPACE,
                                                               placements=["replica_major"])})
-    times = {pl: evaluate(with_placement(nest.problem.plan, pl), pr).time_per_batch_s
+    times = {pl: evaluate(with_placement(nest.plan, pl), pr).time_per_batch_s
              for pl in ("replica_major", "stage_major")}
-    assert "tied" not in nest.problem.plan.extra and "tied" not in fixed.plan.extra
+    assert "tied" not in nest.plan.extra and "tied" not in fixed.plan.extra
     assert nest.evaluation.time_per_batch_s == pytest.approx(min(times.values()), rel=1e-12)
     assert fixed.plan.placement == "replica_major"
 

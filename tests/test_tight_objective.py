@@ -102,7 +102,7 @@ def test_solver_equals_exhaustive_and_the_evaluator_under_the_tight_form(model, 
     pr = make_problem(model, "tiny_cluster", n, training=tr)
     space = {"zero_stages": [0, 3], "recompute_modes": ["none", "full"], "max_pp": 4}
     nest = assert_solver_equals_exhaustive(pr, space)
-    if nest.problem.plan is None:
+    if nest.plan is None:
         return
     paper = run_planner("nest", pr.with_training(pipeline_time="paper"), {"space": space})
     assert nest.evaluation.time_per_batch_s <= paper.evaluation.time_per_batch_s * (1 + 1e-12)
