@@ -74,7 +74,10 @@ def check_keys(cfg: dict, where: str) -> None:
         return  # gpt2 / bert: read by their own key lists in hf_spec
     known = GENERIC | DECODER | FAMILY_KEYS[mtype]
     for key in sorted(cfg):
-        if key not in known and cfg[key] is not None:
+        # a leading underscore: Transformers' private bookkeeping (_name_or_path,
+        # _attn_implementation: the kernel is the run's `attention` setting) or a file's own
+        # annotation (_source in config/validation/models); never an architecture key
+        if key not in known and cfg[key] is not None and not key.startswith("_"):
             raise SpecError(f"{where}: key '{key}': not understood for model_type '{mtype}' "
                             f"(it may change the architecture, so the config is refused rather "
                             f"than planned without it; remove the key if it does not change the "
