@@ -3,9 +3,7 @@
 #     snakemake -j2 current_networks
 # Its figures live in config/current_clusters.yaml and join config["figures"] here (before
 # common.smk builds the figure wildcard), so the figures' own rules make them; a figure name that
-# the main config already uses stops the run. A model of a figure that is not in config/models
-# yet (DeepSeek-V3 arrives with issue 25's pricing of multi-latent attention and its dense
-# leading layers) is left out with a line saying so, and joins once its catalog file exists.
+# the main config already uses stops the run, and so does a model that is not in config/models.
 import sys
 
 import yaml
@@ -22,9 +20,8 @@ for _name in CURRENT_NETWORKS:
     _fig = dict(_current["figures"][_name])
     _missing = [m for m in _fig["models"] if m not in catalog_names("models")]
     if _missing:
-        print(f"{CURRENT_NETWORKS_CONFIG}: figure {_name}: model(s) {', '.join(_missing)} not in "
-              f"config/models yet; left out of this run", file=sys.stderr)
-        _fig["models"] = [m for m in _fig["models"] if m not in _missing]
+        sys.exit(f"{CURRENT_NETWORKS_CONFIG}: key 'figures.{_name}.models': "
+                 f"{', '.join(_missing)} not in config/models; expected catalog model names")
     config["figures"][_name] = _fig
 
 
