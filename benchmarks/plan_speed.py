@@ -28,8 +28,9 @@ micro-batch size (1, 2, 4, 8 unless --mbs), so its "solve" includes the layer gr
 other micro-batch sizes: one more graph build each.
 
 Graph and solve seconds at commit c3b571f (ep derivation, uninitialised meta weights) against
-main at 9a3b060 (this script's graph and solve steps, run one after the other on the shared 2-core machine, load
-average 2-3; differences under about 30 % are within this machine's run-to-run noise):
+main at 9a3b060 (this script's graph and solve steps, run one after the other on the shared
+2-core machine, load average 2-3; differences under about 30 % are within its run-to-run
+noise):
 
     model          variants  graph s before  after  solve s before  after
     llama3_70b           28            3.2    2.6            32.1   28.7
