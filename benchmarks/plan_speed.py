@@ -20,11 +20,30 @@ ran, so several times slower than an idle 2-core machine), seconds:
     gpt_oss_20b         168    261.5      1.5      12.2
     deepseek_v3         196    152.1      9.6     145.9
 
-The graph is one torch.fx trace per (layer kind, variant): about 0.3 s each on an idle core (a
-meta-tensor forward and backward through fx's Interpreter, dominated by Python dispatch, not by
-tensor sizes), times tp x sp x ep x cp variants (196 for DeepSeek-V3). Not yet within the 10 s
-target; what would reach it is fewer traces (the ep-dependent part of an MoE block derived from
-its ep = 1 trace, or symbolic shapes), not faster ones.
+The graph is one torch.fx trace per (layer kind, variant) (a meta-tensor forward and
+backward through fx's Interpreter, dominated by Python dispatch, not by tensor sizes), except
+that an expert-parallel variant with ep > 4 of a layer with experts is derived exactly from its
+ep = 2 and ep = 4 traces (nest.graph.fx_ep; tests/test_fx_ep.py). `nest plan` also searches the
+micro-batch size (1, 2, 4, 8 unless --mbs), so its "solve" includes the layer graphs at the
+other micro-batch sizes: one more graph build each.
+
+Graph and solve seconds at commit c3b571f (ep derivation, uninitialised meta weights) against
+main at 9a3b060 (this script's graph and solve steps, run one after the other on the shared
+2-core machine, load average 2-3; differences under about 30 % are within its run-to-run
+noise):
+
+    model          variants  graph s before  after  solve s before  after
+    llama3_70b           28            3.2    2.6            32.1   28.7
+    mixtral_8x22b       112            9.3    5.5            85.7   92.4
+    qwen1_5_moe          84            7.1    6.8             8.9   12.1
+    gemma3_1b             4            0.8    1.1             1.0    1.5
+    gpt_oss_20b         168           29.6   18.8            28.3   16.7
+    deepseek_v3         196           46.9   19.7            67.6   55.2
+
+Graph + solve is within 10 s for Gemma-3-1B only. How the solve's time splits between the
+three extra graph builds and the search itself was not measured; a next step: the graph at
+mbs 2, 4, 8 from the mbs 1 and 2 traces where every count is affine in the micro-batch size
+(not where an MoE's capacity rounds up), and cheaper traces of the other variants.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import flop_registry
 
+from nest.graph import fx_ep
 from nest.graph import torch_models as tm
 from nest.graph.closed_form import variants_of
 from nest.graph.layer_graph import Collective, Layer, LayerCost, LayerGraph, Op, Variant
@@ -79,6 +80,9 @@ class TracedLayer:
     graph_module: fx.GraphModule
     nodes: list[NodeCost]
     cost: LayerCost
+    # per op of cost.ops: its node's totals (fwd/bwd FLOPs, fwd/bwd bytes) before the division
+    # by op.count (what nest.graph.fx_ep scales across ep)
+    op_totals: tuple[tuple[float, float, float, float], ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -92,6 +96,16 @@ class _Tracer(fx.Tracer):
 
 
 def _tensors(x) -> list[torch.Tensor]:
+    """The tensors in x in tree_flatten's order (tuples, lists, dict values), without pytree's
+    per-call overhead (a tenth of a trace); other containers go through tree_flatten."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (tuple, list)):
+        return [t for item in x for t in _tensors(item)]
+    if type(x) is dict:
+        return [t for item in x.values() for t in _tensors(item)]
+    if x is None or isinstance(x, (int, float, bool, str, torch.dtype, torch.device)):
+        return []
     return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
 
 
@@ -274,9 +288,9 @@ def _layer_trace(m: ModelSpec, kind: str, v: Variant, mbs: int) -> TracedLayer:
     else:  # embedding and head are never recomputed (as in the closed form)
         act["selective"] = act["full"] = act["none"]
 
-    nodes, ops = _summarise(gm, meter, runner.values, {tm.storage_key(out)})
+    nodes, ops, totals = _summarise(gm, meter, runner.values, {tm.storage_key(out)})
     cost = _layer_cost(m, kind, v, module, ops, records, act, out)
-    return TracedLayer(kind, v, gm, nodes, cost)
+    return TracedLayer(kind, v, gm, nodes, cost, totals)
 
 
 def selective_bytes(gm, m, kind, v, mbs, exclude) -> float:
@@ -313,7 +327,7 @@ def _summarise(gm, meter: _Meter, values: dict, out_keys: set[int]):
     on_chip = {n.name for n in gm.graph.nodes if n.op == "call_module"
                and getattr(gm.get_submodule(n.target), "op_kind", None) == "attention"}
     nbytes = _node_bytes(meter.events, out_keys, on_chip)
-    nodes, ops = [], []
+    nodes, ops, totals = [], [], []
     for n in gm.graph.nodes:
         mod = gm.get_submodule(n.target) if n.op == "call_module" else None
         kind = getattr(mod, "op_kind", None) or ("memory" if nbytes[n.name, "fwd"] else "view")
@@ -335,10 +349,12 @@ def _summarise(gm, meter: _Meter, values: dict, out_keys: set[int]):
             shape = ()
         ops.append(Op(name, kind, f_fl / count, b_fl / count, f_by / count, b_by / count,
                       tuple(int(x) for x in shape), count))
+        totals.append((f_fl, b_fl, f_by, b_by))
     extra = nbytes[EXTERNAL, "bwd"]  # gradient accumulation outside any node, if any
     if extra:
         ops.append(Op("grad_accumulate", "memory", 0.0, 0.0, 0.0, extra))
-    return nodes, ops
+        totals.append((0.0, 0.0, 0.0, extra))
+    return nodes, ops, tuple(totals)
 
 
 def _collectives(records) -> tuple[Collective, ...]:
@@ -422,13 +438,29 @@ def total_params(m: ModelSpec) -> float:
             + num_params(m, "head"))
 
 
+def layer_cost(m: ModelSpec, kind: str, v: Variant, mbs: int = 1,
+               derive_ep: bool = True) -> LayerCost:
+    """trace_layer(...).cost; an expert-parallel variant with ep > 4 of a layer with experts
+    derived exactly from its ep = 2 and ep = 4 traces (nest.graph.fx_ep) unless derive_ep is
+    False or the derivation does not apply."""
+    if derive_ep and fx_ep.can_derive(m.num_experts, v):
+        t2, t4 = (trace_layer(m, kind, b, mbs) for b in fx_ep.bases(v))
+        if t4.variant.ep == fx_ep.BASE[1]:  # the layer depends on ep (else traced at ep = 1)
+            cost = fx_ep.derive(t2, t4, m.num_experts, v.ep)
+            if cost is not None:
+                return cost
+    return trace_layer(m, kind, v, mbs).cost
+
+
 def build_layer_graph_fx(model: ModelSpec, mbs: int = 1,
-                         variants: list[Variant] | None = None) -> LayerGraph:
+                         variants: list[Variant] | None = None,
+                         derive_ep: bool = True) -> LayerGraph:
     """The layer graph of `model` measured from traced torch modules (same contract as
-    closed_form.build_layer_graph; identical blocks share one LayerCost)."""
+    closed_form.build_layer_graph; identical blocks share one LayerCost). derive_ep=False
+    traces every expert-parallel variant (layer_cost; the check of the derivation)."""
     variants = variants or variants_of(model)
     blocks = tm.block_kinds(model)  # identical blocks share one kind (DeepSeek: dense first)
-    cost = {kind: {v.key: trace_layer(model, kind, v, mbs).cost for v in variants}
+    cost = {kind: {v.key: layer_cost(model, kind, v, mbs, derive_ep) for v in variants}
             for kind in ("embedding", *dict.fromkeys(blocks), "head")}
     layers = [Layer(0, "embedding", "embedding", num_params(model, "embedding"), cost["embedding"])]
     for i, kind in enumerate(blocks):
