@@ -154,9 +154,6 @@ def check_output(path, option: str = "-o", folder_files=None) -> None:
     """Before any work: `path` can be written (its folder exists and is writable; a file output
     is not a folder, a folder output is not a file). SpecError naming the option otherwise.
     `folder_files`: None for a file output; for a folder output, the names written in it."""
-    import tempfile
-    from pathlib import Path
-
     p = Path(path)
     folder = folder_files is not None
     if folder:
