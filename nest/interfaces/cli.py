@@ -492,6 +492,14 @@ class _Parser(argparse.ArgumentParser):
         super().error(one_line(message))
 
 
+def _picture_and_quiet(sub) -> None:
+    """The options plan and evaluate share: the placement picture and -q."""
+    sub.add_argument("--placement-picture", metavar="PNG",
+                     help="draw where the plan puts its stages and replicas on the cluster's "
+                          "nodes and racks (.png, .pdf or .svg)")
+    sub.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=_QUIET)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="nest", description=__doc__, epilog=EPILOG, formatter_class=_FORMAT)
     p.add_argument("--version", action=_Version)
@@ -518,10 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "Face config.json has none: default 4096 with a warning)")
     add_training_flags(sp)
     sp.add_argument("-o", "--output", help=_OUT_JSON.format("plan"))
-    sp.add_argument("--placement-picture", metavar="PNG",
-                    help="draw where the plan puts its stages and replicas on the cluster's "
-                         "nodes and racks (.png, .pdf or .svg)")
-    sp.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=_QUIET)
+    _picture_and_quiet(sp)
     sp.set_defaults(fn=cmd_plan)
     se = sub.add_parser("evaluate", help="score a plan (full JSON, or a compact YAML such as "
                         "examples/*.yaml) with the shared evaluator", epilog=EPILOG,
@@ -539,10 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "activations, working set, fragmentation, framework overhead, peak")
     se.add_argument("--memory-picture", metavar="PNG",
                     help="the per-stage memory as stacked bars against HBM (.png, .pdf, .svg)")
-    se.add_argument("--placement-picture", metavar="PNG",
-                    help="draw where the plan puts its stages and replicas on the cluster's "
-                         "nodes and racks (.png, .pdf or .svg)")
-    se.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=_QUIET)
+    _picture_and_quiet(se)
     se.set_defaults(fn=cmd_evaluate)
     sc = sub.add_parser("compare", help="one point, every planner: a table of time per batch, "
                         "throughput, MFU, feasibility and the gap to the best",
