@@ -13,9 +13,13 @@ group), `links`. The stash is the number of micro-batches of a stage's activatio
 memory peak (`stash`), in units of one micro-batch through the whole stage:
     1F1B         min(p - j, m)  stage 0 holds p, the last one 1 (Narayanan et al. 2021a)
     GPipe        m              every micro-batch before the first backward (Huang et al. 2019)
-    interleaved  min(2 (p - d - 1) + (v - 1) p + 1, m v) / v for device d (Megatron-LM's warm-up
-                 count + 1; all m when m == p), i.e. p + (p - 1) / v on device 0 (Korthikanti
-                 et al. 2022, section 4.2.3)
+    interleaved  min(2 (p - d - 1) + (v - 1) p + 1, m v) / v for device d (Megatron-Core's warm-up
+                 count + 1, megatron/core/pipeline_parallel/schedules.py,
+                 get_pp_rank_microbatches: every forward a warm-up one when the count reaches
+                 m v), i.e. p + (p - 1) / v on device 0 (Korthikanti et al. 2022, section 4.2.3).
+                 Megatron-LM before November 2024 (commit 4295be1, "tunable schedule") also made
+                 every forward of every device a warm-up one when m == p; the current code does
+                 not, and for m == p it holds fewer on the last devices (d > p / 2 - 1)
 and a stage's allocated bytes are fixed + stash x activations (`held_bytes`; nest.costs.memory
 turns them into the peak).
 
@@ -74,9 +78,7 @@ def stash(p: int, j: int, m: int, schedule: str = "1f1b", v: int = 1):
         return min(p - j, m)  # Narayanan et al. 2021a
     if schedule == "gpipe":
         return m  # Huang et al. 2019: every micro-batch before the first backward
-    if schedule == "interleaved":
-        if m == p:  # Megatron-LM: all forwards are warm-up
-            return float(m)
+    if schedule == "interleaved":  # Megatron-Core's warm-up count + 1 (module docstring)
         return min(2 * (p - j - 1) + (v - 1) * p + 1, m * v) / v
     raise ValueError(f"schedule: '{schedule}' is not one of {', '.join(SCHEDULES)}")
 
@@ -377,8 +379,9 @@ def interleaved_order(p: int, m: int, v: int, d: int, group: int | None = None):
     interleaving): forwards run chunk 0 for `group` consecutive micro-batches (Megatron's
     microbatch_group_size_per_vp_stage, default p; the Llama 3 paper's N, Grattafiori et al.
     2024, section 3.3.2), then chunk 1, ...; backwards the same with the chunks reversed.
-    Warm-up: 2 (p - d - 1) + (v - 1) group forwards (all of them when m = p), then one forward
-    and one backward at a time.
+    Warm-up: 2 (p - d - 1) + (v - 1) group forwards (at most all m v of them; Megatron-Core's
+    get_pp_rank_microbatches, without the pre-November-2024 rule that made every forward a
+    warm-up one when m = p), then one forward and one backward at a time.
     Yields ('F' | 'B', chunk, micro-batch)."""
     n = group or p
     total = m * v
@@ -390,9 +393,7 @@ def interleaved_order(p: int, m: int, v: int, d: int, group: int | None = None):
         c, mb = fwd(k)
         return v - 1 - c, mb
 
-    # m = p: every forward is warm-up (Megatron-LM's interleaved schedule, all_warmup_microbatches,
-    # as `stash` prices it)
-    warm = total if m == p else min(2 * (p - d - 1) + (v - 1) * n, total)
+    warm = min(2 * (p - d - 1) + (v - 1) * n, total)
     for k in range(warm):
         yield ("F",) + fwd(k)
     for k in range(total - warm):
