@@ -1,5 +1,6 @@
-"""nest.costs.profiled.for_attention_kernel: the attention kernel a run's software used, priced
-from the H100 profile's tables, checked against the CSV rows read here directly."""
+"""What the H100 published rows' software ran: the attention kernel (nest.costs.profiled
+.for_attention_kernel, priced from the H100 profile's tables and checked against the CSV rows
+read here directly) and NeMo 24.07's optimizer state (Apex DistributedFusedAdam)."""
 
 import csv
 from pathlib import Path
@@ -84,3 +85,28 @@ def test_bad_kernel_names_the_row():
     with pytest.raises(SpecError, match="run 'mosaic_mpt_1b_8gpu_bf16': key 'attention_kernel'"):
         published.problem_for({**row, "attention_kernel": "fa9"})
     assert [m["attention_kernel"] for m in published.band_members(row)] == ["flash2", "flash1"]
+
+
+def test_nemo2407_rows_hold_apex_distributed_fused_adam_state():
+    """NeMo 24.07's distributed_fused_adam (Apex, store_param_remainders): per parameter at the
+    activation peak 2 (BF16 weights) + 2 (BF16 gradient buffer) + (2 remainders + 4 + 4 moments)
+    / d, where Megatron-Core's distributed optimizer with a BF16 buffer holds 2 + 2 + (4 FP32
+    gradient-shard copy + 12) / d. Computed here from the bytes, checked against the memory
+    model's state_bytes on the Llama-3-8B row (dp 4 x cp 2 = 8 shards)."""
+    from nest.costs.memory import state_bytes
+
+    rows = [r for r in published.load_runs() if r["id"].startswith("nemo2407_")]
+    assert len(rows) == 5
+    for row in rows:
+        p = published.training_for(row).precision
+        assert (p.grad_reduce, p.main_grads, p.main_params) == ("bf16", "bf16", "fp32")
+    row = next(r for r in rows if r["id"] == "nemo2407_llama3_8b_8gpu_fp8")
+    tr = published.training_for(row)
+    n, d = 1e9, row["dp"] * row["cp"]
+    got = state_bytes(n, 0.0, row["dp"], row["ep"], row["cp"], row["zero_stage"], tr)
+    assert got["weights"] + got["gradients"] + got["optimizer_states"] == pytest.approx(
+        n * (2 + 2 + (2 + 4 + 4) / d))
+    megatron = tr.with_precision({"main_grads": "fp32"})
+    old = state_bytes(n, 0.0, row["dp"], row["ep"], row["cp"], row["zero_stage"], megatron)
+    assert old["weights"] + old["gradients"] + old["optimizer_states"] == pytest.approx(
+        n * (2 + 2 + (4 + 12) / d))
