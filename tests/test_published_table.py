@@ -82,7 +82,9 @@ def test_bands_are_shown_and_scored_as_bands():
     r = res((9.0, 12.0), (False, False))
     assert not r.feasible and r.error == 0.0
     row = next(x for x in ROWS if x["id"] == "nemo2407_gpt3_175b_128gpu_fp8")
-    assert [m["virtual_stages"] for m in published.band_members(row)] == [6, 12]
+    # two open settings: their product, in the order the band names them
+    assert [(m["virtual_stages"], m["attention_kernel"]) for m in published.band_members(row)] \
+        == [(6, "default"), (6, "flash2"), (12, "default"), (12, "flash2")]
     with pytest.raises(SpecError, match="key 'band.measured'"):
         published.band_members({**row, "band": {"measured": [1]}})
 

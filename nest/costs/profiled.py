@@ -68,6 +68,18 @@ PAD = 128  # Megatron-LM --make-vocab-size-divisible-by (default 128)
 # Attention timed with no SDPA backend forced (nest.profiling.operators); preferred to the
 # flash-forced attention.csv when present.
 ATTENTION_DEFAULT = "attention_default"
+# The attention kernel a run's software used (`attention_kernel`; `for_attention_kernel`):
+# "default": SDPA's own backend choice (attention_default.csv; cuDNN attention on H100);
+# "flash2": FlashAttention-2 (attention.csv, SDPA's flash backend forced: FA2 kernels);
+# "flash1": a FlashAttention-1-generation kernel (FA1 CUDA, or the 2022 Triton FlashAttention
+# llm-foundry ran as attn_impl: triton), priced as flash2 time x FA2_OVER_FA1.
+ATTENTION_KERNELS = ("default", "flash2", "flash1")
+# Dao 2023, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning",
+# abstract: "around 2x speedup compared to FlashAttention" (A100; both generations use the same
+# Ampere mma instructions, which is also what they run on H100). The Triton kernel of
+# flash_attn_triton.py (HazyResearch flash-attention @ eff9fe6, copied into llm-foundry) states
+# in its header that its forward + backward is "slightly slower" than the FA1 CUDA kernel.
+FA2_OVER_FA1 = 2.0
 
 # Memory-bound op name -> (profile CSV family, profile ops or None for all, forward and backward
 # factors converting the layer graph's bytes into the profile's byte convention, None = not
@@ -176,18 +188,17 @@ class ProfileSet:
         if default_attention:
             rows["attention"] = default_attention
         self.attention_table = (ATTENTION_DEFAULT if default_attention else "attention") + ".csv"
+        self.attention_kernel = "default"
+        # roofline attention efficiency for shapes the attention table does not cover; None:
+        # the hardware file's attention_efficiency (fitted to the default table)
+        self.attention_efficiency: float | None = None
         # matmul: (n, k) -> (m grid, forward, backward); FP8 GEMMs (matmul_fp8.csv) likewise
         self._matmul = _by_nk(rows["matmul"])
         self._matmul_fp8 = _by_nk(self._read(MATMUL_FP8))
         # moe: (op, experts, m, n, k) -> (forward, backward) of all local experts
         self._moe = {(r["op"], int(r["experts"]), int(r["m"]), int(r["n"]), int(r["k"])):
                      (_f(r, "fwd_time_s"), _f(r, "bwd_time_s")) for r in rows["moe"]}
-        self._attention = [
-            {"b": int(r["b"]), "s_q": int(r["s_q"]), "s_kv": int(r["s_kv"]),
-             "heads": int(r["heads"]), "kv_heads": int(r["kv_heads"]),
-             "head_dim": int(r["head_dim"]), "causal": bool(int(r["causal"])),
-             "fwd": _f(r, "fwd_time_s"), "bwd": _f(r, "bwd_time_s"),
-             "flops": _f(r, "fwd_flops")} for r in rows["attention"]]
+        self._attention = _attention_rows(rows["attention"], 1.0)
         self._rows = rows
         self._curves: dict[tuple, tuple] = {}
 
@@ -324,6 +335,8 @@ class ProfileSet:
             f, b = self.attention(op)
             fwd = None if f is None else f * op.count
             bwd = None if b is None else b * op.count
+            if self.attention_efficiency is not None:
+                hw = replace(hw, attention_efficiency=self.attention_efficiency)
         else:
             f, b = self.memory(op)
             fwd = None if f is None else f * op.count
@@ -343,6 +356,56 @@ def _load(directory: str) -> ProfileSet:
 def load_profile(directory: str | Path) -> ProfileSet:
     """The (cached) ProfileSet of one profiles/<hardware>/ folder."""
     return _load(str(Path(directory).resolve()))
+
+
+def _attention_rows(rows: list[dict], factor: float) -> list[dict]:
+    return [{"b": int(r["b"]), "s_q": int(r["s_q"]), "s_kv": int(r["s_kv"]),
+             "heads": int(r["heads"]), "kv_heads": int(r["kv_heads"]),
+             "head_dim": int(r["head_dim"]), "causal": bool(int(r["causal"])),
+             "fwd": _f(r, "fwd_time_s") * factor, "bwd": _f(r, "bwd_time_s") * factor,
+             "flops": _f(r, "fwd_flops")} for r in rows]
+
+
+def kernel_slowdown(default_rows: list[dict], kernel_rows: list[dict]) -> float:
+    """Forward + backward time of a kernel's table over the default table's, summed over the
+    shapes both measured (same tags): how much slower the kernel runs than the default backend
+    the hardware file's attention_efficiency was fitted to."""
+    base = {r["tags"]: _f(r, "fwd_time_s") + _f(r, "bwd_time_s") for r in default_rows}
+    pairs = [(base[r["tags"]], _f(r, "fwd_time_s") + _f(r, "bwd_time_s"))
+             for r in kernel_rows if r["tags"] in base]
+    if not pairs:
+        raise SpecError("attention kernel tables share no measured shape (tags)")
+    return sum(k for _, k in pairs) / sum(d for d, _ in pairs)
+
+
+@lru_cache(maxsize=8)
+def _with_kernel(directory: str, kernel: str, attention_efficiency: float) -> ProfileSet:
+    ps = ProfileSet(directory)
+    flash = ps._read("attention")
+    if not flash:
+        raise SpecError(f"{directory}: attention kernel {kernel!r} needs attention.csv "
+                        "(the flash backend forced)")
+    factor = FA2_OVER_FA1 if kernel == "flash1" else 1.0
+    ps._attention = _attention_rows(flash, factor)
+    ps.attention_table = "attention.csv" + (f" x {factor:g}" if factor != 1.0 else "")
+    ps.attention_kernel = kernel
+    default = ps._read(ATTENTION_DEFAULT)
+    slow = kernel_slowdown(default, flash) if default else 1.0
+    ps.attention_efficiency = attention_efficiency / (slow * factor)
+    return ps
+
+
+def for_attention_kernel(hw: HardwareSpec, kernel: str) -> ProfileSet | None:
+    """The hardware's profile with `kernel`'s attention times (ATTENTION_KERNELS): "default" is
+    `profile_for(hw)`; "flash2" / "flash1" price attention from attention.csv (x FA2_OVER_FA1
+    for flash1), and shapes it does not cover by the roofline at the hardware's
+    attention_efficiency over the kernel's measured slowdown (`kernel_slowdown`). None without a
+    profile (the roofline has no kernel generations)."""
+    if kernel not in ATTENTION_KERNELS:
+        raise SpecError(f"attention kernel {kernel!r}: expected one of {ATTENTION_KERNELS}")
+    if not hw.profile_dir or kernel == "default":
+        return profile_for(hw)
+    return _with_kernel(str(Path(hw.profile_dir).resolve()), kernel, hw.attention_efficiency)
 
 
 def profile_for(hw: HardwareSpec) -> ProfileSet | None:

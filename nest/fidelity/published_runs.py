@@ -123,6 +123,9 @@ def plan_dp(row: dict) -> int:
 
 
 CUT_RULES = ("megatron", "even_layers")
+# optional run settings a `band:` may range over besides the required ones: the attention kernel
+# the run's software used (nest.costs.profiled.ATTENTION_KERNELS; default "default")
+BAND_OPTIONAL = ("attention_kernel",)
 
 
 def plan_spec(row: dict, num_layers: int | None = None) -> dict:
@@ -163,18 +166,17 @@ def band_members(row: dict) -> list[dict]:
     1f1b, virtual_stages: 1} or {schedule: interleaved, virtual_stages: 2})."""
     band = row.get("band") or {}
     where = f"{table_path().name}: run '{row['id']}': key 'band"
+    settable = set(REQUIRED + BAND_OPTIONAL) - {"id", "measured", "source", "flops"}
     if isinstance(band, list):  # alternatives that set several keys together (schedule + V)
         out = []
         for i, alt in enumerate(band):
-            if not isinstance(alt, dict) or not alt or any(
-                    k not in REQUIRED or k in ("id", "measured", "source", "flops") for k in alt):
+            if not isinstance(alt, dict) or not alt or any(k not in settable for k in alt):
                 raise SpecError(f"{where}.{i}': expected a mapping of run settings")
             out.append(dict(row, **alt, band_values=dict(alt)))
         return out
     members = [dict(row, band_values={})]
     for key, values in band.items():
-        if key not in REQUIRED or key in ("id", "measured", "source", "flops") \
-                or not isinstance(values, list) or not values:
+        if key not in settable or not isinstance(values, list) or not values:
             raise SpecError(f"{where}.{key}': expected a non-empty list of values of a run "
                             f"setting")
         members = [dict(m, **{key: x}, band_values={**m["band_values"], key: x})
@@ -236,7 +238,17 @@ def problem_for(row: dict):
     m, tr = model_for(row), training_for(row)
     g = build_graph(m, row["mbs"], tr.graph_source)
     pr = make_problem(model_ref(row), row["cluster"], row["num_devices"], row["mbs"], tr, graph=g)
-    return pr if pr.model == m else pr.with_graph(g, model=m)
+    pr = pr if pr.model == m else pr.with_graph(g, model=m)
+    kernel = row.get("attention_kernel", "default")
+    if kernel != "default":  # the attention kernel the run's software used
+        from nest.costs.profiled import for_attention_kernel
+
+        try:
+            pr = pr.with_profile(for_attention_kernel(pr.hardware, kernel))
+        except SpecError as e:
+            raise SpecError(f"{table_path().name}: run '{row['id']}': key "
+                            f"'attention_kernel': {e}") from None
+    return pr
 
 
 @dataclass(frozen=True)

@@ -181,6 +181,11 @@ class Problem:
         return self.with_cluster(replace(self.cluster, hardware=replace(self.cluster.hardware,
                                                                         **kw)))
 
+    def with_profile(self, profile) -> "Problem":
+        """This problem priced from another operator profile (a nest.costs.profiled.ProfileSet,
+        e.g. `for_attention_kernel`'s, or None: the roofline)."""
+        return self._rebuild(profile=profile)
+
     def with_training(self, training: TrainingSettings | None = None, **kw) -> "Problem":
         tr = (training or self.training).with_(**kw) if kw else (training or self.training)
         return self._rebuild(training=tr)
