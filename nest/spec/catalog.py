@@ -263,9 +263,27 @@ def load_model(name_or_path: str | os.PathLike, seq_len: int | None = None) -> M
         return model_spec_from_hf_config(name_or_path, seq_len=seq_len)
     path = _resolve("models", name_or_path)
     d = read_yaml(path)
+    if isinstance(d, dict) and "hf_config" in d:  # a catalog entry that is a config.json
+        return _model_from_hf_entry(d, path, seq_len)
     if seq_len is not None:
         d = {**d, "seq_len": seq_len}
     return model_from_dict(d, str(path))
+
+
+def _model_from_hf_entry(d: dict, path: Path, seq_len: int | None) -> ModelSpec:
+    """A model YAML that names a Hugging Face config.json (`hf_config`, relative to the YAML's
+    folder and inside it) and gives what a config.json lacks: the catalog name, the training
+    sequence length and, optionally, the parallel variants (else derived, nest.graph.hf_spec)."""
+    where = str(path)
+    validate(d, "model_hf", where)
+    root = path.parent.resolve()
+    config = (root / d["hf_config"]).resolve()
+    if root not in config.parents or not config.is_file():
+        raise SpecError(f"{where}: key 'hf_config': {d['hf_config']!r}: expected a config.json "
+                        f"inside {root}")
+    return model_spec_from_hf_config(config, name=d["name"],
+                                     seq_len=seq_len if seq_len is not None else d["seq_len"],
+                                     parallel_variants=d.get("parallel_variants"))
 
 
 # --------------------------------------------------------------------------------------------
