@@ -10,9 +10,22 @@ from nest.graph import closed_form as cf
 from nest.graph import fx_extract as fx
 from nest.graph.layer_graph import LayerGraph, Variant
 from nest.graph.torch_models import build_layer
+from nest.common.errors import SpecError
 from nest.spec.catalog import catalog_names, load_model, model_spec_from_hf_config
 
-MODELS = catalog_names("models")
+
+
+def _closed_form_prices(name: str) -> bool:
+    """The closed form prices the model (a Hugging Face family's own features, e.g. DeepSeek-V3's
+    multi-latent attention, are traced only: tests/test_hf_families.py checks those)."""
+    try:
+        cf.check_supported(load_model(name))
+    except SpecError:
+        return False
+    return True
+
+
+MODELS = [name for name in catalog_names("models") if _closed_form_prices(name)]
 APPROXIMATE_SIZES = {"gpt3_35b", "mixtral_mini"}  # "~35 B", "~790 M"
 HF_TINY_LLAMA = Path(__file__).parent / "fixtures" / "tiny_llama_config.json"
 

@@ -13,6 +13,8 @@ all-reduce), n devices, buffer S bytes:
     hierarchical (NCCL-style, Jeaugey 2019, "Massively scale your deep learning training with
     NCCL 2.4"): reduce-scatter inside each sub-group of the lower level, the collective across
     sub-groups on S / n_inner, all-gather inside; NCCL picks the faster algorithm, so do we.
+    NVLS / NVLS-Tree (all-reduce where the hardware's NVLink switch reduces, NVLink SHARP):
+    nest.network.nvls, one more line in the same minimum.
     all-to-all             each device sends S (n-1)/n; the bytes to peers that meet at level >= l
                            share level l's link: max_l bytes(>= l) / bw(l) + (n-1) alpha
     point-to-point         S / bw(l) + alpha_l
@@ -30,6 +32,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from nest.network.nvls import nvls_lines
 from nest.spec.catalog import ClusterSpec
 
 
@@ -301,8 +304,9 @@ def _coefficients(cluster: ClusterSpec, kind: str, group: tuple[int, ...]
     flat = _multi_ring(cluster, kind, group)
     block = _block_rings(cluster, kind, group, top)
     rings = [flat] if block is None else [flat, block]
+    rings += nvls_lines(cluster, kind, group, top, path_bandwidth(cluster, top))
     if top == 0:
-        return _envelope(rings) if block is not None else (flat,)
+        return _envelope(rings) if len(rings) > 1 else (flat,)
     # hierarchical: sub-groups under the switches of the level below
     below = cluster.levels[top - 1].devices_per_group
     g = np.asarray(group, dtype=np.int64)  # sorted (coefficients): sub-groups are runs
@@ -310,10 +314,10 @@ def _coefficients(cluster: ClusterSpec, kind: str, group: tuple[int, ...]
     first = np.flatnonzero(np.insert(sub[1:] != sub[:-1], 0, True))
     sizes = np.diff(first, append=n)
     if (sizes != sizes[0]).any():  # uneven sub-groups: NCCL falls back to a flat ring
-        return _envelope(rings) if block is not None else (flat,)
+        return _envelope(rings) if len(rings) > 1 else (flat,)
     n_in = int(sizes[0])
     if n_in == 1:
-        return _envelope(rings) if block is not None else (flat,)
+        return _envelope(rings) if len(rings) > 1 else (flat,)
     inner = tuple(g[:n_in].tolist())
     outer = tuple(g[first].tolist())
     if kind == "all_reduce":
@@ -361,7 +365,8 @@ def _all_to_all(cluster: ClusterSpec, group: tuple[int, ...]) -> tuple[float, fl
 def flattened(cluster: ClusterSpec, bytes_per_s: float | None = None) -> ClusterSpec:
     """The network-blind view of a cluster (Phaze-style: one flat bandwidth, no hierarchy): every
     level gets the same per-device bandwidth (default: the innermost level's), the innermost
-    latency, no oversubscription and no faster ring bandwidth of its own (a torus block's); the
+    latency, no oversubscription and no faster ring bandwidth of its own (a torus block's, an
+    NVLink domain's NVLS, nest.network.nvls); the
     cluster's comm_scale kept and applied to bytes_per_s."""
     from dataclasses import replace
 
@@ -369,6 +374,6 @@ def flattened(cluster: ClusterSpec, bytes_per_s: float | None = None) -> Cluster
     bw = bytes_per_s / cluster.comm_scale if bytes_per_s else cluster.levels[0].bytes_per_s
     lat = cluster.levels[0].latency_s
     levels = tuple(replace(lv, bytes_per_s=bw, latency_s=lat, oversubscription=1.0,
-                           ring_bytes_per_s=0.0)
+                           ring_bytes_per_s=0.0, nvls_bytes_per_s=0.0)
                    for lv in cluster.levels)
     return replace(cluster, name=f"{cluster.name}_flat", levels=levels)

@@ -263,9 +263,27 @@ def load_model(name_or_path: str | os.PathLike, seq_len: int | None = None) -> M
         return model_spec_from_hf_config(name_or_path, seq_len=seq_len)
     path = _resolve("models", name_or_path)
     d = read_yaml(path)
+    if isinstance(d, dict) and "hf_config" in d:  # a catalog entry that is a config.json
+        return _model_from_hf_entry(d, path, seq_len)
     if seq_len is not None:
         d = {**d, "seq_len": seq_len}
     return model_from_dict(d, str(path))
+
+
+def _model_from_hf_entry(d: dict, path: Path, seq_len: int | None) -> ModelSpec:
+    """A model YAML that names a Hugging Face config.json (`hf_config`, relative to the YAML's
+    folder and inside it) and gives what a config.json lacks: the catalog name, the training
+    sequence length and, optionally, the parallel variants (else derived, nest.graph.hf_spec)."""
+    where = str(path)
+    validate(d, "model_hf", where)
+    root = path.parent.resolve()
+    config = (root / d["hf_config"]).resolve()
+    if root not in config.parents or not config.is_file():
+        raise SpecError(f"{where}: key 'hf_config': {d['hf_config']!r}: expected a config.json "
+                        f"inside {root}")
+    return model_spec_from_hf_config(config, name=d["name"],
+                                     seq_len=seq_len if seq_len is not None else d["seq_len"],
+                                     parallel_variants=d.get("parallel_variants"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -327,6 +345,14 @@ class HardwareSpec:
     # earlier); "overlapped": Hopper's warp-specialized persistent kernels run one tile's
     # epilogue under another's main loop, so it hides under a compute-bound GEMM
     gemm_epilogue: str = "overlapped"
+    # NVLink SHARP (NVLS: reductions in the NVLink switch; NVSwitch gen 3 on HGX H100 / H200, the
+    # NVLink switch of B200 / GB200): NCCL's NVLS all-reduce bus bandwidth over a whole NVLink
+    # domain per unit of the domain's per-direction link bandwidth (nest.network.nvls); 0: the
+    # switch has none (A100's NVSwitch gen 2, V100, TPU)
+    nvls_efficiency: float = 0.0
+    # NCCL's cap on an NVLS-Tree channel (one per NIC of a node), bytes/s, on two nodes and on
+    # more (tuning.cc perChMaxNVLSTreeBws); 0: no cap
+    nvls_tree_cap_bytes_per_s: tuple[float, float] = (0.0, 0.0)
 
 
 def _profile_dir(name: str, where: str) -> str:
@@ -396,6 +422,8 @@ def hardware_from_dict(d: dict, where: str) -> HardwareSpec:
         elementwise_efficiency=d.get("elementwise_efficiency"),
         gemm_epilogue=d.get("gemm_epilogue", "overlapped"),
         host_bwd_s_per_op=d.get("host_bwd_us_per_op", 0.0) * US,
+        nvls_efficiency=d.get("nvls_efficiency", 0.0),
+        nvls_tree_cap_bytes_per_s=tuple(x * GB for x in d.get("nvls_tree_cap_GBps", (0.0, 0.0))),
     )
 
 
@@ -420,6 +448,10 @@ class NetworkLevel:
     # uses more links than the level's bandwidth counts (a torus block's rings along every
     # dimension: nest.network.topology.torus_levels); 0: none (bytes_per_s prices it)
     ring_bytes_per_s: float = 0.0
+    # per device, NCCL's NVLS all-reduce bus bandwidth over one whole group of this level (the
+    # first level, an NVLink switch domain of hardware with NVLink SHARP: nest.network.nvls);
+    # 0: none
+    nvls_bytes_per_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -459,7 +491,8 @@ class ClusterSpec:
             return self
         r = k / self.comm_scale
         levels = tuple(replace(lv, bytes_per_s=lv.bytes_per_s / r, latency_s=lv.latency_s * r,
-                               ring_bytes_per_s=lv.ring_bytes_per_s / r)
+                               ring_bytes_per_s=lv.ring_bytes_per_s / r,
+                               nvls_bytes_per_s=lv.nvls_bytes_per_s / r)
                        for lv in self.levels)
         return replace(self, levels=levels, comm_scale=k)
 
@@ -528,6 +561,9 @@ def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSp
         hardware = load_hardware(d["hardware"])
     except SpecError as e:
         raise SpecError(f"{where}: key 'hardware': {e}") from None
+    if hardware.nvls_efficiency > 0:  # the first level is the NVLink switch domain
+        levels = (replace(levels[0], nvls_bytes_per_s=d["levels"][0]["bandwidth_GBps"] * GB
+                          * hardware.nvls_efficiency), *levels[1:])
     return ClusterSpec(
         name=d["name"],
         hardware=hardware,

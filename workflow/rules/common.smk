@@ -154,6 +154,17 @@ def catalog(kind, name):
         return str(p)
 
 
+def hf_config_files(name):
+    """The Hugging Face config.json a catalog model entry names (`hf_config`), else nothing."""
+    p = Path(load_model(name).source_file or "")
+    if p.suffix != ".json":
+        return []
+    try:
+        return [str(p.resolve().relative_to(Path.cwd().resolve()))]
+    except ValueError:
+        return [str(p)]
+
+
 def cluster_files(wildcards):
     c = load_cluster(wildcards.cluster)
     return [catalog("clusters", wildcards.cluster), catalog("hardware", c.hardware.name),

@@ -4,6 +4,7 @@ rule build_graph:
     without `_seq` the model's own)."""
     input:
         model=lambda wc: catalog("models", wc.model),
+        hf_config=lambda wc: hf_config_files(wc.model),
         training="config/training.yaml",
     output:
         "results/graphs/{model}/{shape}.json",
