@@ -101,6 +101,19 @@ def test_variants_declared():
                     "tp8_sp1_ep1_cp1"]
 
 
+def test_variants_keep_tp1_expert_parallelism_under_sp_true():
+    # DeepSeek-V3 declares tp [1, 8], sp [true], ep [8..64]: its report trains with no tensor
+    # parallelism and 64-way expert parallelism (arXiv 2412.19437, section 3.2), so tp 1 with
+    # every declared ep must be a variant (sp dropped: there is no tensor group to split over).
+    m = load_model("deepseek_v3")
+    got = {v.key for v in variants_of(m)}
+    pv = m.parallel_variants
+    want = {Variant().key} | {f"tp{t}_sp{int(t > 1)}_ep{e}_cp{c}" for t in pv.tp for e in pv.ep
+                               for c in pv.cp}
+    assert got == want
+    assert "tp1_sp0_ep64_cp1" in got
+
+
 def test_json_round_trip(tmp_path):
     g = build_layer_graph(load_model("tiny_moe"), 2)
     g.write(tmp_path / "g.json")

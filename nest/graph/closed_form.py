@@ -30,15 +30,17 @@ BYTES = 2  # bf16
 
 
 def variants_of(model: ModelSpec) -> list[Variant]:
+    """Every (tp, sp, ep, cp) the model declares, the unsplit variant first. sp applies where
+    there is a tensor-parallel group to split the sequence over: with tp = 1 a declared
+    sp: [true] stands for the same layout without it (Megatron-LM refuses --sequence-parallel
+    with tp 1), so tp = 1 with expert or context parallelism stays in the space."""
     pv = model.parallel_variants
     out = [Variant()]
     for t in pv.tp:
         for sp in pv.sp:
             for e in pv.ep:
                 for c in pv.cp:
-                    if sp and t == 1:
-                        continue  # sequence parallelism needs a tensor-parallel group
-                    v = Variant(t, sp, e, c)
+                    v = Variant(t, sp and t > 1, e, c)
                     if v not in out:
                         out.append(v)
     return out
