@@ -175,7 +175,7 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
             scale = bound_scale(form, m, p)
             bound = paper_1f1b(refined[(ci, p)], m, p) * scale
             if bound < best_T:  # else pruned already; cheaper bounds first
-                bound = max(bound, joint_bound(problem, space, lts[ci], p, d))
+                bound = max(bound, joint_bound(problem, space, lts[ci], p, d, best_T))
             heapq.heappush(heap, (bound, True, ci, p, d))
             continue
         for placement in space.placements_for(cls[0], p, d):
