@@ -78,39 +78,48 @@ def priced_alike(problem, lt, groups: dict) -> tuple:
     line), so two stages with the same key get the same times, names and data-parallel lines:
     the same group terms. Coarser than `sits_alike`: groups that sit differently but price the
     same (a ring that leaves its rack at a different member) share a key."""
-    return priced_alike_keys(problem, lt, {k: np.asarray(g)[None] for k, g in groups.items()})[0]
+    batch = {k: np.asarray(g)[None] for k, g in groups.items()}
+    return priced_alike_keys(problem, [lt], batch)[0][0]
 
 
-def priced_alike_keys(problem, lt, groups: dict) -> list[tuple]:
-    """`priced_alike` of P stages at once, groups as `inner_groups` of their [P, D] ids: every
-    group's `patterns` row computed in one pass, lines priced once per distinct row."""
+def priced_alike_keys(problem, lts, groups: dict) -> list[list[tuple]]:
+    """`priced_alike` of P stages at once for each layer table of `lts` (variants with the
+    same groups), groups as `inner_groups` of the stages' [P, D] ids: every group's `patterns`
+    row computed in one pass, the lines priced once per distinct row; [per table][per stage]."""
     cluster = problem.cluster
     P = len(next(iter(groups.values())))
-    out: list[list] = [[] for _ in range(P)]
-    by_group = problem.cache.get(lt.store, ("kinds_by_group",), lambda: _kinds_by_group(lt))
-    for name, kinds in by_group:
+    by_lt = [problem.cache.get(lt.store, ("kinds_by_group",), lambda lt=lt: _kinds_by_group(lt))
+             for lt in lts]
+    rows = {}  # per group name: (sorted groups, pattern rows, first of each, index, levels)
+    for name in sorted({n for by in by_lt for n, _ in by}):
         g = np.sort(np.asarray(groups[name], dtype=np.int64), axis=-1)
         _, R, S = g.shape
         if S <= 1:
-            for key in out:
-                key.append((name,))
             continue
         flat = g.reshape(P * R, S)
         pats = patterns(cluster, flat)
         _, first, inv = np.unique(pats.view(np.dtype((np.void, pats.shape[1]))).ravel(),
                                   return_index=True, return_inverse=True)
         inv = inv.reshape(P, R)
-        lines = [[_pattern_lines(cluster, k, pats[i].tobytes(), flat[i]) for i in first]
-                 for k in kinds]
-        level = {}  # a sorted group's span level is a function of its pattern row
-        for j, key in enumerate(out):
-            u0 = int(inv[j, 0])
-            if u0 not in level:
-                level[u0] = level_name(cluster, flat[first[u0]])
-            rows = set(inv[j].tolist())
-            key.append((name, level[u0], tuple(tuple(sorted({ln[u] for u in rows}))
-                                               for ln in lines)))
-    return [tuple(key) for key in out]
+        # a sorted group's span level is a function of its pattern row (its first group's)
+        level = {u: level_name(cluster, flat[first[u]]) for u in set(inv[:, 0].tolist())}
+        rows[name] = (flat, pats, first, [sorted(set(r)) for r in inv.tolist()],
+                      [level[u] for u in inv[:, 0].tolist()])
+    out = []
+    for by in by_lt:
+        keys: list[list] = [[] for _ in range(P)]
+        for name, kinds in by:
+            if name not in rows:
+                for key in keys:
+                    key.append((name,))
+                continue
+            flat, pats, first, distinct, level = rows[name]
+            lines = [[_pattern_lines(cluster, k, pats[i].tobytes(), flat[i]) for i in first]
+                     for k in kinds]
+            for key, us, lv in zip(keys, distinct, level):
+                key.append((name, lv, tuple(tuple(sorted({ln[u] for u in us})) for ln in lines)))
+        out.append([tuple(k) for k in keys])
+    return out
 
 
 PATTERN_LINES_ENTRIES = 65536

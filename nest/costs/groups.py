@@ -35,7 +35,7 @@ class GroupTerms:
     fwd_K: np.ndarray  # bool: the term runs in the forward pass
     cum_LK: np.ndarray  # prefix sums over layers, [L + 1, K]
     cum_LR: np.ndarray  # prefix sums of the total per recompute mode (full re-runs fwd terms)
-    dp_lines: Mapping  # {"dense" | "expert": {kind: lines per distinct group}}
+    dp_lines: Mapping  # {"dense" | "expert": {kind: the groups' distinct lines, sorted}}
     dp_level: str
     layer_LR: np.ndarray  # per layer and recompute mode: the total (cum_LR's terms)
     fwd_L: np.ndarray  # per layer: its forward collectives
@@ -64,14 +64,23 @@ def group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
                              lambda: _priced_alike_terms(problem, lt, ids, d))
 
 
-def placement_group_terms(problem, lt: LayerTable, ids, d: int) -> list[GroupTerms]:
+def placement_group_terms(problem, lts, ids, d: int) -> list[list[GroupTerms]]:
     """`group_terms` of every stage position of a placement (ids: one device tuple per
-    position, all of one size), through their `priced_alike` keys computed at once."""
-    v = lt.variant
-    keys = priced_alike_keys(problem, lt, inner_groups(np.asarray(ids), v.tp, v.cp, v.ep, d))
-    return [problem.cache.get(lt.store, ("group", d, key),
-                              lambda i=i: _group_terms(problem, lt, i, d))
-            for key, i in zip(keys, ids)]
+    position, all of one size) for each layer table of `lts`, through their `priced_alike`
+    keys computed at once (once per distinct tp, cp, ep); [per table][per position]."""
+    out, by_shape = [], {}
+    for lt in lts:
+        v = lt.variant
+        by_shape.setdefault((v.tp, v.cp, v.ep), []).append(lt)
+    keys = {}
+    for (tp, cp, ep), same in by_shape.items():
+        groups = inner_groups(np.asarray(ids), tp, cp, ep, d)
+        keys.update(zip(map(id, same), priced_alike_keys(problem, same, groups)))
+    for lt in lts:
+        out.append([problem.cache.get(lt.store, ("group", d, key),
+                                      lambda i=i, lt=lt: _group_terms(problem, lt, i, d))
+                    for key, i in zip(keys[id(lt)], ids)])
+    return out
 
 
 def alike_store(lt: LayerTable) -> tuple:
@@ -176,7 +185,10 @@ def _dp_lines(problem, lt: LayerTable, ids, d: int, groups):
     cl, v = problem.cluster, lt.variant
     if groups is None:
         groups = inner_groups(ids, v.tp, v.cp, v.ep, d)
-    dp = {part: group_lines_by_kind(cl, SYNC_KINDS, groups["dp_" + part])
+    # each kind's lines as a sorted set (a collective costs its slowest group: lines_time is a
+    # max over them), so that the terms are a function of the `priced_alike` key alone
+    dp = {part: {k: tuple(sorted(set(x))) for k, x in
+                 group_lines_by_kind(cl, SYNC_KINDS, groups["dp_" + part]).items()}
           for part in ("dense", "expert")}
     dg = groups["dp_dense"]
     return read_only(dp), level_name(cl, dg[0]) if dg.shape[1] > 1 else "local"

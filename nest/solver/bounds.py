@@ -13,6 +13,7 @@ untied, dense and MoE models.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -117,11 +118,20 @@ def memory_aware_bound(problem: Problem, space: SearchSpace, lts, p: int,
     v, L = lts[0].variant, lts[0].num_layers
     d = largest_dp(problem, v, p)
     m = problem.num_microbatches(d, v.ep)
+    bands = [_band(j, p, L) for j in range(p)]  # the cells a cut can give each stage
+    A = np.concatenate([a for a, _ in bands])
+    B = np.concatenate([b for _, b in bands])
     # the most any variant of the class can stash, per mode, under its best ZeRO stage
-    max_stash_LLR = np.max([_max_stash(problem, space, lt, d).max(axis=2) for lt in lts], axis=0)
-    return minmax_over_cuts(
-        lambda j: np.where(max_stash_LLR >= stash(p, j, m), floor_LLR, np.inf).min(axis=2),
-        p, L, *send_floors)
+    cap = functools.reduce(np.maximum, [x for lt in lts
+                                        for x in np.moveaxis(_max_stash(problem, space, lt,
+                                                                        d)[B, A], 1, 0)])
+    s = np.repeat([stash(p, j, m) for j in range(p)], [len(a) for a, _ in bands])
+    fl = floor_LLR[B, A]
+    x = functools.reduce(np.minimum, [np.where(cap[:, r] >= s, fl[:, r], np.inf)
+                                      for r in range(fl.shape[1])])
+    ends = np.cumsum([len(a) for a, _ in bands])[:-1]
+    rows = [(b, a, c) for (a, b), c in zip(bands, np.split(x, ends))]
+    return minmax_cells(rows, L, *send_floors)
 
 
 def compute_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
@@ -170,9 +180,15 @@ def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,
     return best * (1 - 1e-12)
 
 
+@functools.lru_cache(maxsize=4096)
 def _band(j: int, p: int, L: int) -> tuple[np.ndarray, np.ndarray]:
     """(first layers, last layers) of the cells stage j of p can cover: j <= a <= b <= L - p + j
-    (every stage non-empty; the first starts at layer 0, the last ends at layer L - 1)."""
+    (every stage non-empty; the first starts at layer 0, the last ends at layer L - 1); read-only
+    arrays, cached."""
+    return tuple(read_only(x) for x in _band_cells(j, p, L))
+
+
+def _band_cells(j: int, p: int, L: int) -> tuple[np.ndarray, np.ndarray]:
     if p == 1:
         return np.array([0]), np.array([L - 1])
     if j == 0:

@@ -58,23 +58,30 @@ def placement_rows(problem, lts, ids, d: int, opts, C: int, stash_J, cells) -> l
     """[(b, a, cost)] of every stage position j of a placement (devices ids[j], neighbours and
     tied partner from ids, stash_J[j] micro-batches stashed) at its cells (b, a), least over
     the class's variants (module docstring): all positions at once."""
-    p = len(ids)
     pos = np.concatenate([np.full(len(b), j) for j, (b, a) in enumerate(cells)])
     B = np.concatenate([b for b, a in cells])
     A = np.concatenate([a for b, a in cells])
+    links_J = _links(problem.cluster, ids)
     cost = None
-    for lt in lts:
-        gts = placement_group_terms(problem, lt, ids, d)
+    for lt, gts in zip(lts, placement_group_terms(problem, lts, ids, d)):
         terms = [grid_terms(problem, lt, gt, d, opts) for gt in gts]
         if terms[0][6] is not None:  # overlapped sync: the kernel's cells, position by position
             x = np.concatenate([_overlap_cost(problem, lt, ids, j, d, opts, C, stash_J[j], b, a)
                                 for j, (b, a) in enumerate(cells)])
         else:
-            x = _fast_cost(problem, lt, terms, ids, d, opts, C,
+            x = _fast_cost(problem, lt, terms, ids, links_J, d, opts, C,
                            np.asarray(stash_J, dtype=float), pos, B, A)
         cost = x if cost is None else np.minimum(cost, x)
     ends = np.cumsum([len(b) for b, a in cells])
-    return [(b, a, c) for (b, a), c in zip(cells, np.split(cost, ends[:-1]))][:p]
+    return [(b, a, c) for (b, a), c in zip(cells, np.split(cost, ends[:-1]))]
+
+
+def _links(cluster, ids) -> list:
+    """Per adjacent pair of positions (j, j + 1), the levels its transfers cross
+    (nest.network.collectives.pair_levels; stages of a placement have one size, so the
+    backward transfer pairs the same devices and crosses the same levels)."""
+    assert len({len(i) for i in ids}) == 1
+    return [pair_levels(cluster, ids[j], ids[j + 1]) for j in range(len(ids) - 1)]
 
 
 def _overlap_cost(problem, lt, ids, j, d, opts, C, stash, b, a):
@@ -85,7 +92,7 @@ def _overlap_cost(problem, lt, ids, j, d, opts, C, stash, b, a):
                     np.inf).min(axis=(-2, -1))
 
 
-def _fast_cost(problem, lt, terms, ids, d: int, opts, C: int, stash_J, pos, B, A):
+def _fast_cost(problem, lt, terms, ids, links_J, d: int, opts, C: int, stash_J, pos, B, A):
     """min over (z, r) that fit of C t + u at the cells (pos: their positions), r minimised
     first (module docstring); every value the float stage_cost gives its position's cell."""
     p, L = len(ids), lt.num_layers
@@ -95,13 +102,12 @@ def _fast_cost(problem, lt, terms, ids, d: int, opts, C: int, stash_J, pos, B, A
     base_R = np.empty((len(B), R))
     per_mb_Z = np.empty((len(B), fit.shape[-2]))
     sync_Z = np.empty_like(per_mb_Z)
-    groups: dict[int, list] = {}
-    for j, t in enumerate(terms):
-        groups.setdefault(id(t), [t, []])[1].append(j)
-    for t, js in groups.values():  # positions sharing group terms share their grids
-        sel = np.isin(pos, js)
+    first: dict[int, int] = {}  # positions sharing group terms share their grids
+    group_J = np.array([first.setdefault(id(t), j) for j, t in enumerate(terms)])[pos]
+    for j in first.values():
+        sel = group_J == j
         b, a = B[sel], A[sel]
-        base_R[sel], per_mb_Z[sel], sync_Z[sel] = t[0][b, a], t[1][b, a], t[2][b, a]
+        base_R[sel], per_mb_Z[sel], sync_Z[sel] = (x[b, a] for x in terms[j][:3])
     s = stash_J[pos][:, None]
     y = np.where(s <= fit[..., 0], base_R[:, :1], np.inf)  # [cells, Z]: least base that fits
     for r in range(1, R):
@@ -109,25 +115,21 @@ def _fast_cost(problem, lt, terms, ids, d: int, opts, C: int, stash_J, pos, B, A
     # stage_cost's sends: 0.0 + forward send (not the last) + backward send (not the first)
     fwd, bwd = np.zeros((p, L)), np.zeros((p, L))
     prev_out = np.concatenate([[0.0], lt.out_L[:-1]])
-    tied = np.zeros(p)
-    for j in range(p):
-        nb = links(ids, j)
-        if nb["next_ids"] is not None:
-            fwd[j] = _send(problem, lt, ids[j], nb["next_ids"], "fwd", lt.out_L)
-        if nb["prev_ids"] is not None:
-            bwd[j] = _send(problem, lt, ids[j], nb["prev_ids"], "bwd", prev_out)
-        tied[j] = tied_sync_s(problem, lt, ids[j], nb["tied_partner"])
+    for j, lv in enumerate(links_J):
+        fwd[j] = _send(problem, lt, ids[j], ids[j + 1], lv, "fwd", lt.out_L)
+        bwd[j + 1] = _send(problem, lt, ids[j + 1], ids[j], lv, "bwd", prev_out)
     send = (0.0 + fwd[pos, B]) + bwd[pos, A]
+    tied = np.zeros(p)  # the first and the last stage all-reduce over the same device pairs
+    tied[0] = tied[-1] = tied_sync_s(problem, lt, ids[0], links(ids, 0)["tied_partner"])
     x = C * ((y + per_mb_Z) + send[:, None]) + (sync_Z + tied[pos][:, None])
     return functools.reduce(np.minimum, x.T)
 
 
-def _send(problem, lt, src, dst, direction: str, nbytes_L):
-    """send_time of every layer's boundary tensor from src to dst, cached per the levels the
-    pairs cross (send_time's only dependence on the devices: nest.network.collectives)."""
-    cl = problem.cluster
-    return problem.cache.get(lt.store, ("send", direction, pair_levels(cl, src, dst)),
-                             lambda: read_only(send_time(cl, src, dst, nbytes_L)))
+def _send(problem, lt, src, dst, levels, direction: str, nbytes_L):
+    """send_time of every layer's boundary tensor from src to dst, whose pairs cross `levels`
+    (send_time's only dependence on the devices), cached per those levels."""
+    return problem.cache.get(lt.store, ("send", direction, levels), lambda: read_only(
+        send_time(problem.cluster, src, dst, nbytes_L)))
 
 
 def fit_capacity(problem, lt, d: int, opts, terms) -> np.ndarray:
@@ -159,16 +161,22 @@ def fit_capacity(problem, lt, d: int, opts, terms) -> np.ndarray:
     return problem.cache.get(lt.store, ("fit_capacity", d, opts), make)
 
 
-def minmax_cells(rows, L: int) -> float:
-    """min over cuts of layers 0..L-1 into len(rows) stages of max_j cost_j, rows[j] = (b, a,
-    cost) of the cells stage j may cover (any other cell: inf; stage 0's cells start at layer 0,
-    the last stage's end at layer L - 1): the DP of nest.solver.bounds.minmax_over_cuts on the
-    listed cells only (min and max are exact, so the same float)."""
-    b, a, c = rows[0]
-    f = np.full(L, np.inf)
-    np.minimum.at(f, b, c)
-    for b, a, c in rows[1:]:
-        prev = np.concatenate([[np.inf], f[:-1]])  # prev[a] = best of the stages before, to a-1
+def minmax_cells(rows, L: int, send_fwd_L=None, send_bwd_L=None) -> float:
+    """min over cuts of layers 0..L-1 into p = len(rows) stages of max_j cost_j (+ the forward
+    send of the stage's last layer b, except the last stage, + the backward send of its first
+    layer a, except the first), rows[j] = (b, a, cost) of the cells stage j may cover (any
+    other cell: inf; stage 0's cells start at layer 0, the last stage's end at layer L - 1):
+    the DP of nest.solver.bounds.minmax_over_cuts on the listed cells only. A cut's stages
+    are non-empty, so a cell off stage j's band (nest.solver.bounds._band) is in no cut; the
+    sums are the same operations and min and max are exact: the same float."""
+    f, p = None, len(rows)
+    for j, (b, a, c) in enumerate(rows):
+        if send_fwd_L is not None and j < p - 1:
+            c = c + send_fwd_L[b]
+        if send_bwd_L is not None and j > 0:
+            c = c + send_bwd_L[a]
+        if f is not None:  # prev[a] = the best of the stages before, ending at layer a - 1
+            c = np.maximum(c, np.concatenate([[np.inf], f[:-1]])[a])
         f = np.full(L, np.inf)
-        np.minimum.at(f, b, np.maximum(c, prev[a]))
+        np.minimum.at(f, b, c)
     return float(f[L - 1])
