@@ -122,9 +122,9 @@ def memory_aware_bound(problem: Problem, space: SearchSpace, lts, p: int,
     A = np.concatenate([a for a, _ in bands])
     B = np.concatenate([b for _, b in bands])
     # the most any variant of the class can stash, per mode, under its best ZeRO stage
-    cap = functools.reduce(np.maximum, [x for lt in lts
-                                        for x in np.moveaxis(_max_stash(problem, space, lt,
-                                                                        d)[B, A], 1, 0)])
+    cap = functools.reduce(np.maximum, [problem.cache.get(lt.store, (
+        "max_stash_R", d, space.zero_stages), lambda lt=lt: read_only(
+            _max_stash(problem, space, lt, d).max(axis=2)))[B, A] for lt in lts])
     s = np.repeat([stash(p, j, m) for j in range(p)], [len(a) for a, _ in bands])
     fl = floor_LLR[B, A]
     x = functools.reduce(np.minimum, [np.where(cap[:, r] >= s, fl[:, r], np.inf)
@@ -175,7 +175,7 @@ def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,
             continue
         ids = place(p, d, v0.width, placement, tp=v0.tp, cp=v0.cp, ep=v0.ep)
         rows = placement_rows(problem, lts, ids, d, space.options, C,
-                              [stash(p, j, m) for j in range(p)], cells)
+                              [stash(p, j, m) for j in range(p)], cells, stop_at)
         best = min(best, minmax_cells(rows, L))
     return best * (1 - 1e-12)
 

@@ -15,11 +15,12 @@ float, for Z R -> Z evaluations. With the overlapped sync (dp_overlap stage | bu
 term after t depends on r and the kernel's cells are used as they are (stage_cost, from_grid).
 
 Cells that cannot matter (`stop_at`): every term is >= 0, so cost[b, a] >= C * min_r comp[b, a, r]
-(the stage's compute, fl-monotone as above). A cell whose floor reaches `stop_at` (1 + 1e-11) lies
-in no cut whose maximum the bound (x (1 - 1e-12)) could leave below stop_at, so it is dropped:
-where the bound is below stop_at it is unchanged, elsewhere it stays at or above stop_at (inf
-when a position keeps no cell). The search passes its best time: a candidate whose bound
-reaches it is never visited, whatever the bound's value.
+(the stage's compute, fl-monotone as above) before the position's group terms are known, and
+cost[b, a] >= C * min_r base[b, a, r] + min_z sync[b, a, z] after. A cell whose floor reaches
+`stop_at` (1 + 1e-11) lies in no cut whose maximum the bound (x (1 - 1e-12)) could leave below
+stop_at, so it is dropped: where the bound is below stop_at it is unchanged, elsewhere it stays
+at or above stop_at (inf when a position keeps no cell). The search passes its best time: a
+candidate whose bound reaches it is never visited, whatever the bound's value.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def compute_floor(lts, C: int) -> np.ndarray:
     return np.min([C * lt.comp_LLR.min(axis=2) for lt in lts], axis=0)
 
 
-def placement_rows(problem, lts, ids, d: int, opts, C: int, stash_J, cells) -> list:
+def placement_rows(problem, lts, ids, d: int, opts, C: int, stash_J, cells,
+                   stop_at: float = math.inf) -> list:
     """[(b, a, cost)] of every stage position j of a placement (devices ids[j], neighbours and
     tied partner from ids, stash_J[j] micro-batches stashed) at its cells (b, a), least over
     the class's variants (module docstring): all positions at once."""
@@ -69,8 +71,8 @@ def placement_rows(problem, lts, ids, d: int, opts, C: int, stash_J, cells) -> l
             x = np.concatenate([_overlap_cost(problem, lt, ids, j, d, opts, C, stash_J[j], b, a)
                                 for j, (b, a) in enumerate(cells)])
         else:
-            x = _fast_cost(problem, lt, terms, ids, links_J, d, opts, C,
-                           np.asarray(stash_J, dtype=float), pos, B, A)
+            x = _fast_cost(problem, lt, gts, terms, ids, links_J, d, opts, C,
+                           np.asarray(stash_J, dtype=float), pos, B, A, stop_at)
         cost = x if cost is None else np.minimum(cost, x)
     ends = np.cumsum([len(b) for b, a in cells])
     return [(b, a, c) for (b, a), c in zip(cells, np.split(cost, ends[:-1]))]
@@ -92,22 +94,33 @@ def _overlap_cost(problem, lt, ids, j, d, opts, C, stash, b, a):
                     np.inf).min(axis=(-2, -1))
 
 
-def _fast_cost(problem, lt, terms, ids, links_J, d: int, opts, C: int, stash_J, pos, B, A):
+def _fast_cost(problem, lt, gts, terms, ids, links_J, d: int, opts, C: int, stash_J, pos, B,
+               A, stop_at: float):
     """min over (z, r) that fit of C t + u at the cells (pos: their positions), r minimised
-    first (module docstring); every value the float stage_cost gives its position's cell."""
+    first (module docstring); every value the float stage_cost gives its position's cell, or
+    inf where C min_r base + min_z sync (at most the cost: every other term is >= 0 and every
+    operation monotone) reaches stop_at (1 + DROP_SLACK)."""
     p, L = len(ids), lt.num_layers
     assert stash_J.max() <= L  # fit_capacity's range
-    fit = fit_capacity(problem, lt, d, opts, terms[0])[B, A]  # [cells, Z, R]
-    R = fit.shape[-1]
-    base_R = np.empty((len(B), R))
-    per_mb_Z = np.empty((len(B), fit.shape[-2]))
-    sync_Z = np.empty_like(per_mb_Z)
+    R, Z = len(opts.recompute_modes), len(opts.zero_stages)
     first: dict[int, int] = {}  # positions sharing group terms share their grids
     group_J = np.array([first.setdefault(id(t), j) for j, t in enumerate(terms)])[pos]
+    out = np.full(len(B), np.inf)
+    keep = slice(None)
+    if not math.isinf(stop_at):
+        rank = {j: u for u, j in enumerate(first.values())}
+        floors = [_floor_grids(problem, lt, gts[j], d, opts, terms[j]) for j in first.values()]
+        u = np.array([rank[first[id(t)]] for t in terms])[pos]
+        base_ULL, sync_ULL = (np.stack([f[k] for f in floors]) for k in (0, 1))
+        floor = C * base_ULL[u, B, A] + sync_ULL[u, B, A]
+        keep = np.flatnonzero(floor < stop_at * (1 + DROP_SLACK))
+        pos, B, A, group_J = pos[keep], B[keep], A[keep], group_J[keep]
+    base_R, per_mb_Z, sync_Z = np.empty((len(B), R)), np.empty((len(B), Z)), np.empty((len(B), Z))
     for j in first.values():
         sel = group_J == j
         b, a = B[sel], A[sel]
         base_R[sel], per_mb_Z[sel], sync_Z[sel] = (x[b, a] for x in terms[j][:3])
+    fit = fit_capacity(problem, lt, d, opts, terms[0])[B, A]  # [cells, Z, R]
     s = stash_J[pos][:, None]
     y = np.where(s <= fit[..., 0], base_R[:, :1], np.inf)  # [cells, Z]: least base that fits
     for r in range(1, R):
@@ -122,7 +135,18 @@ def _fast_cost(problem, lt, terms, ids, links_J, d: int, opts, C: int, stash_J, 
     tied = np.zeros(p)  # the first and the last stage all-reduce over the same device pairs
     tied[0] = tied[-1] = tied_sync_s(problem, lt, ids[0], links(ids, 0)["tied_partner"])
     x = C * ((y + per_mb_Z) + send[:, None]) + (sync_Z + tied[pos][:, None])
-    return functools.reduce(np.minimum, x.T)
+    out[keep] = functools.reduce(np.minimum, x.T)
+    return out
+
+
+def _floor_grids(problem, lt, gt, d: int, opts, terms):
+    """[b, a] grids of a position's least base time over the modes and least sync over the ZeRO
+    stages (exact minima), cached with its grid terms: C base + sync <= its cost."""
+    def make():
+        base_R, _, sync_Z = terms[:3]
+        return read_only((functools.reduce(np.minimum, np.moveaxis(base_R, -1, 0)),
+                          functools.reduce(np.minimum, np.moveaxis(sync_Z, -1, 0))))
+    return problem.cache.get(lt.store, ("grid_floor", d, gt.content, opts), make)
 
 
 def _send(problem, lt, src, dst, levels, direction: str, nbytes_L):
