@@ -199,26 +199,6 @@ def _band_cells(j: int, p: int, L: int) -> tuple[np.ndarray, np.ndarray]:
     return a + j, b + j
 
 
-def minmax_over_cuts(cost_of, p: int, L: int, send_fwd_L, send_bwd_L) -> float:
-    """min over cuts of layers 0..L-1 into p contiguous stages of max_j cost_j[b, a] (+ the
-    forward send of the stage's last layer b, except the last stage, + the backward send of its
-    first layer a, except the first), cost_of(j) giving stage j's [b, a] costs (a > b ignored)."""
-    valid = np.tril(np.ones((L, L), dtype=bool))
-    f = None
-    for j in range(p):
-        cost = np.where(valid, cost_of(j), np.inf)
-        if j < p - 1:
-            cost = cost + send_fwd_L[:, None]
-        if j > 0:
-            cost = cost + send_bwd_L[None, :]
-        if f is None:
-            f = cost[:, 0].copy()
-        else:
-            prev = np.concatenate([[np.inf], f[:-1]])
-            f = np.min(np.maximum(cost, prev[None, :]), axis=1)
-    return float(f[L - 1])
-
-
 def _max_stash(problem: Problem, space: SearchSpace, lt: LayerTable, d: int) -> np.ndarray:
     """Micro-batches a stage a..b can stash with (z, r) and d replicas and still fit (-1: none),
     [b, a, z, r] (the kernel's memory model; cached per table and d)."""

@@ -190,9 +190,10 @@ def minmax_cells(rows, L: int, send_fwd_L=None, send_bwd_L=None) -> float:
     send of the stage's last layer b, except the last stage, + the backward send of its first
     layer a, except the first), rows[j] = (b, a, cost) of the cells stage j may cover (any
     other cell: inf; stage 0's cells start at layer 0, the last stage's end at layer L - 1):
-    the DP of nest.solver.bounds.minmax_over_cuts on the listed cells only. A cut's stages
-    are non-empty, so a cell off stage j's band (nest.solver.bounds._band) is in no cut; the
-    sums are the same operations and min and max are exact: the same float."""
+    f[b] = min over a of max(cost[b, a], f_prev[a - 1]) stage by stage, on the listed cells
+    only. A cut's stages are non-empty, so a cell off stage j's band (nest.solver.bounds._band)
+    is in no cut, and min and max are exact: the same float as the DP over every stage's full
+    [b, a] grid (tests/test_fast_bounds.py)."""
     f, p = None, len(rows)
     for j, (b, a, c) in enumerate(rows):
         if send_fwd_L is not None and j < p - 1:
