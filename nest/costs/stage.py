@@ -175,8 +175,7 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
     cl, hw, L = problem.cluster, problem.cluster.hardware, lt.num_layers
     gt = group_terms(problem, lt, ids, d)
     if cell is None or from_grid:
-        terms = problem.cache.get(lt.store, ("grid", d, gt.content, opts),
-                                  lambda: read_only(_terms(problem, lt, gt, d, opts, None)))
+        terms = grid_terms(problem, lt, gt, d, opts)
     if cell is None:
         b, a = np.arange(L)[:, None], np.arange(L)[None, :]
     elif from_grid:  # the cells' entries of the grid: the same elementwise arithmetic
@@ -210,6 +209,14 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
         out.detail = _detail(problem, lt, gt, d, opts, stash, a, b, parts, float(send_fwd),
                              float(send_bwd), tied)
     return out
+
+
+def grid_terms(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options) -> tuple:
+    """The position-free terms of a stage on the whole [b, a] grid (base_R, per_mb_Z, sync_Z,
+    fixed_ZR, act_R, parts, overlap terms or None: `_terms`), cached per (d, group terms'
+    content, options): every stage whose group terms are equal shares them."""
+    return problem.cache.get(lt.store, ("grid", d, gt.content, opts),
+                             lambda: read_only(_terms(problem, lt, gt, d, opts, None)))
 
 
 def _cells(terms, L: int, b, a):

@@ -140,10 +140,14 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
 
     Candidates (class, p, d) -- a class is the variants a stage may pick (nest.problem.space) -- are
     popped from a heap by lower bound (nest.solver.bounds): first the compute-only bound (one DP
-    for all p), refined on first pop by the memory-aware bound of (class, p), then, while still
-    below the best time, the joint bound of (class, p, d). prune=False visits every
-    candidate (for tests: the same optimum). incumbent: a time already achieved elsewhere (another
-    space's plan): only plans strictly faster are returned (best None if there is none)."""
+    for all p), refined on first pop by the memory-aware bound of (class, p), then, when popped
+    again (still below the best time), by the joint bound of (class, p, d), and solved when
+    popped a third time. Every entry whose bound is at most a popped one's is popped first (the
+    level breaks ties), so deferring the joint bound to its candidate's turn visits the
+    candidates a refinement on first pop would, in the same order; it is just computed later,
+    with a better best time to stop at, or not at all. prune=False visits every candidate (for
+    tests: the same optimum). incumbent: a time already achieved elsewhere (another space's
+    plan): only plans strictly faster are returned (best None if there is none)."""
     best_T, best = incumbent, None
     heap: list = []
     lts, refined, floors, sends = {}, {}, {}, {}
@@ -160,23 +164,24 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
                 continue
             m = problem.num_microbatches(d, cls[0].ep)
             heap.append((paper_1f1b(lb[p], m, p) * bound_scale(form, m, p) if prune else 0.0,
-                         False, ci, p, d))
+                         0, ci, p, d))
     num_candidates = len(heap)
     heapq.heapify(heap)
     visited = 0
     while heap and (heap[0][0] < best_T or not prune):
-        bound, is_refined, ci, p, d = heapq.heappop(heap)
+        bound, level, ci, p, d = heapq.heappop(heap)
         cls = space.classes[ci]
-        if prune and not is_refined:
+        if prune and level == 0:  # cheaper bounds first
             if (ci, p) not in refined:
                 refined[(ci, p)] = memory_aware_bound(problem, space, lts[ci], p, floors[ci],
                                                       sends[ci])
             m = problem.num_microbatches(d, cls[0].ep)
-            scale = bound_scale(form, m, p)
-            bound = paper_1f1b(refined[(ci, p)], m, p) * scale
-            if bound < best_T:  # else pruned already; cheaper bounds first
-                bound = max(bound, joint_bound(problem, space, lts[ci], p, d))
-            heapq.heappush(heap, (bound, True, ci, p, d))
+            bound = paper_1f1b(refined[(ci, p)], m, p) * bound_scale(form, m, p)
+            heapq.heappush(heap, (bound, 1, ci, p, d))
+            continue
+        if prune and level == 1:
+            bound = max(bound, joint_bound(problem, space, lts[ci], p, d, best_T))
+            heapq.heappush(heap, (bound, 2, ci, p, d))
             continue
         for placement in space.placements_for(cls[0], p, d):
             arr = candidate_arrays(problem, space, lts[ci], p, d, placement, even_cuts)

@@ -13,6 +13,7 @@ untied, dense and MoE models.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -20,14 +21,14 @@ import numpy as np
 from nest.costs.cache import read_only
 from nest.costs.groups import group_terms
 from nest.costs.layers import LayerTable, range_sum
-from nest.costs.pipeline import (bottleneck_weight, links, solver_form, stash,
-                                 stash_capacity)
-from nest.costs.stage import Options, fixed_bytes, stage_cost
+from nest.costs.pipeline import bottleneck_weight, solver_form, stash, stash_capacity
+from nest.costs.stage import Options, fixed_bytes
 from nest.graph.layer_graph import Variant
 from nest.network.collectives import path_bandwidth
 from nest.problem.plan import place
 from nest.problem.problem import Problem
 from nest.problem.space import SearchSpace
+from nest.solver.positions import compute_floor, kept_cells, minmax_cells, placement_rows
 
 ALIGNED = ("replica_major", "stage_major")  # placements whose replicas are aligned id blocks
 
@@ -117,11 +118,20 @@ def memory_aware_bound(problem: Problem, space: SearchSpace, lts, p: int,
     v, L = lts[0].variant, lts[0].num_layers
     d = largest_dp(problem, v, p)
     m = problem.num_microbatches(d, v.ep)
+    bands = [_band(j, p, L) for j in range(p)]  # the cells a cut can give each stage
+    A = np.concatenate([a for a, _ in bands])
+    B = np.concatenate([b for _, b in bands])
     # the most any variant of the class can stash, per mode, under its best ZeRO stage
-    max_stash_LLR = np.max([_max_stash(problem, space, lt, d).max(axis=2) for lt in lts], axis=0)
-    return minmax_over_cuts(
-        lambda j: np.where(max_stash_LLR >= stash(p, j, m), floor_LLR, np.inf).min(axis=2),
-        p, L, *send_floors)
+    cap = functools.reduce(np.maximum, [problem.cache.get(lt.store, (
+        "max_stash_R", d, space.zero_stages), lambda lt=lt: read_only(
+            _max_stash(problem, space, lt, d).max(axis=2)))[B, A] for lt in lts])
+    s = np.repeat([stash(p, j, m) for j in range(p)], [len(a) for a, _ in bands])
+    fl = floor_LLR[B, A]
+    x = functools.reduce(np.minimum, [np.where(cap[:, r] >= s, fl[:, r], np.inf)
+                                      for r in range(fl.shape[1])])
+    ends = np.cumsum([len(a) for a, _ in bands])[:-1]
+    rows = [(b, a, c) for (a, b), c in zip(bands, np.split(x, ends))]
+    return minmax_cells(rows, L, *send_floors)
 
 
 def compute_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
@@ -133,7 +143,8 @@ def compute_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
     return lower_bounds(range_sum(floor.min(axis=1)), max_pp), range_sum(floor)
 
 
-def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int) -> float:
+def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,
+                stop_at: float = math.inf) -> float:
     """A lower bound of one candidate that couples time, sync and memory per stage, from the
     stage kernel's exact prices. Relaxation: for a placement of the space, every stage position j
     has known devices, neighbours, stash and tied partner (nest.costs.pipeline), so for stage j covering
@@ -148,38 +159,36 @@ def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int) -> fl
     the weights: its sync and ZeRO collectives are terms of C t_j + u_j). With an overlapped
     gradient sync (dp_overlap stage | bucketed) the tail max(0, max_j (e_j - D_j)) replaces
     max_j u_j: it is at least 0 and at least stage 0's own e_0 (nothing drains before it), so
-    u_0 = max(e_0, 0) and u_j = 0 for the other stages."""
+    u_0 = max(e_0, 0) and u_j = 0 for the other stages. Computed by nest.solver.positions
+    (the same floats as pricing every cell with stage_cost); stop_at (the search's best time):
+    where the bound reaches it, any value at or above it is returned (cells that cannot bring
+    it below are not priced; inf when a position keeps no cell)."""
     v0, L = lts[0].variant, lts[0].num_layers
     m = problem.num_microbatches(d, v0.ep)
     C = bottleneck_weight(solver_form(problem.training), m, p)
-    hbm, opts = problem.cluster.hardware.hbm_bytes, space.options
-    zeros_L = np.zeros(L)
+    floor_LL = compute_floor(lts, C)
+    bands = [_band(j, p, L) for j in range(p)]
     best = math.inf
     for placement in space.placements_for(v0, p, d):
+        cells = [kept_cells(floor_LL, band, stop_at) for band in bands]
+        if any(c is None for c in cells):  # a position with no cell below stop_at
+            continue
         ids = place(p, d, v0.width, placement, tp=v0.tp, cp=v0.cp, ep=v0.ep)
-        cost_J = []
-        for j in range(p):
-            a, b = _band(j, p, L)
-            cost = None
-            for lt in lts:
-                c = stage_cost(problem, lt, ids[j], d, opts, stash(p, j, m), cell=(a, b),
-                               from_grid=True, **links(ids, j))
-                if c.tail is None:
-                    after = c.u[..., None]
-                else:  # overlapped sync: the tail >= 0, and >= stage 0's own (no drain before it)
-                    after = np.maximum(c.tail, 0.0) if j == 0 else 0.0
-                x = np.where(c.mem <= hbm, C * c.t + after, np.inf).min(axis=(-2, -1))
-                cost = x if cost is None else np.minimum(cost, x)
-            full = np.full((L, L), np.inf)
-            full[b, a] = cost
-            cost_J.append(full)
-        best = min(best, minmax_over_cuts(cost_J.__getitem__, p, L, zeros_L, zeros_L))
+        rows = placement_rows(problem, lts, ids, d, space.options, C,
+                              [stash(p, j, m) for j in range(p)], cells, stop_at)
+        best = min(best, minmax_cells(rows, L))
     return best * (1 - 1e-12)
 
 
+@functools.lru_cache(maxsize=4096)
 def _band(j: int, p: int, L: int) -> tuple[np.ndarray, np.ndarray]:
     """(first layers, last layers) of the cells stage j of p can cover: j <= a <= b <= L - p + j
-    (every stage non-empty; the first starts at layer 0, the last ends at layer L - 1)."""
+    (every stage non-empty; the first starts at layer 0, the last ends at layer L - 1); read-only
+    arrays, cached."""
+    return tuple(read_only(x) for x in _band_cells(j, p, L))
+
+
+def _band_cells(j: int, p: int, L: int) -> tuple[np.ndarray, np.ndarray]:
     if p == 1:
         return np.array([0]), np.array([L - 1])
     if j == 0:
@@ -188,26 +197,6 @@ def _band(j: int, p: int, L: int) -> tuple[np.ndarray, np.ndarray]:
         return np.arange(p - 1, L), np.full(L - p + 1, L - 1)
     b, a = np.tril_indices(L - p + 1)
     return a + j, b + j
-
-
-def minmax_over_cuts(cost_of, p: int, L: int, send_fwd_L, send_bwd_L) -> float:
-    """min over cuts of layers 0..L-1 into p contiguous stages of max_j cost_j[b, a] (+ the
-    forward send of the stage's last layer b, except the last stage, + the backward send of its
-    first layer a, except the first), cost_of(j) giving stage j's [b, a] costs (a > b ignored)."""
-    valid = np.tril(np.ones((L, L), dtype=bool))
-    f = None
-    for j in range(p):
-        cost = np.where(valid, cost_of(j), np.inf)
-        if j < p - 1:
-            cost = cost + send_fwd_L[:, None]
-        if j > 0:
-            cost = cost + send_bwd_L[None, :]
-        if f is None:
-            f = cost[:, 0].copy()
-        else:
-            prev = np.concatenate([[np.inf], f[:-1]])
-            f = np.min(np.maximum(cost, prev[None, :]), axis=1)
-    return float(f[L - 1])
 
 
 def _max_stash(problem: Problem, space: SearchSpace, lt: LayerTable, d: int) -> np.ndarray:

@@ -1,0 +1,163 @@
+"""The solver's joint and memory-aware bounds (nest.solver.bounds, nest.solver.positions) are the
+same floats as the plain computation they replace: every stage position priced cell by cell with
+nest.costs.stage.stage_cost and a min-max DP over the full [b, a] grid of every stage (the code
+below, as the bounds were computed before issue 27's solve-time work). Bit-identical bounds give
+the search the same order of candidates, the same visited counts and the same plans. With the
+search's best time as stop_at the joint bound is unchanged where it is below it and at or above
+it elsewhere. Random instances (tests/strategies.py) and shipped clusters of every topology kind
+(scale-up NVL72 racks, rail-optimised, a torus, a graph file)."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nest.costs.alike import inner_groups, priced_alike, priced_alike_keys
+from nest.costs.layers import layer_table
+from nest.costs.pipeline import bottleneck_weight, links, solver_form, stash
+from nest.costs.stage import stage_cost
+from nest.problem.plan import place
+from nest.problem.problem import make_problem
+from nest.problem.space import declare, pp_dp_options
+from nest.solver import bounds
+from nest.spec.settings import TrainingSettings
+from strategies import build, instance_specs
+
+HYPOTHESIS = dict(derandomize=True, deadline=None, database=None,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def minmax_over_full_grid(cost_of, p: int, L: int, send_fwd_L, send_bwd_L) -> float:
+    """min over cuts into p stages of max_j (cost_j[b, a] + sends), every stage on the full
+    [b, a] grid (a > b: inf)."""
+    valid = np.tril(np.ones((L, L), dtype=bool))
+    f = None
+    for j in range(p):
+        cost = np.where(valid, cost_of(j), np.inf)
+        if j < p - 1:
+            cost = cost + send_fwd_L[:, None]
+        if j > 0:
+            cost = cost + send_bwd_L[None, :]
+        if f is None:
+            f = cost[:, 0].copy()
+        else:
+            prev = np.concatenate([[np.inf], f[:-1]])
+            f = np.min(np.maximum(cost, prev[None, :]), axis=1)
+    return float(f[L - 1])
+
+
+def plain_joint_bound(problem, space, lts, p: int, d: int) -> float:
+    """The joint bound priced position by position with stage_cost on each band."""
+    v0, L = lts[0].variant, lts[0].num_layers
+    m = problem.num_microbatches(d, v0.ep)
+    C = bottleneck_weight(solver_form(problem.training), m, p)
+    hbm, opts, zeros_L = problem.cluster.hardware.hbm_bytes, space.options, np.zeros(L)
+    best = math.inf
+    for placement in space.placements_for(v0, p, d):
+        ids = place(p, d, v0.width, placement, tp=v0.tp, cp=v0.cp, ep=v0.ep)
+        cost_J = []
+        for j in range(p):
+            a, b = bounds._band(j, p, L)
+            cost = None
+            for lt in lts:
+                c = stage_cost(problem, lt, ids[j], d, opts, stash(p, j, m), cell=(a, b),
+                               **links(ids, j))
+                after = (c.u[..., None] if c.tail is None
+                         else np.maximum(c.tail, 0.0) if j == 0 else 0.0)
+                x = np.where(c.mem <= hbm, C * c.t + after, np.inf).min(axis=(-2, -1))
+                cost = x if cost is None else np.minimum(cost, x)
+            full = np.full((L, L), np.inf)
+            full[b, a] = cost
+            cost_J.append(full)
+        best = min(best, minmax_over_full_grid(cost_J.__getitem__, p, L, zeros_L, zeros_L))
+    return best * (1 - 1e-12)
+
+
+def plain_memory_aware_bound(problem, space, lts, p: int, floor_LLR, send_floors) -> float:
+    v, L = lts[0].variant, lts[0].num_layers
+    d = bounds.largest_dp(problem, v, p)
+    m = problem.num_microbatches(d, v.ep)
+    max_stash_LLR = np.max([bounds._max_stash(problem, space, lt, d).max(axis=2)
+                            for lt in lts], axis=0)
+    return minmax_over_full_grid(
+        lambda j: np.where(max_stash_LLR >= stash(p, j, m), floor_LLR, np.inf).min(axis=2),
+        p, L, *send_floors)
+
+
+def assert_bounds_as_plain(problem, space, max_candidates: int | None = None) -> int:
+    """Every candidate's joint and memory-aware bound == the plain one, bit for bit; the joint
+    bound with stop_at below, at and above it as the search relies on. Returns the count."""
+    n = 0
+    for cls in space.classes:
+        lts = [layer_table(problem, v, space.recompute_modes) for v in cls]
+        options = list(pp_dp_options(problem, space, cls[0]))
+        if not options:
+            continue
+        if max_candidates:
+            options = options[::max(1, len(options) // max_candidates)]
+        _, floor_LLR = bounds.compute_bounds(problem, space, lts, max(p for p, _ in options))
+        sends = bounds.p2p_floor(problem, lts, space)
+        for p in sorted({p for p, _ in options}):
+            got = bounds.memory_aware_bound(problem, space, lts, p, floor_LLR, sends)
+            assert got == plain_memory_aware_bound(problem, space, lts, p, floor_LLR, sends), p
+        for p, d in options:
+            want = plain_joint_bound(problem, space, lts, p, d)
+            assert bounds.joint_bound(problem, space, lts, p, d) == want, (p, d)
+            for stop in (want * 0.97, want, want * 1.03, math.inf):
+                got = bounds.joint_bound(problem, space, lts, p, d, stop)
+                assert got == want if want < stop else got >= stop, (p, d, stop, got, want)
+            n += 1
+    return n
+
+
+@settings(max_examples=30, **HYPOTHESIS)
+@given(instance_specs(), st.sampled_from(("none", "bucketed")))
+def test_bounds_equal_plain_computation(spec, dp_overlap):
+    """Random instances (2-4 levels, any node size, tight and roomy HBM, every placement kind,
+    heterogeneous classes), with and without the overlapped gradient sync."""
+    problem, space = build(spec)
+    assert_bounds_as_plain(problem.with_training(dp_overlap=dp_overlap), space)
+
+
+SHIPPED = [("tiny_llama", "gb200_nvl72", 144), ("tiny_gpt", "dgx_h100_rail_superpod", 256),
+           ("tiny_llama", "tpuv4_torus", 64), ("tiny_gpt", "dragonfly_h100_graph", 64)]
+
+
+@pytest.mark.parametrize("model,cluster,n", SHIPPED)
+def test_bounds_equal_plain_computation_on_shipped_clusters(model, cluster, n):
+    """A scale-up NVL72 cluster (stages that straddle 72-GPU racks), the rail-optimised
+    SuperPOD, the TPU v4 torus and a graph-file cluster, the paper's heterogeneous space."""
+    pr = make_problem(model, cluster, n, training=TrainingSettings(global_batch=64))
+    space = declare(pr, {"heterogeneous_stages": True})
+    assert assert_bounds_as_plain(pr, space, max_candidates=12) > 0
+
+
+@pytest.mark.parametrize("model,cluster,n", SHIPPED[:3])
+def test_priced_alike_keys_of_a_placement_equal_each_stage_key(model, cluster, n):
+    """The keys computed for every stage position at once equal each stage's own
+    `priced_alike` key, and stages with equal keys have equal group terms (the cache's
+    premise): on every placement of a few candidates."""
+    from nest.costs.groups import _group_terms
+
+    pr = make_problem(model, cluster, n, training=TrainingSettings(global_batch=64))
+    space = declare(pr, {"heterogeneous_stages": True})
+    cls = space.classes[-1]
+    lts = [layer_table(pr, v, space.recompute_modes) for v in cls]
+    v, seen = cls[0], {}
+    for p, d in list(pp_dp_options(pr, space, v))[::7]:
+        for placement in space.placements_for(v, p, d):
+            ids = place(p, d, v.width, placement, tp=v.tp, cp=v.cp, ep=v.ep)
+            keys = priced_alike_keys(pr, lts, inner_groups(np.asarray(ids), v.tp, v.cp,
+                                                           v.ep, d))
+            for lt, per_stage in zip(lts, keys):
+                for i, key in zip(ids, per_stage):
+                    assert key == priced_alike(pr, lt, inner_groups(i, v.tp, v.cp, v.ep, d))
+                    gt = _group_terms(pr, lt, i, d)
+                    first = seen.setdefault((id(lt), d, key), gt)
+                    assert (first.names, first.dp_level) == (gt.names, gt.dp_level)
+                    for f in ("fwd_K", "cum_LK", "cum_LR"):
+                        np.testing.assert_array_equal(getattr(first, f), getattr(gt, f))
+                    assert first.content == gt.content
+    assert len(seen) > 1
