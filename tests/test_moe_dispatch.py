@@ -73,3 +73,14 @@ def test_tp2_ep4_graphs_agree(graphs):
     assert every(c) == every(f)
     assert f.fwd_flops == pytest.approx(c.fwd_flops, rel=1e-2)
     assert f.expert_params == c.expert_params
+
+
+def test_local_sort_runs_on_the_gathered_tokens(graphs):
+    # dispatch_postprocess sorts by local expert after the expert-tensor-parallel all-gather, so
+    # at tp 2 it reads and writes the gathered 4 MiB, as the whole 4 MiB dispatch at tp 1 does
+    from nest.costs.table import moe_local_sort_op
+
+    for g in graphs:
+        for v in (TP1_EP4, TP2_EP4):
+            (op,) = moe_local_sort_op(g.layers[1].costs[v.key])
+            assert (op.fwd_bytes, op.bwd_bytes, op.count) == (2 * 4 * 2 ** 20,) * 2 + (2,), v
