@@ -105,7 +105,8 @@ def moe_local_sort_op(cost: LayerCost) -> tuple[Op, ...]:
     """The receiving side's sort of tokens by local expert and its un-sort (module docstring):
     () unless the layer has an expert-parallel all-to-all and more than one local expert; else
     one memory-bound op, `count` = 2 kernels per phase (sort + un-sort), each reading and writing
-    the all-to-all's buffer (forward: the dispatched tokens; backward: their gradients)."""
+    the received buffer (forward: the dispatched tokens, tp-gathered with tp > 1; backward:
+    their gradients)."""
     experts = [op for op in cost.ops if op.kind == "matmul" and op.name.startswith("expert_")]
     local = max((op.count for op in experts), default=0)
     a2a = {ph: [c for c in cost.collectives if c.kind == "all_to_all" and c.group == "ep"
