@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from nest.costs.profiled import ProfileSet, price_op, profile_for
+from nest.costs.profiled import BYTES, ProfileSet, price_op, profile_for
 from nest.graph.layer_graph import RECOMPUTE_MODES, LayerCost, LayerGraph, Op
 from nest.spec.catalog import HardwareSpec, validate
 
@@ -105,15 +105,21 @@ def moe_local_sort_op(cost: LayerCost) -> tuple[Op, ...]:
     """The receiving side's sort of tokens by local expert and its un-sort (module docstring):
     () unless the layer has an expert-parallel all-to-all and more than one local expert; else
     one memory-bound op, `count` = 2 kernels per phase (sort + un-sort), each reading and writing
-    the all-to-all's buffer (forward: the dispatched tokens; backward: their gradients)."""
-    local = max((op.count for op in cost.ops
-                 if op.kind == "matmul" and op.name.startswith("expert_")), default=0)
+    the received buffer (forward: the dispatched tokens, tp-gathered with tp > 1; backward:
+    their gradients)."""
+    experts = [op for op in cost.ops if op.kind == "matmul" and op.name.startswith("expert_")]
+    local = max((op.count for op in experts), default=0)
     a2a = {ph: [c for c in cost.collectives if c.kind == "all_to_all" and c.group == "ep"
                 and c.phase == ph] for ph in ("fwd", "bwd")}
     if local <= 1 or not a2a["fwd"]:
         return ()
     n = sum(c.count for c in a2a["fwd"])  # dispatch + combine: one sort each
-    per = {ph: 2.0 * sum(c.bytes * c.count for c in cs) / n for ph, cs in a2a.items()}
+    # with tp > 1 the sort runs after dispatch_postprocess's expert-tensor-parallel all-gather,
+    # on etp x the all-to-all's tokens: etp = the experts' input rows over the all-to-all's
+    gate_up = experts[0]
+    sent = sum(c.bytes * c.count for c in a2a["fwd"]) / n
+    etp = max(1, round(BYTES * gate_up.shape[0] * gate_up.shape[2] * gate_up.count / sent))
+    per = {ph: 2.0 * sum(c.bytes * c.count for c in cs) / n * etp for ph, cs in a2a.items()}
     return (Op(MOE_SORT, "memory", 0.0, 0.0, per["fwd"], per["bwd"], (), n),)
 
 

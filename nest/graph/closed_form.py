@@ -216,9 +216,20 @@ def block_cost(m: ModelSpec, b: int, v: Variant) -> LayerCost:
         # backward for their weight gradients (Korthikanti et al. 2022, section 4.2.2)
         coll.append(Collective("all_gather", "bwd", "tp", BYTES * T * h, 2))
     if m.is_moe and v.ep > 1:
-        a2a = BYTES * T * m.top_k * h  # dispatch and combine, each way
-        coll += [Collective("all_to_all", "fwd", "ep", a2a, 2),
-                 Collective("all_to_all", "bwd", "ep", a2a, 2)]
+        # Megatron-Core MoEAlltoAllTokenDispatcher (megatron/core/transformer/moe/
+        # token_dispatcher.py): with sp each rank routes its own sequence shard, token_dispatch /
+        # token_combine all-to-all those T k / t token copies over ep, dispatch_postprocess
+        # all-gathers the received ones over the expert-tensor-parallel group (size t by default,
+        # ModelParallelConfig.__post_init__) and combine_preprocess reduce-scatters them back
+        etp = t if v.sp else 1
+        routed = BYTES * T * m.top_k * h  # every routed token copy of the micro-batch
+        coll += [Collective("all_to_all", "fwd", "ep", routed / etp, 2),
+                 Collective("all_to_all", "bwd", "ep", routed / etp, 2)]
+        if etp > 1:
+            coll += [Collective("all_gather", "fwd", "tp", routed, 1),
+                     Collective("reduce_scatter", "fwd", "tp", routed, 1),
+                     Collective("reduce_scatter", "bwd", "tp", routed, 1),
+                     Collective("all_gather", "bwd", "tp", routed, 1)]
     if c > 1:
         kv = BYTES * 2 * b * s * hkv / t  # the gathered K and V of the whole sequence
         coll += [Collective("all_gather", "fwd", "cp", kv, 1),

@@ -147,16 +147,33 @@ class _ReduceScatter(Function):  # reduce-scatter forward along `dim`, all-gathe
 
 
 class _AllToAll(Function):  # expert dispatch / combine: same bytes each way
+    # `shard` = t with sequence parallelism: a rank sends only its own sequence shard's tokens
+    # (1/t of the [E, cap, h] buffer this single-process stand-in holds), see MoE below
     @staticmethod
-    def forward(ctx, x, out_shape, group):
-        _record("all_to_all", "fwd", group, x)
-        ctx.in_shape, ctx.group = tuple(x.shape), group
+    def forward(ctx, x, out_shape, group, shard):
+        if _LOG is not None:
+            _LOG.add("all_to_all", "fwd", group, _nbytes(x) / shard)
+        ctx.in_shape, ctx.group, ctx.shard = tuple(x.shape), group, shard
         return x.new_empty(out_shape)
 
     @staticmethod
     def backward(ctx, dy):
-        _record("all_to_all", "bwd", ctx.group, dy)
-        return dy.new_empty(ctx.in_shape), None, None
+        if _LOG is not None:
+            _LOG.add("all_to_all", "bwd", ctx.group, _nbytes(dy) / ctx.shard)
+        return dy.new_empty(ctx.in_shape), None, None, None
+
+
+class _Marked(Function):  # a collective whose full-size buffer is this tensor, shape unchanged
+    @staticmethod
+    def forward(ctx, x, fwd_kind, bwd_kind, group):
+        _record(fwd_kind, "fwd", group, x)
+        ctx.bwd_kind, ctx.group = bwd_kind, group
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, dy):
+        _record(ctx.bwd_kind, "bwd", ctx.group, dy)
+        return dy.clone(), None, None, None
 
 
 class Comm(nn.Module):
@@ -165,10 +182,10 @@ class Comm(nn.Module):
     op_kind = "comm"
 
     def __init__(self, kind: str, group: str, n: int, dim: int = 0, keep_shard: bool = False,
-                 out_shape: tuple[int, ...] = ()):
+                 out_shape: tuple[int, ...] = (), shard: int = 1):
         super().__init__()
         self.kind, self.group, self.n, self.dim = kind, group, n, dim
-        self.keep_shard, self.out_shape = keep_shard, out_shape
+        self.keep_shard, self.out_shape, self.shard = keep_shard, out_shape, shard
         self.op_name = f"{kind}_{group}"
 
     def forward(self, x):
@@ -180,7 +197,11 @@ class Comm(nn.Module):
             return _Gather.apply(x, self.dim, self.n, self.group, self.keep_shard)
         if self.kind == "scatter":
             return _ReduceScatter.apply(x, self.dim, self.n, self.group)
-        return _AllToAll.apply(x, self.out_shape, self.group)
+        if self.kind == "etp_gather":  # all-gather forward, reduce-scatter backward
+            return _Marked.apply(x, "all_gather", "reduce_scatter", self.group)
+        if self.kind == "etp_scatter":  # reduce-scatter forward, all-gather backward
+            return _Marked.apply(x, "reduce_scatter", "all_gather", self.group)
+        return _AllToAll.apply(x, self.out_shape, self.group, self.shard)
 
 
 # --------------------------------------------------------------------------------------------
@@ -759,11 +780,21 @@ class MoE(nn.Module):
         self.router = Linear("router", h, E, m.linear_bias)
         self.route = MoeRoute(k)
         self.permute = MoePermute(E, cap)
-        self.dispatch = Comm("all_to_all", "ep", e, out_shape=(E // e, e * cap, h)) if e > 1 else None
+        # Megatron-Core MoEAlltoAllTokenDispatcher (megatron/core/transformer/moe/
+        # token_dispatcher.py): with sp a rank routes only its sequence shard, so token_dispatch
+        # all-to-alls 1/t of the tokens over ep, dispatch_postprocess all-gathers what arrived
+        # over the expert-tensor-parallel group (size t by default) and combine_preprocess
+        # reduce-scatters it back; the stand-in keeps the gathered [E, cap, h] shapes
+        etp = v.tp if v.sp and e > 1 else 1
+        self.dispatch = Comm("all_to_all", "ep", e, out_shape=(E // e, e * cap, h),
+                             shard=etp) if e > 1 else None
+        self.etp_gather = Comm("etp_gather", "tp", etp) if etp > 1 else None
         self.experts_gate_up = ExpertLinear("expert_gate_up", E // e, h, 2 * f, m.linear_bias)
         self.experts_act = Activation(f"expert_{m.ffn_type}", m.ffn_type)
         self.experts_down = ExpertLinear("expert_down", E // e, f, h, m.linear_bias)
-        self.undispatch = Comm("all_to_all", "ep", e, out_shape=(E, cap, h)) if e > 1 else None
+        self.etp_scatter = Comm("etp_scatter", "tp", etp) if etp > 1 else None
+        self.undispatch = Comm("all_to_all", "ep", e, out_shape=(E, cap, h),
+                               shard=etp) if e > 1 else None
         self.combine = MoeCombine(k)
         # shared experts: a dense MLP on every token, split over tp (Qwen2-MoE, DeepSeek)
         self.shared = Mlp(m, v.tp, m.shared_ffn_hidden_size, "shared") \
@@ -777,7 +808,11 @@ class MoE(nn.Module):
         y = self.permute(flat, src)
         if self.dispatch is not None:
             y = self.dispatch(y)
+        if self.etp_gather is not None:
+            y = self.etp_gather(y)
         y = self.experts_down(self.experts_act(self.experts_gate_up(y)))
+        if self.etp_scatter is not None:
+            y = self.etp_scatter(y)
         if self.undispatch is not None:
             y = self.undispatch(y)
         out = self.combine(y, inv, w)
