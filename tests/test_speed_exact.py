@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -74,3 +75,26 @@ def test_interleaved_screens_agree_with_the_evaluator(tmp_path):
             T = ev.time_per_batch_s
             assert (z, r) in live_knobs(pr, space, var, p, d, T * (1 + 1e-12))
     assert seen == {True, False}
+
+
+@pytest.mark.parametrize("model", ["tiny_moe", "tiny_llama", "tests/fixtures/hf/gemma_3_1b_pt.json"])
+def test_meta_cache_leaves_the_graph_unchanged(model, monkeypatch):
+    """nest.graph.meta_cache: the layer graph traced with remembered meta layouts equals, value
+    for value, the graph traced running every meta kernel."""
+    from nest.graph import build_graph, fx_extract, meta_cache
+    from nest.spec.catalog import load_model
+
+    m = load_model(model, seq_len=256)
+
+    def fresh():
+        build_graph.cache_clear()
+        fx_extract._cached.cache_clear()
+        return build_graph(m, 2, "torch_fx").to_dict()
+
+    meta_cache._LAYOUTS.clear()
+    before = meta_cache.hits
+    cached = fresh()
+    assert meta_cache.hits > before  # calls were served from the cache
+    monkeypatch.setattr(meta_cache, "call", lambda f, a, k: f(*a, **k))
+    assert fresh() == cached
+    build_graph.cache_clear()
