@@ -63,9 +63,10 @@ class LayerTable:
 
 
 def layer_table(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
-    """The variant's table (kept in the problem's cache; the problem must hold the variant)."""
+    """The variant's table (kept in the problem's cache, one store per modes: a search that
+    walks every variant once per mode keeps them all; the problem must hold the variant)."""
     modes = tuple(modes)
-    return problem.cache.get("layer_tables", (v, modes), lambda: _build(problem, v, modes))
+    return problem.cache.get(("layer_tables", modes), v, lambda: _build(problem, v, modes))
 
 
 def _build(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
