@@ -1,6 +1,6 @@
 """Time to plan a Hugging Face model: layer-graph building, then the solve, then `nest compare`.
 
-    .venv/bin/python benchmarks/plan_speed.py [name ...]      (default: every model below)
+    .venv/bin/python benchmarks/plan_speed.py [--no-compare] [name ...]   (default: every model)
 
 Per model (a published config.json under tests/fixtures/hf/, sequence 4096, micro-batch 1, on
 dgx_h100_superpod): the torch.fx layer graph of every parallel variant built cold (trace caches
@@ -72,34 +72,38 @@ def _quiet(fn, *a):
         return fn(*a)
 
 
-def main(names: list[str]) -> None:
+def main(names: list[str], compare: bool = True) -> None:
     from nest.interfaces.cli import main as cli
-    from nest.graph import build_graph, fx_extract
+    from nest.graph import build_graph, fx_extract, meta_cache
     from nest.graph.closed_form import variants_of
     from nest.spec.catalog import load_model
 
     warnings.simplefilter("ignore")
-    print(f"{'model':<14} {'variants':>8} {'graph s':>8} {'solve s':>8} {'compare s':>9}")
+    print(f"{'model':<14} {'variants':>8} {'graph s':>8} {'solve s':>8} {'compare s':>9}  "
+          f"(CPU seconds of this process)")
     for name in names:
         cfg, gpus = MODELS[name]
         path = str(FIXTURES / cfg)
         build_graph.cache_clear()
         fx_extract._cached.cache_clear()
         fx_extract._num_params.cache_clear()
-        t0 = time.perf_counter()
+        meta_cache._LAYOUTS.clear()
+        t0 = time.process_time()
         m = load_model(path, seq_len=SEQ)
         build_graph(m, 1, "torch_fx")
-        t1 = time.perf_counter()
+        t1 = time.process_time()
         common = ["--model", path, "--cluster", CLUSTER, "--num-devices", str(gpus),
                   "--seq-len", str(SEQ)]
         rc = _quiet(cli, ["plan", *common, "--planner", "nest", "-q"])
-        t2 = time.perf_counter()
-        rc2 = _quiet(cli, ["compare", *common])
-        t3 = time.perf_counter()
+        t2 = time.process_time()
+        rc2 = _quiet(cli, ["compare", *common]) if compare else 0
+        t3 = time.process_time()
         flag = "" if rc == rc2 == 0 else f"  (exit {rc} / {rc2})"
+        cmp_s = f"{t3 - t2:>9.1f}" if compare else f"{'-':>9}"
         print(f"{name:<14} {len(variants_of(m)):>8} {t1 - t0:>8.1f} {t2 - t1:>8.1f} "
-              f"{t3 - t2:>9.1f}{flag}", flush=True)
+              f"{cmp_s}{flag}", flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or list(MODELS))
+    args = sys.argv[1:]
+    main([a for a in args if a != "--no-compare"] or list(MODELS), "--no-compare" not in args)
