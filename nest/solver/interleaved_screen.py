@@ -44,20 +44,43 @@ def live_knobs(problem: Problem, space: SearchSpace, var, p: int, d: int, best_T
             if m * float(floor_R[ri]) / p < best_T]
 
 
-def fits(problem: Problem, var, p: int, d: int, v: int, knobs) -> dict:
-    """{(z, r): the interleaved plan of these knobs fits in every device group's HBM} for the
-    knobs given, as the evaluator decides it (a peak above hbm_bytes is out of memory)."""
-    num_blocks = problem.graph.num_layers - 2
-    m = problem.num_microbatches(d, var.ep)
-    cuts = block_cuts(num_blocks, p * v)
-    n, hw = len(cuts), problem.cluster.hardware
-    lt = layer_table(problem, var, MODES)
-    held = [stash(p, device_group(j, p), m, "interleaved", v) for j in range(n)]
-    out = {}
-    for z, r in knobs:
-        mems = [stage_memory(problem, lt, d, z, r, np.asarray(held[j], dtype=float), a, b)
-                for j, (a, b) in enumerate(cuts)]
-        out[z, r] = all(
-            sum(device_memory([mems[k] for k in chunks_of(g, p, n)], p, m, g, held[g],
-                              hw).values()) <= hw.hbm_bytes for g in range(p))
-    return out
+class Fits:
+    """fits[z, r]: the interleaved plan of these knobs fits in every device group's HBM, as the
+    evaluator decides it (a peak above hbm_bytes is out of memory); worked out on first asking,
+    device group by device group, stopping at the first that does not fit. `any()`: some knob
+    of `knobs` fits (asking them in order until one does)."""
+
+    def __init__(self, problem: Problem, var, p: int, d: int, v: int, knobs):
+        self.problem, self.var, self.p, self.d, self.knobs = problem, var, p, d, list(knobs)
+        self.m = problem.num_microbatches(d, var.ep)
+        self.cuts = block_cuts(problem.graph.num_layers - 2, p * v)
+        self.held = [stash(p, device_group(j, p), self.m, "interleaved", v)
+                     for j in range(len(self.cuts))]
+        self.lt = layer_table(problem, var, MODES)
+        self._known: dict = {}
+
+    def __getitem__(self, knob) -> bool:
+        if knob not in self._known:
+            self._known[knob] = knob in self.knobs and self._fits(*knob)
+        return self._known[knob]
+
+    def get(self, knob) -> bool:
+        return self[knob]
+
+    def any(self) -> bool:
+        return any(self[k] for k in self.knobs)
+
+    def _fits(self, z: int, r: str) -> bool:
+        pr, p, n = self.problem, self.p, len(self.cuts)
+        hw = pr.cluster.hardware
+        for g in range(p):
+            mems = [stage_memory(pr, self.lt, self.d, z, r, np.asarray(self.held[k], dtype=float),
+                                 *self.cuts[k]) for k in chunks_of(g, p, n)]
+            if sum(device_memory(mems, p, self.m, g, self.held[g], hw).values()) > hw.hbm_bytes:
+                return False
+        return True
+
+
+def fits(problem: Problem, var, p: int, d: int, v: int, knobs) -> Fits:
+    """The memory screen of the interleaved candidate (var, p, d, v) over `knobs` (`Fits`)."""
+    return Fits(problem, var, p, d, v, knobs)

@@ -138,7 +138,7 @@ def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
         if bound >= best_T:
             break
         fit = fits(problem, var, p, d, v, live_knobs(problem, space, var, p, d, best_T))
-        if not any(fit.values()):  # no knob both may beat best_T and fits, whatever the placement
+        if not fit.any():  # no knob both may beat best_T and fits, whatever the placement
             continue
         for placement in space.placements_for(var, p, d):
             plan = interleaved_plan(problem, var, p, d, v, placement, space.zero_stages[0],
