@@ -1,49 +1,59 @@
 """Time to plan a Hugging Face model: layer-graph building, then the solve, then `nest compare`.
 
-    .venv/bin/python benchmarks/plan_speed.py [name ...]      (default: every model below)
+    .venv/bin/python benchmarks/plan_speed.py [--no-compare] [name ...]   (default: every model)
 
 Per model (a published config.json under tests/fixtures/hf/, sequence 4096, micro-batch 1, on
 dgx_h100_superpod): the torch.fx layer graph of every parallel variant built cold (trace caches
 cleared), then `nest plan --planner nest` with that graph cached in the process (the solve), then
-`nest compare` (every planner of the figures' line-up, the graph still cached). Wall-clock
-seconds on this machine; the issue's target is graph + solve <= 10 s and compare <= 30 s on two
-cores.
+`nest compare` (every planner of the figures' line-up, the graph still cached). CPU seconds of
+the benchmark's process (time.process_time: the machine is shared, wall-clock is not
+comparable); the issue's target is graph + solve <= 10 s and compare <= 30 s on two cores.
 
-Measured at commit 6450f43 on the shared 2-core development machine (load average 6-13 while it
-ran, so several times slower than an idle 2-core machine), seconds:
+CPU seconds at commit 09b1ce8 against main at 0043b6b ("before", the same script on the same
+shared 2-core machine, load average 5-9; under that load CPU seconds still vary by ~20 %):
 
-    model          variants  graph s  solve s compare s
-    llama3_70b           28     19.0     10.3      89.1
-    mixtral_8x22b       112     73.3     19.0     132.3
-    qwen1_5_moe          84    107.7      3.1      28.6
-    gemma3_1b             4     11.1      1.9       3.6
-    gpt_oss_20b         168    261.5      1.5      12.2
-    deepseek_v3         196    152.1      9.6     145.9
+    model          variants   graph s before  after   solve s before  after  compare s after
+    llama3_70b           28              3.6    3.2             37.0    8.3             15.2
+    mixtral_8x22b       112              9.6    5.6             98.9   12.9             20.6
+    deepseek_v3         196             26.9   13.5             57.3   22.4             68.1
 
-The graph is one torch.fx trace per (layer kind, variant) (a meta-tensor forward and
-backward through fx's Interpreter, dominated by Python dispatch, not by tensor sizes), except
-that an expert-parallel variant with ep > 4 of a layer with experts is derived exactly from its
-ep = 2 and ep = 4 traces (nest.graph.fx_ep; tests/test_fx_ep.py). `nest plan` also searches the
-micro-batch size (1, 2, 4, 8 unless --mbs), so its "solve" includes the layer graphs at the
-other micro-batch sizes: one more graph build each.
+The graph is one torch.fx trace per (layer kind, variant) (a meta-tensor forward and backward
+through fx's Interpreter, dominated by Python dispatch, not by tensor sizes); an expert-parallel
+variant with ep > 4 is derived from its ep = 2 and ep = 4 traces (nest.graph.fx_ep). `nest
+plan` searches the micro-batch size (nest.interfaces.cli_run.DEFAULT_MBS_OPTIONS, 1 and 2), so
+its solve includes the layer graph at mbs 2.
 
-Graph and solve seconds at commit c3b571f (ep derivation, uninitialised meta weights) against
-main at 9a3b060 (this script's graph and solve steps, run one after the other on the shared
-2-core machine, load average 2-3; differences under about 30 % are within its run-to-run
-noise):
+(compare before: llama3_70b 13.7 s; not re-measured for the MoE models.) Plans and times are
+unchanged (Llama-3-70B: the same plan files at global batch 4096 on 64 GPUs and at global
+batch 128, sequence 8192 on 64 GPUs (1F1B) and 256 GPUs (interleaved, v chosen by the search);
+tests/test_launchable.py's brute-force checks). Before / after `nest plan` of that global batch
+128 run: 51.3 / 18.6 CPU s on 64 GPUs, 53.3 / 23.8 on 256 (graph included). What changed, each exact:
 
-    model          variants  graph s before  after  solve s before  after
-    llama3_70b           28            3.2    2.6            32.1   28.7
-    mixtral_8x22b       112            9.3    5.5            85.7   92.4
-    qwen1_5_moe          84            7.1    6.8             8.9   12.1
-    gemma3_1b             4            0.8    1.1             1.0    1.5
-    gpt_oss_20b         168           29.6   18.8            28.3   16.7
-    deepseek_v3         196           46.9   19.7            67.6   55.2
+* interleaved 1F1B's activation peak (nest.costs.pipeline.interleaved_peak_activations) is one
+  np.cumsum over the schedule's operations instead of a Python walk: bit for bit the same sums
+  (tests/test_speed_exact.py); it took most of Llama-3-70B's solve (m up to 1,024 x v up to 40);
+* interleaved candidates are screened before any placement is priced
+  (nest.solver.interleaved_screen): a (ZeRO, recomputation) knob whose floor bound for its own
+  mode reaches the best time, or whose memory (placement-free; the evaluator's own functions,
+  nest.costs.stage.stage_memory and nest.problem.evaluate.device_memory) exceeds HBM, is skipped;
+  at global batch 4096 every interleaved plan of Llama-3-70B was out of memory (1,284 priced);
+* layer times cached per variant, layer tables one cache store per recomputation-mode set, and
+  the compute-only bounds cached per (class, modes): DeepSeek-V3's 196 variants x 3 modes thrashed
+  the 512-entry store, so each of the 24 (mbs, ZeRO, recompute) 1F1B searches repriced every op;
+* the torch.fx traces reuse meta kernels' output layouts for repeated alias-free aten calls
+  (nest.graph.meta_cache; the graph equals the uncached one, tests/test_speed_exact.py).
 
-Graph + solve is within 10 s for Gemma-3-1B only. How the solve's time splits between the
-three extra graph builds and the search itself was not measured; a next step: the graph at
-mbs 2, 4, 8 from the mbs 1 and 2 traces where every count is affine in the micro-batch size
-(not where an MoE's capacity rounds up), and cheaper traces of the other variants.
+Where the time still goes (CPU s, after): Llama-3-70B's solve 8.3 = interleaved search ~4
+(device_time_bounds: every chunk's stage kernel per placement, then the memory screen) + 1F1B
+searches ~2.5 + the mbs 2 graph ~2.5. Mixtral-8x22B: the mbs 2 graph ~6, 1F1B searches ~5,
+interleaved ~3. DeepSeek-V3 (61 blocks: no interleaving): the mbs 2 graph ~13.5 and the 12 1F1B
+searches per mbs ~13 (memory_aware_bound's min-max DP per (class, p) and the layer tables per
+mode), on top of its 14 s mbs 1 graph. DeepSeek-V3's compare 68.1 misses the 30 s target:
+Alpa-E takes 57 of it (nest 4, MCMC 5, Mist 2; measured by planner with the same graph). Next
+steps: the graph at mbs 2 from the mbs 1 trace
+(affine in tokens except weight reads; needs per-tensor tagging in the meter), the per-ZeRO
+1F1B searches sharing their bounds beyond the compute-only ones, and both cores (traces are
+independent per variant).
 """
 
 from __future__ import annotations
@@ -72,34 +82,38 @@ def _quiet(fn, *a):
         return fn(*a)
 
 
-def main(names: list[str]) -> None:
+def main(names: list[str], compare: bool = True) -> None:
     from nest.interfaces.cli import main as cli
-    from nest.graph import build_graph, fx_extract
+    from nest.graph import build_graph, fx_extract, meta_cache
     from nest.graph.closed_form import variants_of
     from nest.spec.catalog import load_model
 
     warnings.simplefilter("ignore")
-    print(f"{'model':<14} {'variants':>8} {'graph s':>8} {'solve s':>8} {'compare s':>9}")
+    print(f"{'model':<14} {'variants':>8} {'graph s':>8} {'solve s':>8} {'compare s':>9}  "
+          f"(CPU seconds of this process)")
     for name in names:
         cfg, gpus = MODELS[name]
         path = str(FIXTURES / cfg)
         build_graph.cache_clear()
         fx_extract._cached.cache_clear()
         fx_extract._num_params.cache_clear()
-        t0 = time.perf_counter()
+        meta_cache._LAYOUTS.clear()
+        t0 = time.process_time()
         m = load_model(path, seq_len=SEQ)
         build_graph(m, 1, "torch_fx")
-        t1 = time.perf_counter()
+        t1 = time.process_time()
         common = ["--model", path, "--cluster", CLUSTER, "--num-devices", str(gpus),
                   "--seq-len", str(SEQ)]
         rc = _quiet(cli, ["plan", *common, "--planner", "nest", "-q"])
-        t2 = time.perf_counter()
-        rc2 = _quiet(cli, ["compare", *common])
-        t3 = time.perf_counter()
+        t2 = time.process_time()
+        rc2 = _quiet(cli, ["compare", *common]) if compare else 0
+        t3 = time.process_time()
         flag = "" if rc == rc2 == 0 else f"  (exit {rc} / {rc2})"
+        cmp_s = f"{t3 - t2:>9.1f}" if compare else f"{'-':>9}"
         print(f"{name:<14} {len(variants_of(m)):>8} {t1 - t0:>8.1f} {t2 - t1:>8.1f} "
-              f"{t3 - t2:>9.1f}{flag}", flush=True)
+              f"{cmp_s}{flag}", flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or list(MODELS))
+    args = sys.argv[1:]
+    main([a for a in args if a != "--no-compare"] or list(MODELS), "--no-compare" not in args)

@@ -2,7 +2,8 @@
 
 A Problem (nest.problem.problem) owns exactly one ProblemCache; a new problem (every `with_*`) starts with
 an empty one, so no two problems share an entry. What it keeps, by store:
-    "layer_tables"                 key (variant, modes): nest.costs.layers.LayerTable
+    ("layer_tables", modes)        key variant: nest.costs.layers.LayerTable
+    "layer_times"                  key variant: its layers' nest.costs.table.LayerTimes
     ("derived", variant, modes)    per layer table: group terms and data-parallel lines
                                    (nest.costs.groups), the stage kernel's [b, a] grids
                                    (nest.costs.stage), stash capacities (nest.solver.bounds)

@@ -63,9 +63,10 @@ class LayerTable:
 
 
 def layer_table(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
-    """The variant's table (kept in the problem's cache; the problem must hold the variant)."""
+    """The variant's table (kept in the problem's cache, one store per modes: a search that
+    walks every variant once per mode keeps them all; the problem must hold the variant)."""
     modes = tuple(modes)
-    return problem.cache.get("layer_tables", (v, modes), lambda: _build(problem, v, modes))
+    return problem.cache.get(("layer_tables", modes), v, lambda: _build(problem, v, modes))
 
 
 def _build(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
@@ -74,11 +75,7 @@ def _build(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
         raise KeyError(f"the problem's layer graph has no variant {v.key}: "
                        f"use problem.with_variants([...]) first")
     costs = tuple(la.costs[v.key] for la in g.layers)
-    priced: dict[int, LayerTimes] = {}  # identical blocks share one cost object: priced once
-    for c in costs:
-        if id(c) not in priced:
-            priced[id(c)] = problem.costs.times_of(c)
-    times = [priced[id(c)] for c in costs]
+    times = problem.cache.get("layer_times", v, lambda: _times(problem, costs))
     L = g.num_layers
     fwd_L, bwd_L = np.array([t.fwd_s for t in times]), np.array([t.bwd_s for t in times])
     rec_LR = np.array([[t.recompute_s[r] for r in modes] for t in times])
@@ -107,6 +104,16 @@ def _build(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
         gemm_fwd_L=read_only(np.array([t.gemm_fwd_s for t in times])),
         gemm_bwd_L=read_only(np.array([t.gemm_bwd_s for t in times])),
         cum=read_only({"fwd_L": prefix(fwd_L), "bwd_L": prefix(bwd_L), "rec_LR": prefix(rec_LR)}))
+
+
+def _times(problem, costs) -> tuple[LayerTimes, ...]:
+    """Each layer's times; kept per variant in the problem's cache apart from the tables (one
+    per variant and modes), which need them again for every set of modes."""
+    priced: dict[int, LayerTimes] = {}  # identical blocks share one cost object: priced once
+    for c in costs:
+        if id(c) not in priced:
+            priced[id(c)] = problem.costs.times_of(c)
+    return tuple(priced[id(c)] for c in costs)
 
 
 def prefix(x_L: np.ndarray) -> np.ndarray:

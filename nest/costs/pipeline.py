@@ -411,11 +411,26 @@ def interleaved_peak_activations(act_C, p: int, m: int, d: int, group: int | Non
     extra warm-up micro-batches of the first device sit in that embedding chunk. With equal
     chunks this is Korthikanti et al. 2022's p (1 + (p - 1) / (p v)) micro-batches of a stage
     (section 4.2.3) on the first device."""
-    held = peak = 0.0
-    for kind, c, _ in interleaved_order(p, m, len(act_C), d, group):
-        held += act_C[c] if kind == "F" else -act_C[c]
-        peak = max(peak, held)
-    return peak
+    held = np.cumsum(interleaved_deltas(np.asarray(act_C, dtype=float), p, m, d, group))
+    return max(0.0, float(held.max()))
+
+
+def interleaved_deltas(act_C: np.ndarray, p: int, m: int, d: int, group: int | None = None
+                       ) -> np.ndarray:
+    """What each operation of `interleaved_order` adds to the activations held (+act_C[c] for a
+    forward of chunk c, -act_C[c] for a backward), as one array in the order's order, built
+    without walking it: forward k sits at k (warm-up) or warm + 2 (k - warm), backward k at
+    warm + 2 k + 1 (steady) or total + k (drain). np.cumsum adds in that order, one addition at
+    a time, so its running sums are the walk's, bit for bit."""
+    v, n = len(act_C), group or p
+    total = m * v
+    warm = total if m == p else min(2 * (p - d - 1) + (v - 1) * n, total)
+    k = np.arange(total)
+    chunk = (k // n) % v
+    out = np.empty(2 * total)
+    out[np.where(k < warm, k, 2 * k - warm)] = act_C[chunk]
+    out[np.where(k < total - warm, warm + 2 * k + 1, total + k)] = -act_C[v - 1 - chunk]
+    return out
 
 
 # ---- the 1F1B critical-path family and the data-parallel gradient-sync tail -----------------

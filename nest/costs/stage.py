@@ -360,13 +360,24 @@ def _detail(problem, lt, gt, d, opts, stash, a, b, parts, send_fwd, send_bwd, ti
     gather = float(sum(x for k, x in sy.items() if k.startswith("all_gather")))
     if tied:
         sync["tied_embedding_all_reduce"] = tied
-    mem = {k: float(x) for k, x in state_bytes(pd, pe, d, v.ep, v.cp, z, tr,
-                                                   lt.fp8_LL[b, a]).items()}
-    mem["activations"] = float(stash * lt.act_LLR[b, a, ri])
-    mem["working"] = float(working_bytes(lt.work_LLR[b, a, ri], lt.maxpar_LL[b, a], z, tr))
-    mem = with_overheads(mem, hw)
+    mem = stage_memory(problem, lt, d, z, r, stash, a, b)
     rec = sum(x for k, x in bd.items() if k.startswith("recompute"))
     return {"breakdown_s": bd, "fwd_s": fwd, "sync_breakdown_s": sync,
             "optimizer_s": float(optimizer_step_for(pd, pe, d, v.ep, v.cp, z, tr, hw)),
             "memory_bytes": mem, "send_fwd_s": send_fwd, "send_bwd_s": send_bwd,
             "recompute_s": rec, "num_params": float(pd + pe), "gather_s": gather}
+
+
+def stage_memory(problem, lt: LayerTable, d: int, z: int, r: str, stash, a: int, b: int
+                 ) -> dict:
+    """The memory record of one cell under one option, bytes by part (overheads included): what
+    the evaluator reports (`_detail`) and what screens plans by memory before they are priced
+    (nest.solver.interleaved_memory)."""
+    tr, v = problem.training, lt.variant
+    ri = lt.modes.index(r)
+    pd, pe = lt.pd_LL[b, a], lt.pe_LL[b, a]
+    mem = {k: float(x) for k, x in state_bytes(pd, pe, d, v.ep, v.cp, z, tr,
+                                                   lt.fp8_LL[b, a]).items()}
+    mem["activations"] = float(stash * lt.act_LLR[b, a, ri])
+    mem["working"] = float(working_bytes(lt.work_LLR[b, a, ri], lt.maxpar_LL[b, a], z, tr))
+    return with_overheads(mem, problem.cluster.hardware)

@@ -43,7 +43,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import flop_registry
 
-from nest.graph import fx_ep
+from nest.graph import fx_ep, meta_cache
 from nest.graph import torch_models as tm
 from nest.graph.closed_form import variants_of
 from nest.graph.layer_graph import Collective, Layer, LayerCost, LayerGraph, Op, Variant
@@ -147,7 +147,7 @@ class _Meter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        out = meta_cache.call(func, args, kwargs)
         if func.is_view or func in _ALIASES:
             return out
         if self.phase == "fwd":

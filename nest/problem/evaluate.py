@@ -236,13 +236,7 @@ def _per_device(chunks: list[StageResult], p: int, hw, m: int, held: list[float]
     out = list(chunks)
     for d in range(p):
         mine = [chunks[k] for k in chunks_of(d, p, len(chunks))]
-        per_chunk = ("fragmentation", "framework_overhead", "working")  # recomputed or once
-        mem = {k: sum(c.memory_bytes.get(k, 0.0) for c in mine)
-               for k in mine[0].memory_bytes if k not in per_chunk}
-        mem["working"] = max(c.memory_bytes["working"] for c in mine)
-        mem["activations"] = interleaved_peak_activations(
-            [c.memory_bytes["activations"] / held[d] for c in mine], p, m, d)
-        mem = with_overheads(mem, hw)
+        mem = device_memory([c.memory_bytes for c in mine], p, m, d, held[d], hw)
         bd: dict[str, float] = {}
         sb: dict[str, float] = {}
         for c in mine:
@@ -260,6 +254,19 @@ def _per_device(chunks: list[StageResult], p: int, hw, m: int, held: list[float]
         for k in chunks_of(d, p, len(chunks))[1:]:
             out[k] = replace(chunks[k], peak_memory_bytes=dev.peak_memory_bytes)
     return out
+
+
+def device_memory(mems: list[dict], p: int, m: int, d: int, held: float, hw) -> dict:
+    """Interleaved 1F1B: device group d's memory by part from its chunks' records (`mems`, in
+    chunk order, each stashing `held` micro-batches): the sums over its chunks, the working set
+    and the framework's overhead once, the activations as the schedule holds them
+    (nest.costs.pipeline.interleaved_peak_activations)."""
+    per_chunk = ("fragmentation", "framework_overhead", "working")  # recomputed or once
+    mem = {k: sum(c.get(k, 0.0) for c in mems) for k in mems[0] if k not in per_chunk}
+    mem["working"] = max(c["working"] for c in mems)
+    mem["activations"] = interleaved_peak_activations([c["activations"] / held for c in mems],
+                                                      p, m, d)
+    return with_overheads(mem, hw)
 
 
 def _stage(plan: Plan, problem: Problem, j: int, num_stashed: float) -> StageResult:

@@ -299,7 +299,8 @@ def plan_launchable(problem: Problem, settings: dict):
         raise NoPlan(infeasibility_reason(problem, space))
     notes = (f"launchable space (one variant, ZeRO stage and recomputation for all stages; 1F1B "
              f"or interleaved): visited {stats['visited']} of {stats['candidates']} 1F1B "
-             f"candidates x placements, evaluated {stats['interleaved']} interleaved plans")
+             f"candidates x placements, priced {stats['interleaved']} interleaved plans in full (the "
+             f"others screened out by their floor bound or memory)")
     return best.with_(predicted_time_per_batch_s=best_T, solve_time_s=time.perf_counter() - t0,
                       notes=notes)
 

@@ -136,11 +136,18 @@ def memory_aware_bound(problem: Problem, space: SearchSpace, lts, p: int,
 
 def compute_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
     """X_lb[p] for every p from the floors alone (no memory): min over cuts into p stages of the
-    largest stage floor (index 0 unused); and the floor table [b, a, r] for refinements."""
+    largest stage floor (index 0 unused); and the floor table [b, a, r] for refinements. Kept in
+    the problem's cache (one store per modes), by what they read of the space: whether its
+    replicas are aligned blocks (`floor_LR`), not its ZeRO stages (searches per ZeRO stage
+    share them)."""
     from nest.solver.dp import lower_bounds
 
-    floor = floor_LR(problem, lts, space)
-    return lower_bounds(range_sum(floor.min(axis=1)), max_pp), range_sum(floor)
+    def make():
+        floor = floor_LR(problem, lts, space)
+        return read_only((lower_bounds(range_sum(floor.min(axis=1)), max_pp), range_sum(floor)))
+
+    key = (tuple(lt.variant for lt in lts), replica_blocks_aligned(space), max_pp)
+    return problem.cache.get(("compute_bounds", lts[0].modes), key, make)
 
 
 def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,

@@ -131,11 +131,15 @@ def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
     from dataclasses import replace
 
     from nest.problem.evaluate import evaluate
+    from nest.solver.interleaved_screen import fits, live_knobs  # placement-free screens
 
     best, n = None, 0
     for bound, _, var, p, d, v in interleaved_candidates(problem, space, max_v):
         if bound >= best_T:
             break
+        fit = fits(problem, var, p, d, v, live_knobs(problem, space, var, p, d, best_T))
+        if not fit.any():  # no knob both may beat best_T and fits, whatever the placement
+            continue
         for placement in space.placements_for(var, p, d):
             plan = interleaved_plan(problem, var, p, d, v, placement, space.zero_stages[0],
                                     space.recompute_modes[0])
@@ -144,6 +148,8 @@ def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
                 if lb[zi, ri] >= best_T:
                     break
                 z, r = space.zero_stages[zi], space.recompute_modes[ri]
+                if not fit.get((z, r)):
+                    continue
                 q = plan.with_(stages=tuple(replace(s, zero_stage=z, recompute=r)
                                             for s in plan.stages))
                 ev = evaluate(q, problem)

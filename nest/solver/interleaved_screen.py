@@ -1,0 +1,86 @@
+"""Interleaved candidate x (ZeRO, recomputation) -> may it beat the best time, and does it fit?
+
+An interleaved plan of the launchable space (nest.solver.launchable) is fixed by (variant, p, d,
+v, placement, ZeRO stage z, recomputation mode r). Before its time is priced per placement
+(nest.solver.launchable.device_time_bounds, then the evaluator), two placement-free screens drop
+knobs that cannot win, exactly:
+
+* time: the candidate's floor bound (launchable's module docstring, m sum_layers floor / p) taken
+  for mode r alone instead of the cheapest mode: a knob whose bound reaches the best time found
+  cannot beat it;
+* memory: a plan's memory does not depend on the placement. Every chunk's record
+  (nest.costs.stage.stage_memory: ZeRO-sharded states, its stash of activations, the working
+  set) reads only the layer table, d, z, r and the chunk's stash, and a device group's total
+  (nest.problem.evaluate.device_memory) only its chunks' records. So one pass per (variant, p,
+  d, v) tells, for every (z, r), whether the evaluator would find the plan out of memory on some
+  device group, with the evaluator's own functions on the same inputs: the same bytes, bit for
+  bit. A plan out of memory is infeasible: skipping it changes nothing the search returns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nest.costs.layers import layer_table
+from nest.costs.pipeline import chunks_of, device_group, stash
+from nest.costs.stage import stage_memory
+from nest.problem.evaluate import device_memory
+from nest.problem.plan_spec import block_cuts
+from nest.problem.problem import Problem
+from nest.problem.space import SearchSpace
+
+MODES = ("none", "selective", "full")  # the evaluator's layer table (nest.problem.evaluate._stage)
+
+
+def live_knobs(problem: Problem, space: SearchSpace, var, p: int, d: int, best_T: float
+               ) -> list[tuple[int, str]]:
+    """(z, r) of the space whose floor bound m sum_layers floor[:, r] / p is below best_T."""
+    from nest.solver.bounds import floor_LR
+
+    m = problem.num_microbatches(d, var.ep)
+    lt = layer_table(problem, var, space.recompute_modes)
+    floor_R = floor_LR(problem, [lt], space).sum(axis=0)
+    return [(z, r) for z in space.zero_stages for ri, r in enumerate(space.recompute_modes)
+            if m * float(floor_R[ri]) / p < best_T]
+
+
+class Fits:
+    """fits[z, r]: the interleaved plan of these knobs fits in every device group's HBM, as the
+    evaluator decides it (a peak above hbm_bytes is out of memory); worked out on first asking,
+    device group by device group, stopping at the first that does not fit. `any()`: some knob
+    of `knobs` fits (asking them in order until one does)."""
+
+    def __init__(self, problem: Problem, var, p: int, d: int, v: int, knobs):
+        self.problem, self.var, self.p, self.d, self.knobs = problem, var, p, d, list(knobs)
+        self.m = problem.num_microbatches(d, var.ep)
+        self.cuts = block_cuts(problem.graph.num_layers - 2, p * v)
+        self.held = [stash(p, device_group(j, p), self.m, "interleaved", v)
+                     for j in range(len(self.cuts))]
+        self.lt = layer_table(problem, var, MODES)
+        self._known: dict = {}
+
+    def __getitem__(self, knob) -> bool:
+        if knob not in self._known:
+            self._known[knob] = knob in self.knobs and self._fits(*knob)
+        return self._known[knob]
+
+    def get(self, knob) -> bool:
+        return self[knob]
+
+    def any(self) -> bool:
+        return any(self[k] for k in self.knobs)
+
+    def _fits(self, z: int, r: str) -> bool:
+        pr, p, n = self.problem, self.p, len(self.cuts)
+        hw = pr.cluster.hardware
+        for g in range(p):
+            mems = [stage_memory(pr, self.lt, self.d, z, r, np.asarray(self.held[k], dtype=float),
+                                 *self.cuts[k]) for k in chunks_of(g, p, n)]
+            if sum(device_memory(mems, p, self.m, g, self.held[g], hw).values()) > hw.hbm_bytes:
+                return False
+        return True
+
+
+def fits(problem: Problem, var, p: int, d: int, v: int, knobs) -> Fits:
+    """The memory screen of the interleaved candidate (var, p, d, v) over `knobs` (`Fits`)."""
+    return Fits(problem, var, p, d, v, knobs)

@@ -1,0 +1,101 @@
+"""The planning speed-ups compute exactly what the slow ways did (issue 25, item 7)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nest.costs.pipeline import interleaved_order, interleaved_peak_activations
+
+
+def walk_peak(act_C, p, m, d, group=None):
+    """The peak as the schedule walks: one operation at a time (the former implementation)."""
+    held = peak = 0.0
+    for kind, c, _ in interleaved_order(p, m, len(act_C), d, group):
+        held += act_C[c] if kind == "F" else -act_C[c]
+        peak = max(peak, held)
+    return peak
+
+
+@settings(max_examples=300, deadline=None)
+@given(p=st.integers(2, 8), k=st.integers(1, 6), v=st.integers(2, 5), d=st.integers(0, 7),
+       group=st.one_of(st.none(), st.integers(1, 9)), extra=st.integers(0, 7),
+       seed=st.integers(0, 2**31))
+def test_interleaved_peak_is_the_walk_bit_for_bit(p, k, v, d, group, extra, seed):
+    m, d = p * k + extra % p, d % p
+    act = list(np.random.default_rng(seed).uniform(0, 1e9, v) / 7.0)
+    assert interleaved_peak_activations(act, p, m, d, group) == walk_peak(act, p, m, d, group)
+    act[0] = 0.0  # the Llama 3 405B layout: an embedding-only first chunk
+    assert interleaved_peak_activations(act, p, m, d, group) == walk_peak(act, p, m, d, group)
+
+
+def interleaved_plans(pr, space):
+    """Every interleaved plan of the launchable space: (var, p, d, v, z, r, plan)."""
+    from nest.problem.space import pp_dp_options
+    from nest.solver.launchable import interleaved_plan, virtual_options
+
+    for var in space.variants:
+        for p, d in pp_dp_options(pr, space, var):
+            m = pr.num_microbatches(d, var.ep)
+            for v in virtual_options(pr.graph.num_layers - 2, p, m):
+                for pl in space.placements_for(var, p, d):
+                    for z in space.zero_stages:
+                        for r in space.recompute_modes:
+                            yield var, p, d, v, z, r, interleaved_plan(pr, var, p, d, v, pl, z, r)
+
+
+def test_interleaved_screens_agree_with_the_evaluator(tmp_path):
+    """nest.solver.interleaved_screen: `fits` says exactly whether the evaluator finds an
+    interleaved plan within HBM (HBM set to peaks the plans reach, so both answers and the
+    knife edge peak == HBM occur), and every plan takes at least its knob's floor bound."""
+    from nest.problem.evaluate import evaluate, make_problem
+    from nest.problem.space import declare
+    from nest.solver.interleaved_screen import fits, live_knobs
+    from nest.spec.settings import TrainingSettings
+    from tests.test_launchable import tiny8
+
+    pr0 = make_problem(tiny8(tmp_path, 16), "tiny_cluster", 8,
+                       training=TrainingSettings(global_batch=32))
+    over = {"zero_stages": [0, 1, 3], "recompute_modes": ["none", "selective", "full"],
+            "max_pp": 4, "heterogeneous_stages": False}
+    space = declare(pr0, over)
+    peaks = sorted({max(s.peak_memory_bytes for s in evaluate(plan, pr0).stages)
+                    for *_, plan in interleaved_plans(pr0, space)})
+    assert len(peaks) > 10
+    seen = set()
+    for hbm in (peaks[len(peaks) // 3], peaks[len(peaks) // 2], peaks[-1] * 2):
+        pr = pr0.with_hardware(hbm_bytes=hbm)
+        for var, p, d, v, z, r, plan in interleaved_plans(pr, space):
+            ev = evaluate(plan, pr)
+            fit = all(s.peak_memory_bytes <= hbm for s in ev.stages)
+            screen = fits(pr, var, p, d, v, [(z, r)])
+            assert screen[z, r] == fit and screen.any() == fit
+            seen.add(fit)
+            T = ev.time_per_batch_s
+            assert (z, r) in live_knobs(pr, space, var, p, d, T * (1 + 1e-12))
+    assert seen == {True, False}
+
+
+@pytest.mark.parametrize("model", ["tiny_moe", "tiny_llama", "tests/fixtures/hf/gemma_3_1b_pt.json"])
+def test_meta_cache_leaves_the_graph_unchanged(model, monkeypatch):
+    """nest.graph.meta_cache: the layer graph traced with remembered meta layouts equals, value
+    for value, the graph traced running every meta kernel."""
+    from nest.graph import build_graph, fx_extract, meta_cache
+    from nest.spec.catalog import load_model
+
+    m = load_model(model, seq_len=256)
+
+    def fresh():
+        build_graph.cache_clear()
+        fx_extract._cached.cache_clear()
+        return build_graph(m, 2, "torch_fx").to_dict()
+
+    meta_cache._LAYOUTS.clear()
+    before = meta_cache.hits
+    cached = fresh()
+    assert meta_cache.hits > before  # calls were served from the cache
+    monkeypatch.setattr(meta_cache, "call", lambda f, a, k: f(*a, **k))
+    assert fresh() == cached
+    build_graph.cache_clear()
