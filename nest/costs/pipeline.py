@@ -424,7 +424,7 @@ def interleaved_deltas(act_C: np.ndarray, p: int, m: int, d: int, group: int | N
     a time, so its running sums are the walk's, bit for bit."""
     v, n = len(act_C), group or p
     total = m * v
-    warm = total if m == p else min(2 * (p - d - 1) + (v - 1) * n, total)
+    warm = min(2 * (p - d - 1) + (v - 1) * n, total)  # `interleaved_order`'s warm-up
     k = np.arange(total)
     chunk = (k // n) % v
     out = np.empty(2 * total)
