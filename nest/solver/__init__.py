@@ -295,6 +295,8 @@ def plan_launchable(problem: Problem, settings: dict):
     notes = (f"launchable space (one variant, ZeRO stage and recomputation for all stages; 1F1B "
              f"or interleaved): visited {stats['visited']} of {stats['candidates']} 1F1B "
              f"candidates x placements, evaluated {stats['interleaved']} interleaved plans")
+    if len(stats["tied"]) > 1:  # the range over the tied placements, as plan() records it
+        best = best.with_(extra={"tied": tie_range(pr, stats["tied_space"], stats["tied"])})
     return best.with_(predicted_time_per_batch_s=best_T, solve_time_s=time.perf_counter() - t0,
                       notes=notes)
 

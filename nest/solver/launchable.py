@@ -179,6 +179,7 @@ def search_launchable(problem: Problem, settings: dict, log=None):
                 ev = evaluate(plan, pr)  # the evaluator's time, whatever the form optimised
                 if ev.feasible and ev.time_per_batch_s < best_T:
                     best_T, best, best_pr = ev.time_per_batch_s, plan, pr
+                    stats["tied"], stats["tied_space"] = st["tied"], space
                     if log:
                         log(f"  1f1b mbs={mbs} zero={z} recompute={r}: {best_T:.6g} s")
         if interleave:
@@ -186,6 +187,7 @@ def search_launchable(problem: Problem, settings: dict, log=None):
             stats["interleaved"] += n
             if found is not None:
                 best_T, best, best_pr = T, found, pr
+                stats["tied"] = []
     return best_T, best, stats, best_pr
 
 
