@@ -36,24 +36,55 @@ from nest.problem.space import SearchSpace, declare, pp_dp_options
 
 
 def virtual_options(num_blocks: int, p: int, m: int, max_v: int | None = None) -> list[int]:
-    """v >= 2 with p >= 2, p x v dividing the blocks (every chunk the same number of blocks) and
-    m a multiple of p (Megatron-LM's interleaved schedule)."""
+    """v >= 2 with p >= 2, m a multiple of p (Megatron-LM's interleaved schedule) and at least
+    one chunk layout (`chunk_layouts`)."""
     if p < 2 or m % p:
         return []
-    top = num_blocks // p if max_v is None else min(max_v, num_blocks // p)
-    return [v for v in range(2, top + 1) if num_blocks % (p * v) == 0]
+    top = (num_blocks + 2) // p if max_v is None else min(max_v, (num_blocks + 2) // p)
+    return [v for v in range(2, top + 1) if chunk_layouts(num_blocks, p, v)]
+
+
+def chunk_layouts(num_blocks: int, p: int, v: int) -> list[tuple[int, int, int]]:
+    """(a, k, c): the first chunk holds a blocks (and the embedding), the last c (and the head),
+    the p v - 2 others k each, 0 <= a, c <= k, k >= 1 (--pipeline-model-parallel-layout states
+    it; the even split, Megatron-LM's default, is a = k = c). Ordered by k, then a."""
+    inner = p * v - 2
+    out = []
+    for k in range(1, num_blocks // max(inner, 1) + 1):
+        rest = num_blocks - inner * k
+        out += [(a, k, rest - a) for a in range(max(0, rest - k), min(k, rest) + 1)]
+    return out
+
+
+def layout_cuts(num_blocks: int, chunks: int, layout: tuple[int, int, int]
+                ) -> list[tuple[int, int]]:
+    """Layer-graph ranges [embedding, block_0 .. block_{n-1}, head] of the chunks of `layout`
+    (`chunk_layouts`), in model order."""
+    a, k, c = layout
+    sizes = [a, *[k] * (chunks - 2), c]
+    assert sum(sizes) == num_blocks and chunks >= 2
+    cuts, start = [], 1
+    for n in sizes:
+        cuts.append((start, start + n - 1))
+        start += n
+    cuts[0] = (0, cuts[0][1])
+    cuts[-1] = (cuts[-1][0], num_blocks + 1)
+    return cuts
 
 
 def interleaved_plan(problem: Problem, variant, p: int, d: int, v: int, placement: str,
-                     zero: int, recompute: str, planner: str = "nest"):
-    """The interleaved plan of these knobs on Megatron-LM's default split."""
+                     zero: int, recompute: str, planner: str = "nest", layout=None):
+    """The interleaved plan of these knobs; `layout` (a, k, c) of `chunk_layouts`, None:
+    Megatron-LM's default even split."""
     from nest.problem.plan import Plan, Stage, place
     from nest.problem.plan_spec import block_cuts
 
     num_blocks = problem.graph.num_layers - 2
+    cuts = (block_cuts(num_blocks, p * v) if layout is None
+            else layout_cuts(num_blocks, p * v, layout))
     ids = place(p, d, variant.width, placement, tp=variant.tp, cp=variant.cp, ep=variant.ep)
     stages = tuple(Stage(a, b, d * variant.width, ids[c % p], zero, recompute)
-                   for c, (a, b) in enumerate(block_cuts(num_blocks, p * v)))
+                   for c, (a, b) in enumerate(cuts))
     return Plan(planner=planner, model=problem.model_ref or problem.model.name,
                 cluster=problem.cluster_ref or problem.cluster.name,
                 num_devices=problem.num_devices, mbs=problem.mbs,
@@ -64,8 +95,9 @@ def interleaved_plan(problem: Problem, variant, p: int, d: int, v: int, placemen
 
 
 def interleaved_candidates(problem: Problem, space: SearchSpace, max_v: int | None = None):
-    """(bound, order, variant, p, d, v) of every interleaved candidate, bound first: the floor
-    bound of the module docstring under the cheapest recomputation mode of the space."""
+    """(bound, order, variant, p, d, v, layout) of every interleaved candidate, bound first: the
+    floor bound of the module docstring, m max_d t_d under the cheapest recomputation mode of
+    the space."""
     from nest.solver.bounds import floor_LR
 
     from nest.costs.memory import allocatable
@@ -74,16 +106,22 @@ def interleaved_candidates(problem: Problem, space: SearchSpace, max_v: int | No
     cap = allocatable(problem.cluster.hardware) * (1 + 1e-9)
     out = []
     for vi, var in enumerate(space.variants):
-        floor = None
+        prefix_LR = None
         for p, d in pp_dp_options(problem, space, var):
             m = problem.num_microbatches(d, var.ep)
             for v in virtual_options(num_blocks, p, m, max_v):
-                if floor is None:
+                if prefix_LR is None:
                     lt = layer_table(problem, var, space.recompute_modes)
-                    floor = float(floor_LR(problem, [lt], space).sum(axis=0).min())
+                    floor_LR_ = floor_LR(problem, [lt], space)
+                    prefix_LR = np.concatenate([np.zeros((1, floor_LR_.shape[1])),
+                                                np.cumsum(floor_LR_, axis=0)])
                 if states_floor(problem, lt, space, d) / p > cap:
                     break  # no device group can hold its share of the model states
-                out.append((m * floor / p, (vi, p, d, v), var, p, d, v))
+                for lay in chunk_layouts(num_blocks, p, v):
+                    cuts = np.array(layout_cuts(num_blocks, p * v, lay))
+                    chunk_CR = prefix_LR[cuts[:, 1] + 1] - prefix_LR[cuts[:, 0]]
+                    t_R = chunk_CR.reshape(v, p, -1).sum(axis=0).max(axis=0)
+                    out.append((m * float(t_R.min()), (vi, p, d, v, lay), var, p, d, v, lay))
     out.sort(key=lambda c: (c[0], c[1]))
     return out
 
@@ -133,12 +171,12 @@ def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
     from nest.problem.evaluate import evaluate
 
     best, n = None, 0
-    for bound, _, var, p, d, v in interleaved_candidates(problem, space, max_v):
+    for bound, _, var, p, d, v, lay in interleaved_candidates(problem, space, max_v):
         if bound >= best_T:
             break
         for placement in space.placements_for(var, p, d):
             plan = interleaved_plan(problem, var, p, d, v, placement, space.zero_stages[0],
-                                    space.recompute_modes[0])
+                                    space.recompute_modes[0], layout=lay)
             lb = device_time_bounds(problem, space, plan)
             for zi, ri in sorted(np.ndindex(*lb.shape), key=lambda k: (lb[k], k)):
                 if lb[zi, ri] >= best_T:
