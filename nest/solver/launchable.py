@@ -4,11 +4,12 @@ The launchable space (what nest.interfaces.export writes without projecting anyt
   * one sub-graph variant (tp, sp, ep, cp) for every stage, one ZeRO stage and one recomputation
     mode for every stage (Megatron-LM applies --recompute-granularity and the distributed
     optimizer / Megatron-FSDP to the whole model);
-  * either 1F1B with any contiguous cuts (--pipeline-model-parallel-layout expresses them), or
-    interleaved 1F1B with v >= 2 model chunks per device group (--num-virtual-stages-per-
-    pipeline-rank v) on Megatron-LM's default split: pp x v divides the transformer blocks, every
-    chunk holds the same number of blocks, the embedding rides on the first chunk and the head on
-    the last (nest.problem.plan_spec.block_cuts), and the micro-batches are a multiple of pp (Megatron);
+  * either 1F1B with any contiguous cuts (--pipeline-model-parallel-layout expresses them, uneven
+    first and last stages included), or interleaved 1F1B with v >= 2 model chunks per device
+    group whose p v chunks hold k >= 1 blocks each but the first (a blocks and the embedding) and
+    the last (c blocks and the head), 0 <= a, c <= k (`chunk_layouts`; the layout flag states it,
+    Megatron-LM's default even split a = k = c needs only --num-virtual-stages-per-pipeline-rank
+    v), and the micro-batches a multiple of pp (Megatron);
   * the micro-batch size among `mbs_options` (the problem's own when none are given).
 
 Exact for the evaluator: the 1F1B part is the NEST solver (nest.solver.search) on the space
@@ -18,9 +19,9 @@ bound reaches a plan already found). Each interleaved plan is fixed by (variant,
 placement, ZeRO, recomputation) and priced by the shared evaluator itself
 (nest.costs.pipeline's interleaved form: interleaved_order, interleaved_peak_activations);
 candidates are visited in order of a lower bound and the walk stops when the bound reaches the
-best time: t_d sums the per-layer floors of device d's chunks (nest.solver.bounds.floor_LR: its
-compute plus the least collective any stage of the variant pays), the batch takes at least
-m max_d t_d >= m sum_layers floor / p. Ties keep the first found: 1F1B before interleaved, fewer
+best time: t_d sums the per-layer floors of device group d's chunks (nest.solver.bounds.floor_LR:
+its compute plus the least collective any stage of the variant pays), the batch takes at least
+m max_d t_d (every micro-batch passes each group's chunks once). Ties keep the first found: 1F1B before interleaved, fewer
 chunks first, the smaller micro-batch first.
 """
 
