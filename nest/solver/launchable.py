@@ -6,8 +6,9 @@ The launchable space (what nest.interfaces.export writes without projecting anyt
     optimizer / Megatron-FSDP to the whole model);
   * either 1F1B with any contiguous cuts (--pipeline-model-parallel-layout expresses them, uneven
     first and last stages included), or interleaved 1F1B with v >= 2 model chunks per device
-    group whose p v chunks hold k >= 1 blocks each but the first (a blocks and the embedding) and
-    the last (c blocks and the head), 0 <= a, c <= k (`chunk_layouts`; the layout flag states it,
+    group whose p v chunks hold k = ceil(blocks / (p v)) blocks each but the first (a blocks and
+    the embedding) and the last (c blocks and the head), 0 <= a, c <= k (`chunk_layouts`; the
+    layout flag states it,
     Megatron-LM's default even split a = k = c needs only --num-virtual-stages-per-pipeline-rank
     v), and the micro-batches a multiple of pp (Megatron);
   * the micro-batch size among `mbs_options` (the problem's own when none are given).
@@ -21,7 +22,8 @@ placement, ZeRO, recomputation) and priced by the shared evaluator itself
 candidates are visited in order of a lower bound and the walk stops when the bound reaches the
 best time: t_d sums the per-layer floors of device group d's chunks (nest.solver.bounds.floor_LR:
 its compute plus the least collective any stage of the variant pays), the batch takes at least
-m max_d t_d (every micro-batch passes each group's chunks once). Ties keep the first found: 1F1B before interleaved, fewer
+max_j m t_j + sum_{d<j} t_d / v (`pipeline_floor`: group j's own work, after the first
+micro-batch's forward reached it and before the last one's backward left it). Ties keep the first found: 1F1B before interleaved, fewer
 chunks first, the smaller micro-batch first.
 """
 
@@ -46,15 +48,18 @@ def virtual_options(num_blocks: int, p: int, m: int, max_v: int | None = None) -
 
 
 def chunk_layouts(num_blocks: int, p: int, v: int) -> list[tuple[int, int, int]]:
-    """(a, k, c): the first chunk holds a blocks (and the embedding), the last c (and the head),
-    the p v - 2 others k each, 0 <= a, c <= k, k >= 1 (--pipeline-model-parallel-layout states
-    it; the even split, Megatron-LM's default, is a = k = c). Ordered by k, then a."""
+    """(a, k, c): the p v - 2 middle chunks hold k = ceil(blocks / (p v)) blocks each (the fewest
+    that hold them), the first a (and the embedding) and the last c (and the head) the rest,
+    0 <= a, c <= k; ordered by a. --pipeline-model-parallel-layout states any of them; the even
+    split (Megatron-LM's default) is a = k = c. Layouts with a larger k (lighter ends) are
+    launchable too but not searched: each one more k adds about k candidates per (p, v), most
+    within a percent of each other, and the search evaluates them all (docs/planning.md)."""
     inner = p * v - 2
-    out = []
-    for k in range(1, num_blocks // max(inner, 1) + 1):
-        rest = num_blocks - inner * k
-        out += [(a, k, rest - a) for a in range(max(0, rest - k), min(k, rest) + 1)]
-    return out
+    k = -(-num_blocks // (p * v))
+    rest = num_blocks - inner * k
+    if k < 1 or rest < 0:
+        return []
+    return [(a, k, rest - a) for a in range(max(0, rest - k), min(k, rest) + 1)]
 
 
 def layout_cuts(num_blocks: int, chunks: int, layout: tuple[int, int, int]
@@ -121,10 +126,21 @@ def interleaved_candidates(problem: Problem, space: SearchSpace, max_v: int | No
                 for lay in chunk_layouts(num_blocks, p, v):
                     cuts = np.array(layout_cuts(num_blocks, p * v, lay))
                     chunk_CR = prefix_LR[cuts[:, 1] + 1] - prefix_LR[cuts[:, 0]]
-                    t_R = chunk_CR.reshape(v, p, -1).sum(axis=0).max(axis=0)
-                    out.append((m * float(t_R.min()), (vi, p, d, v, lay), var, p, d, v, lay))
+                    bound = pipeline_floor(chunk_CR.reshape(v, p, -1).sum(axis=0), m, v)
+                    out.append((float(bound.min()), (vi, p, d, v, lay), var, p, d, v, lay))
     out.sort(key=lambda c: (c[0], c[1]))
     return out
+
+
+def pipeline_floor(t_D, m: int, v: int):
+    """A floor on an interleaved batch's time from each device group's time per micro-batch
+    t_D (axis 0; floors of it are floors of this): the evaluator splits a group's time evenly
+    over its v chunks (nest.costs.pipeline.simulate_times), so group j starts only after the
+    first micro-batch's forward crossed the chunks of groups 0..j-1 and ends only after the last
+    one's backward crossed them back: max_j m t_j + sum_{d<j} t_d / v (<= the paper's form
+    (m + (p - 1) / v) max_d t_d)."""
+    before = np.cumsum(t_D, axis=0) - t_D
+    return np.max(m * t_D + before / v, axis=0)
 
 
 def states_floor(problem: Problem, lt, space: SearchSpace, d: int) -> float:
@@ -143,9 +159,9 @@ def device_time_bounds(problem: Problem, space: SearchSpace, plan) -> np.ndarray
     """Per (ZeRO stage, recomputation mode) of the space, a lower bound of the evaluator's time
     for `plan` with those knobs on every chunk: the stage kernel's time per micro-batch of each
     chunk (nest.costs.stage.stage_cost, with the links nest.costs.pipeline.links gives it, as the
-    evaluator prices it), summed per device group; the batch takes at least m max_d t_d (every
-    micro-batch passes each device's chunks once), and under the paper's form exactly
-    (m + (p - 1) / v) max_d t_d before the gradient sync's tail (nest.costs.pipeline)."""
+    evaluator prices it), summed per device group; the batch takes at least `pipeline_floor` of
+    them, and under the paper's form exactly (m + (p - 1) / v) max_d t_d before the gradient
+    sync's tail (nest.costs.pipeline)."""
     from nest.costs.pipeline import chunks_of, links, paper_interleaved
     from nest.costs.stage import stage_cost
 
@@ -157,10 +173,10 @@ def device_time_bounds(problem: Problem, space: SearchSpace, plan) -> np.ndarray
         cost = stage_cost(problem, lt, st.device_ids, plan.dp, space.options, 0.0,
                           cell=(st.first_layer, st.last_layer), **links(ids, c))
         t.append(np.asarray(cost.t).reshape(len(space.zero_stages), len(space.recompute_modes)))
-    t_max = np.max([sum(t[c] for c in chunks_of(g, p, len(t))) for g in range(p)], axis=0)
+    t_D = np.array([sum(t[c] for c in chunks_of(g, p, len(t))) for g in range(p)])
     if problem.training.pipeline_time == "paper":
-        return paper_interleaved(t_max, m, p, v)
-    return m * t_max
+        return paper_interleaved(t_D.max(axis=0), m, p, v)
+    return pipeline_floor(t_D, m, v)
 
 
 def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
