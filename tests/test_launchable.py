@@ -38,6 +38,7 @@ def brute_force(problem, space_over: dict, mbs_options=()):
     for mbs in sorted({problem.mbs, *mbs_options}):
         pr = problem.with_mbs(mbs)
         base = declare(pr, {**space_over, "heterogeneous_stages": False})
+        base = base.with_(variants=tuple(v for v in base.variants if v.cp == 1 or v.ep == 1))
         for z, r in itertools.product(base.zero_stages, base.recompute_modes):
             sp = base.with_(zero_stages=(z,), recompute_modes=(r,))
             for plan in enumerate_plans(pr, sp):
@@ -156,3 +157,19 @@ def test_uneven_chunks_interleave_an_indivisible_model(tmp_path):
     i = exp.args.index("--pipeline-model-parallel-layout")
     assert exp.args[i + 1].count("|") == plan.pp * plan.virtual_stages - 1
     assert "--num-virtual-stages-per-pipeline-rank" not in exp.args
+
+
+def test_no_cp_with_ep_in_the_launchable_space():
+    """cp > 1 with ep > 1: no Megatron-LM launch builds the groups such a plan prices (the export
+    projects it), so the launchable space leaves those variants out, and what it returns exports
+    as priced; equal to the brute force over the space without them."""
+    from nest.interfaces.export import to_megatron
+
+    pr = make_problem("tiny_moe", "tiny_cluster", 8, training=TrainingSettings(global_batch=8))
+    over = {"zero_stages": [1], "recompute_modes": ["none"], "max_pp": 2, "tp": [1], "sp": [False]}
+    assert any(v.cp > 1 and v.ep > 1 for v in declare(pr, over).variants)
+    T, plan, _, _ = search_launchable(pr, {"space": over})
+    assert not (plan.cp > 1 and plan.ep > 1)
+    assert T == pytest.approx(brute_force(pr, over)[0], rel=1e-9)
+    exp = to_megatron(plan, pr)
+    assert not exp.warnings and exp.time_per_batch_s == pytest.approx(T, rel=1e-9)

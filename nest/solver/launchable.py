@@ -1,7 +1,8 @@
 """Problem -> the fastest plan Megatron-LM launches exactly as priced (`nest plan`'s default space).
 
 The launchable space (what nest.interfaces.export writes without projecting anything):
-  * one sub-graph variant (tp, sp, ep, cp) for every stage, one ZeRO stage and one recomputation
+  * one sub-graph variant (tp, sp, ep, cp; not cp > 1 with ep > 1: `launchable_space`) for every
+    stage, one ZeRO stage and one recomputation
     mode for every stage (Megatron-LM applies --recompute-granularity and the distributed
     optimizer / Megatron-FSDP to the whole model);
   * either 1F1B with any contiguous cuts (--pipeline-model-parallel-layout expresses them, uneven
@@ -208,6 +209,13 @@ def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
     return best_T, best, n
 
 
+def launchable_space(space: SearchSpace) -> SearchSpace:
+    """The space without the variants with cp > 1 and ep > 1: Megatron-LM builds its expert
+    groups on a grid that folds ep over the cp ranks, so no launch runs the groups such a plan
+    prices (nest.interfaces.export projects it)."""
+    return space.with_(variants=tuple(v for v in space.variants if v.cp == 1 or v.ep == 1))
+
+
 def search_launchable(problem: Problem, settings: dict, log=None):
     """(time, plan, stats, problem of the plan's micro-batch size) of the launchable optimum
     (module docstring); plan None if nothing fits."""
@@ -221,7 +229,8 @@ def search_launchable(problem: Problem, settings: dict, log=None):
                               if int(x) != problem.mbs]]
     for mbs in sorted(set(mbs_all)):
         pr = with_mbs(problem, mbs)
-        base = declare(pr, {**(settings.get("space") or {}), "heterogeneous_stages": False})
+        base = launchable_space(declare(pr, {**(settings.get("space") or {}),
+                                             "heterogeneous_stages": False}))
         for z in base.zero_stages:
             for r in base.recompute_modes:
                 space = base.with_(zero_stages=(z,), recompute_modes=(r,))
