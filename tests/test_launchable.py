@@ -14,8 +14,8 @@ from nest.experiments.compare import shape_of
 from nest.problem.evaluate import evaluate, make_problem
 from nest.problem.plan import Stage
 from nest.spec.settings import TrainingSettings
-from nest.solver.launchable import (differs, interleaved_plan, search_launchable,
-                                    virtual_options)
+from nest.solver.launchable import (chunk_layouts, differs, interleaved_plan,
+                                    search_launchable, virtual_options)
 from nest.problem.space import declare, enumerate_plans, pp_dp_options
 
 SPACE = {"zero_stages": [0, 3], "recompute_modes": ["none", "full"], "max_pp": 4}
@@ -38,6 +38,7 @@ def brute_force(problem, space_over: dict, mbs_options=()):
     for mbs in sorted({problem.mbs, *mbs_options}):
         pr = problem.with_mbs(mbs)
         base = declare(pr, {**space_over, "heterogeneous_stages": False})
+        base = base.with_(variants=tuple(v for v in base.variants if v.cp == 1 or v.ep == 1))
         for z, r in itertools.product(base.zero_stages, base.recompute_modes):
             sp = base.with_(zero_stages=(z,), recompute_modes=(r,))
             for plan in enumerate_plans(pr, sp):
@@ -47,9 +48,12 @@ def brute_force(problem, space_over: dict, mbs_options=()):
             for var in base.variants:
                 for p, d in pp_dp_options(pr, base, var):
                     m = pr.num_microbatches(d, var.ep)
-                    for v in virtual_options(pr.graph.num_layers - 2, p, m):
-                        for pl in base.placements_for(var, p, d):
-                            ev = evaluate(interleaved_plan(pr, var, p, d, v, pl, z, r), pr)
+                    B = pr.graph.num_layers - 2
+                    for v in virtual_options(B, p, m):
+                        for pl, lay in itertools.product(base.placements_for(var, p, d),
+                                                         chunk_layouts(B, p, v)):
+                            plan = interleaved_plan(pr, var, p, d, v, pl, z, r, layout=lay)
+                            ev = evaluate(plan, pr)
                             if ev.feasible and ev.time_per_batch_s < best[0]:
                                 best = (ev.time_per_batch_s, ev.plan)
     return best
@@ -86,9 +90,33 @@ def test_interleaving_wins_where_the_bubble_dominates(tmp_path):
 
 
 def test_virtual_options_follow_megatron():
-    assert virtual_options(80, 4, 64) == [2, 4, 5, 10, 20]  # 4 x v divides 80 blocks
+    # v with a layout of 4 v chunks: the middle ones k blocks, the first and last at most k
+    assert virtual_options(80, 4, 64) == [2, 3, 4, 5, 7, 10, 20]
     assert virtual_options(80, 4, 6) == []  # m not a multiple of p
     assert virtual_options(80, 1, 8) == []
+
+
+def test_chunk_layouts_by_enumeration():
+    """chunk_layouts == every split of the blocks into p v contiguous chunks whose middle chunks
+    hold the same, fewest possible k >= 1 blocks and whose first and last hold at most k, found
+    by enumerating all compositions; the even split (Megatron-LM's default) is one of them.
+    DeepSeek-V3's 61 blocks (prime: no even interleaved split) get layouts."""
+    for B, p, v in [(8, 2, 2), (9, 2, 2), (10, 2, 3), (12, 3, 2), (7, 2, 2), (12, 4, 2)]:
+        C = p * v
+        want = set()
+        for bars in itertools.combinations(range(B + C - 1), C - 1):  # stars and bars
+            edges = (-1, *bars, B + C - 1)
+            sizes = [edges[i + 1] - edges[i] - 1 for i in range(C)]
+            k = sizes[1]
+            if (k >= 1 and set(sizes[1:-1]) == {k}
+                    and sizes[0] <= k and sizes[-1] <= k):
+                want.add((sizes[0], k, sizes[-1]))
+        least = min((k for _, k, _ in want), default=None)
+        want = {w for w in want if w[1] == least}
+        assert set(chunk_layouts(B, p, v)) == want, (B, p, v)
+        if B % C == 0:
+            assert (B // C,) * 3 in want
+    assert chunk_layouts(61, 8, 2) == [(1, 4, 4), (2, 4, 3), (3, 4, 2), (4, 4, 1)]
 
 
 def test_shape_of_plans_with_submeshes():
@@ -104,3 +132,44 @@ def test_shape_of_plans_with_submeshes():
     assert "2 stages of 2-6 devices" in shape_of(two) and "8 used" in shape_of(two)
     assert differs(replace(two, stages=(two.stages[0], replace(two.stages[1], zero_stage=1)))
                    ) == {"zero": [0, 1]}
+
+
+def test_uneven_chunks_interleave_an_indivisible_model(tmp_path):
+    """7 blocks: no p x v >= 4 divides them, so Megatron-LM's default split has no interleaving;
+    a layout whose first and last chunks differ does (the embedding's chunk with one block, the
+    head's alone), wins where the bubble dominates, equals the brute force over every layout,
+    and the export states it with --pipeline-model-parallel-layout (nothing projected)."""
+    from nest.interfaces.export import to_megatron
+
+    pr = make_problem(tiny8(tmp_path, 7), "tiny_cluster", 4,
+                      training=TrainingSettings(global_batch=4)).with_hardware(hbm_bytes=4e9)
+    over = {"zero_stages": [0], "recompute_modes": ["none"], "max_pp": 4}
+    T, plan, _, _ = search_launchable(pr, {"space": over})
+    bf_T, bf_plan = brute_force(pr, over)
+    assert T == pytest.approx(bf_T, rel=1e-9)
+    assert plan.schedule == "interleaved"
+    assert T < search_launchable(pr, {"space": over, "interleaved": False})[0]
+    blocks = [sum(1 for i in range(s.first_layer, s.last_layer + 1) if 0 < i < 8)
+              for s in plan.stages]
+    assert len(set(blocks[1:-1])) == 1 and (blocks[0], blocks[-1]) != (blocks[1],) * 2
+    exp = to_megatron(plan, pr)
+    assert not exp.warnings and exp.time_per_batch_s == pytest.approx(T, rel=1e-9)
+    i = exp.args.index("--pipeline-model-parallel-layout")
+    assert exp.args[i + 1].count("|") == plan.pp * plan.virtual_stages - 1
+    assert "--num-virtual-stages-per-pipeline-rank" not in exp.args
+
+
+def test_no_cp_with_ep_in_the_launchable_space():
+    """cp > 1 with ep > 1: no Megatron-LM launch builds the groups such a plan prices (the export
+    projects it), so the launchable space leaves those variants out, and what it returns exports
+    as priced; equal to the brute force over the space without them."""
+    from nest.interfaces.export import to_megatron
+
+    pr = make_problem("tiny_moe", "tiny_cluster", 8, training=TrainingSettings(global_batch=8))
+    over = {"zero_stages": [1], "recompute_modes": ["none"], "max_pp": 2, "tp": [1], "sp": [False]}
+    assert any(v.cp > 1 and v.ep > 1 for v in declare(pr, over).variants)
+    T, plan, _, _ = search_launchable(pr, {"space": over})
+    assert not (plan.cp > 1 and plan.ep > 1)
+    assert T == pytest.approx(brute_force(pr, over)[0], rel=1e-9)
+    exp = to_megatron(plan, pr)
+    assert not exp.warnings and exp.time_per_batch_s == pytest.approx(T, rel=1e-9)

@@ -11,6 +11,7 @@ import yaml
 
 from nest.interfaces import cli
 from nest.interfaces.cli_run import margins, warnings_for
+from nest.planners.registry import run_planner
 from nest.problem.evaluate import evaluate, make_problem
 from nest.problem.plan import Plan
 from nest.problem.plan_spec import load_plan
@@ -170,3 +171,29 @@ def test_heterogeneous_plan_says_why_it_cannot_be_launched():
     same = plan.with_(stages=tuple(replace(s, zero_stage=1, recompute="none")
                                    for s in plan.stages))
     assert "launchable as priced" in cli.launchability(same, ev, pr, {}, False)[0]
+
+
+def test_idle_devices_explained():
+    """When the optimum leaves devices idle, `nest plan` says why: the best plan of the same space
+    on every device (search space min_devices) and its time, which is never faster, or that no
+    shape of the space uses them all."""
+    from nest.interfaces.cli_run import all_devices_outcome
+
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=TrainingSettings(global_batch=5))
+    over = {"launchable": True, "space": {"max_pp": 3, "tp": [1]}}
+    out = run_planner("nest", pr, over)
+    assert out.plan.devices_used < 4  # batch 5: dp 1 (or 5); at most 3 stages
+    full = all_devices_outcome("nest", pr, over)
+    assert full.plan is None and full.kind == "devices"
+    w = " | ".join(warnings_for(out.plan, out.evaluation, pr, full))
+    assert "stay idle" in w and "no shape of the space uses all 4" in w
+    over = {"launchable": True, "space": {"max_pp": 4, "tp": [1], "zero_stages": [0],
+                                          "recompute_modes": ["none"]}}
+    pr = pr.with_training(global_batch=3)
+    out = run_planner("nest", pr, over)
+    full = all_devices_outcome("nest", pr, over)
+    assert full.plan.devices_used == 4
+    assert full.evaluation.time_per_batch_s >= out.evaluation.time_per_batch_s * (1 - 1e-12)
+    assert out.plan.devices_used == 3  # dp 3 beats a 4-stage pipeline of 3 micro-batches
+    w = " | ".join(warnings_for(out.plan, out.evaluation, pr, full))
+    assert "the best plan on all 4, pp 4 x dp 1" in w and "vs this plan" in w

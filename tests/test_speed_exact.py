@@ -32,18 +32,24 @@ def test_interleaved_peak_is_the_walk_bit_for_bit(p, k, v, d, group, extra, seed
 
 
 def interleaved_plans(pr, space):
-    """Every interleaved plan of the launchable space: (var, p, d, v, z, r, plan)."""
+    """Every interleaved plan of the launchable space, every chunk layout:
+    (var, p, d, v, z, r, cuts, plan)."""
     from nest.problem.space import pp_dp_options
-    from nest.solver.launchable import interleaved_plan, virtual_options
+    from nest.solver.launchable import (chunk_layouts, interleaved_cuts, interleaved_plan,
+                                        virtual_options)
 
+    blocks = pr.graph.num_layers - 2
     for var in space.variants:
         for p, d in pp_dp_options(pr, space, var):
             m = pr.num_microbatches(d, var.ep)
-            for v in virtual_options(pr.graph.num_layers - 2, p, m):
-                for pl in space.placements_for(var, p, d):
-                    for z in space.zero_stages:
-                        for r in space.recompute_modes:
-                            yield var, p, d, v, z, r, interleaved_plan(pr, var, p, d, v, pl, z, r)
+            for v in virtual_options(blocks, p, m):
+                for lay in chunk_layouts(blocks, p, v):
+                    cuts = interleaved_cuts(pr, p, v, lay)
+                    for pl in space.placements_for(var, p, d):
+                        for z in space.zero_stages:
+                            for r in space.recompute_modes:
+                                yield var, p, d, v, z, r, cuts, interleaved_plan(
+                                    pr, var, p, d, v, pl, z, r, layout=lay)
 
 
 def test_interleaved_screens_agree_with_the_evaluator(tmp_path):
@@ -67,10 +73,10 @@ def test_interleaved_screens_agree_with_the_evaluator(tmp_path):
     seen = set()
     for hbm in (peaks[len(peaks) // 3], peaks[len(peaks) // 2], peaks[-1] * 2):
         pr = pr0.with_hardware(hbm_bytes=hbm)
-        for var, p, d, v, z, r, plan in interleaved_plans(pr, space):
+        for var, p, d, v, z, r, cuts, plan in interleaved_plans(pr, space):
             ev = evaluate(plan, pr)
             fit = all(s.peak_memory_bytes <= hbm for s in ev.stages)
-            screen = fits(pr, var, p, d, v, [(z, r)])
+            screen = fits(pr, var, p, d, v, [(z, r)], cuts)
             assert screen[z, r] == fit and screen.any() == fit
             seen.add(fit)
             T = ev.time_per_batch_s

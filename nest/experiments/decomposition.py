@@ -10,7 +10,9 @@ entries nest_*; every one keeps NEST's settings but its switch):
     nest_even_cuts        uneven cuts: the most even split of the blocks (solver setting
                           even_cuts: true)
     nest_fixed_placement  placement search: placements [replica_major]
-    nest_homogeneous      heterogeneous stages: one variant for all stages
+    nest_homogeneous      heterogeneous stages: one variant, one ZeRO stage and one
+                          recomputation mode for all stages (what Megatron-LM launches:
+                          nest.solver.launchable with 1F1B and the point's micro-batch)
     nest_no_sp_cp_ep      SP / CP / EP: sp [false], cp [1], ep [1]
 
 Every ablated space is a subset of NEST's (the flat-network plan is one of NEST's plans, scored

@@ -202,7 +202,13 @@ def cmd_plan(a) -> int:
     if is_nest:
         for line in launchability(plan, ev, seen, over, a.heterogeneous):
             print(line)
-    for w in warnings_for(plan, ev, real):
+    full = None
+    if is_nest and plan.devices_used < plan.num_devices:
+        from nest.interfaces.cli_run import all_devices_outcome
+
+        with progress.status("planning on every device (why some stay idle)"):
+            full = all_devices_outcome(a.planner, seen, over)
+    for w in warnings_for(plan, ev, real, full):
         print(f"warning: {w}")
     for line in model_notes(problem):
         print(line)

@@ -99,9 +99,10 @@ def margins(ev, hbm: float) -> list[float]:
     return [hbm - s.peak_memory_bytes for s in ev.stages[:ev.plan.pp]]
 
 
-def warnings_for(plan, ev, problem) -> list[str]:
+def warnings_for(plan, ev, problem, full=None) -> list[str]:
     """What a user must know before launching: above the published MFU ceiling, below the
-    headroom, idle devices."""
+    headroom, idle devices (`full`: the planner's outcome on plans using every device,
+    `all_devices_outcome`)."""
     from nest.fidelity.uncertainty import mfu_ceiling_note
 
     out = []
@@ -120,9 +121,44 @@ def warnings_for(plan, ev, problem) -> list[str]:
     if used < plan.num_devices:
         why = (f"pp x dp x tp x cp x ep = {plan.pp} x {plan.dp} x {plan.tp} x {plan.cp} x "
                f"{plan.ep}; mbs x dp x ep must divide the global batch {plan.global_batch}")
-        out.append(f"{plan.num_devices - used} of {plan.num_devices} devices stay idle ({why}, "
-                   f"and no plan on more of them was faster or fitted)")
+        out.append(f"{plan.num_devices - used} of {plan.num_devices} devices stay idle ({why}): "
+                   + idle_reason(plan, ev, full))
     return out
+
+
+def idle_reason(plan, ev, full) -> str:
+    """Why the optimum leaves devices idle: the best plan of the same space on all of them is
+    slower, or none fits."""
+    if full is None:
+        return "the search is exact, so no plan on more of them was faster or fitted"
+    if full.plan is None or not full.evaluation.feasible:
+        if full.kind == "devices":
+            return (f"no shape of the space uses all {plan.num_devices} (pp x dp x tp x cp x ep = "
+                    f"{plan.num_devices} with mbs x dp x ep dividing the global batch, pp within "
+                    f"the layers and max_pp)")
+        return f"no plan on all {plan.num_devices} fits ({full.reason})"
+    q, t = full.plan, full.evaluation.time_per_batch_s
+    v = f" v{q.virtual_stages}" if q.schedule == "interleaved" else ""
+    return (f"the best plan on all {plan.num_devices}, pp {q.pp}{v} x dp {q.dp} x tp {q.tp} x "
+            f"cp {q.cp} x ep {q.ep}, takes {t:.4f} s per batch, "
+            f"{t / ev.time_per_batch_s - 1:+.2%} vs this plan")
+
+
+def all_devices_outcome(planner: str, seen, over: dict):
+    """The planner on the same problem with every device used (search space min_devices)."""
+    from nest.planners.registry import planner_entry, run_planner
+
+    from dataclasses import replace
+
+    from nest.problem.space import declare, pp_dp_options
+
+    space = {**(planner_entry(planner)[1].get("space") or {}), **(over.get("space") or {}),
+             "min_devices": seen.num_devices}
+    sp = declare(seen, space)
+    out = run_planner(planner, seen, {**over, "space": space}, log_crash=False)
+    shapes = any(next(pp_dp_options(seen.with_mbs(m), sp, v), None) is not None
+                 for v in sp.variants for m in {seen.mbs, *(over.get("mbs_options") or ())})
+    return out if shapes or out.plan is not None else replace(out, kind="devices")
 
 
 def devices_that_fit(model: str, cluster: str, n: int, mbs: int, training, planner: str,

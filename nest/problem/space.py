@@ -35,6 +35,7 @@ class SearchSpace:
     placements: tuple[str, ...] = ("replica_major", "stage_major")
     max_pp: int | None = None
     heterogeneous: bool = False  # stages may each pick a variant of the candidate's class
+    min_devices: int = 0  # plans use at least this many devices (p * d * width)
 
     @property
     def classes(self) -> tuple[tuple[Variant, ...], ...]:
@@ -91,6 +92,7 @@ def declare(problem: Problem, overrides: dict | None = None) -> SearchSpace:
         placements=tuple(d.get("placements", ("replica_major", "stage_major"))),
         max_pp=d.get("max_pp"),
         heterogeneous=bool(d.get("heterogeneous_stages", False)),
+        min_devices=int(d.get("min_devices") or 0),
     )
 
 
@@ -104,13 +106,13 @@ def splits_batch(problem: Problem, d: int, ep: int) -> bool:
 def pp_dp_options(problem: Problem, space: SearchSpace, v: Variant) -> Iterator[tuple[int, int]]:
     """(p, d) with p <= layers, p * d * width <= N and mbs * d * ep dividing the global batch
     (`splits_batch`: every data-parallel rank gets whole micro-batches and the plan processes
-    exactly the global batch)."""
+    exactly the global batch), p * d * width >= the space's min_devices."""
     n_layers = problem.graph.num_layers
     top = min(n_layers, space.max_pp or n_layers, problem.num_devices // v.width)
     d_batch = problem.training.global_batch // (problem.mbs * v.ep)
     for p in range(1, top + 1):
         for d in range(1, min(problem.num_devices // (p * v.width), d_batch) + 1):
-            if splits_batch(problem, d, v.ep):
+            if splits_batch(problem, d, v.ep) and p * d * v.width >= space.min_devices:
                 yield p, d
 
 

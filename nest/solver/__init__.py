@@ -301,6 +301,8 @@ def plan_launchable(problem: Problem, settings: dict):
              f"or interleaved): visited {stats['visited']} of {stats['candidates']} 1F1B "
              f"candidates x placements, priced {stats['interleaved']} interleaved plans in full (the "
              f"others screened out by their floor bound or memory)")
+    if len(stats["tied"]) > 1:  # the range over the tied placements, as plan() records it
+        best = best.with_(extra={"tied": tie_range(pr, stats["tied_space"], stats["tied"])})
     return best.with_(predicted_time_per_batch_s=best_T, solve_time_s=time.perf_counter() - t0,
                       notes=notes)
 

@@ -50,10 +50,11 @@ class Fits:
     device group by device group, stopping at the first that does not fit. `any()`: some knob
     of `knobs` fits (asking them in order until one does)."""
 
-    def __init__(self, problem: Problem, var, p: int, d: int, v: int, knobs):
+    def __init__(self, problem: Problem, var, p: int, d: int, v: int, knobs, cuts=None):
         self.problem, self.var, self.p, self.d, self.knobs = problem, var, p, d, list(knobs)
         self.m = problem.num_microbatches(d, var.ep)
-        self.cuts = block_cuts(problem.graph.num_layers - 2, p * v)
+        self.cuts = (block_cuts(problem.graph.num_layers - 2, p * v) if cuts is None
+                     else list(cuts))
         self.held = [stash(p, device_group(j, p), self.m, "interleaved", v)
                      for j in range(len(self.cuts))]
         self.lt = layer_table(problem, var, MODES)
@@ -81,6 +82,8 @@ class Fits:
         return True
 
 
-def fits(problem: Problem, var, p: int, d: int, v: int, knobs) -> Fits:
-    """The memory screen of the interleaved candidate (var, p, d, v) over `knobs` (`Fits`)."""
-    return Fits(problem, var, p, d, v, knobs)
+def fits(problem: Problem, var, p: int, d: int, v: int, knobs, cuts=None) -> Fits:
+    """The memory screen of the interleaved candidate (var, p, d, v) over `knobs` (`Fits`), its
+    p v chunks cut at `cuts` (nest.solver.launchable.interleaved_cuts; None: Megatron-LM's even
+    split): a chunk's stash and records read its own block range."""
+    return Fits(problem, var, p, d, v, knobs, cuts)

@@ -1,14 +1,17 @@
 """Problem -> the fastest plan Megatron-LM launches exactly as priced (`nest plan`'s default space).
 
 The launchable space (what nest.interfaces.export writes without projecting anything):
-  * one sub-graph variant (tp, sp, ep, cp) for every stage, one ZeRO stage and one recomputation
+  * one sub-graph variant (tp, sp, ep, cp; not cp > 1 with ep > 1: `launchable_space`) for every
+    stage, one ZeRO stage and one recomputation
     mode for every stage (Megatron-LM applies --recompute-granularity and the distributed
     optimizer / Megatron-FSDP to the whole model);
-  * either 1F1B with any contiguous cuts (--pipeline-model-parallel-layout expresses them), or
-    interleaved 1F1B with v >= 2 model chunks per device group (--num-virtual-stages-per-
-    pipeline-rank v) on Megatron-LM's default split: pp x v divides the transformer blocks, every
-    chunk holds the same number of blocks, the embedding rides on the first chunk and the head on
-    the last (nest.problem.plan_spec.block_cuts), and the micro-batches are a multiple of pp (Megatron);
+  * either 1F1B with any contiguous cuts (--pipeline-model-parallel-layout expresses them, uneven
+    first and last stages included), or interleaved 1F1B with v >= 2 model chunks per device
+    group whose p v chunks hold k = ceil(blocks / (p v)) blocks each but the first (a blocks and
+    the embedding) and the last (c blocks and the head), 0 <= a, c <= k (`chunk_layouts`; the
+    layout flag states it,
+    Megatron-LM's default even split a = k = c needs only --num-virtual-stages-per-pipeline-rank
+    v), and the micro-batches a multiple of pp (Megatron);
   * the micro-batch size among `mbs_options` (the problem's own when none are given).
 
 Exact for the evaluator: the 1F1B part is the NEST solver (nest.solver.search) on the space
@@ -18,9 +21,10 @@ bound reaches a plan already found). Each interleaved plan is fixed by (variant,
 placement, ZeRO, recomputation) and priced by the shared evaluator itself
 (nest.costs.pipeline's interleaved form: interleaved_order, interleaved_peak_activations);
 candidates are visited in order of a lower bound and the walk stops when the bound reaches the
-best time: t_d sums the per-layer floors of device d's chunks (nest.solver.bounds.floor_LR: its
-compute plus the least collective any stage of the variant pays), the batch takes at least
-m max_d t_d >= m sum_layers floor / p. Ties keep the first found: 1F1B before interleaved, fewer
+best time: t_d sums the per-layer floors of device group d's chunks (nest.solver.bounds.floor_LR:
+its compute plus the least collective any stage of the variant pays), the batch takes at least
+max_j m t_j + sum_{d<j} t_d / v (`pipeline_floor`: group j's own work, after the first
+micro-batch's forward reached it and before the last one's backward left it). Ties keep the first found: 1F1B before interleaved, fewer
 chunks first, the smaller micro-batch first.
 """
 
@@ -36,24 +40,55 @@ from nest.problem.space import SearchSpace, declare, pp_dp_options
 
 
 def virtual_options(num_blocks: int, p: int, m: int, max_v: int | None = None) -> list[int]:
-    """v >= 2 with p >= 2, p x v dividing the blocks (every chunk the same number of blocks) and
-    m a multiple of p (Megatron-LM's interleaved schedule)."""
+    """v >= 2 with p >= 2, m a multiple of p (Megatron-LM's interleaved schedule) and at least
+    one chunk layout (`chunk_layouts`)."""
     if p < 2 or m % p:
         return []
-    top = num_blocks // p if max_v is None else min(max_v, num_blocks // p)
-    return [v for v in range(2, top + 1) if num_blocks % (p * v) == 0]
+    top = (num_blocks + 2) // p if max_v is None else min(max_v, (num_blocks + 2) // p)
+    return [v for v in range(2, top + 1) if chunk_layouts(num_blocks, p, v)]
+
+
+def chunk_layouts(num_blocks: int, p: int, v: int) -> list[tuple[int, int, int]]:
+    """(a, k, c): the p v - 2 middle chunks hold k = ceil(blocks / (p v)) blocks each (the fewest
+    that hold them), the first a (and the embedding) and the last c (and the head) the rest,
+    0 <= a, c <= k; ordered by a. --pipeline-model-parallel-layout states any of them; the even
+    split (Megatron-LM's default) is a = k = c. Layouts with a larger k (lighter ends) are
+    launchable too but not searched: each one more k adds about k candidates per (p, v), most
+    within a percent of each other, and the search evaluates them all (docs/planning.md)."""
+    inner = p * v - 2
+    k = -(-num_blocks // (p * v))
+    rest = num_blocks - inner * k
+    if k < 1 or rest < 0:
+        return []
+    return [(a, k, rest - a) for a in range(max(0, rest - k), min(k, rest) + 1)]
+
+
+def layout_cuts(num_blocks: int, chunks: int, layout: tuple[int, int, int]
+                ) -> list[tuple[int, int]]:
+    """Layer-graph ranges [embedding, block_0 .. block_{n-1}, head] of the chunks of `layout`
+    (`chunk_layouts`), in model order."""
+    a, k, c = layout
+    sizes = [a, *[k] * (chunks - 2), c]
+    assert sum(sizes) == num_blocks and chunks >= 2
+    cuts, start = [], 1
+    for n in sizes:
+        cuts.append((start, start + n - 1))
+        start += n
+    cuts[0] = (0, cuts[0][1])
+    cuts[-1] = (cuts[-1][0], num_blocks + 1)
+    return cuts
 
 
 def interleaved_plan(problem: Problem, variant, p: int, d: int, v: int, placement: str,
-                     zero: int, recompute: str, planner: str = "nest"):
-    """The interleaved plan of these knobs on Megatron-LM's default split."""
+                     zero: int, recompute: str, planner: str = "nest", layout=None):
+    """The interleaved plan of these knobs; `layout` (a, k, c) of `chunk_layouts`, None:
+    Megatron-LM's default even split."""
     from nest.problem.plan import Plan, Stage, place
-    from nest.problem.plan_spec import block_cuts
 
-    num_blocks = problem.graph.num_layers - 2
+    cuts = interleaved_cuts(problem, p, v, layout)
     ids = place(p, d, variant.width, placement, tp=variant.tp, cp=variant.cp, ep=variant.ep)
     stages = tuple(Stage(a, b, d * variant.width, ids[c % p], zero, recompute)
-                   for c, (a, b) in enumerate(block_cuts(num_blocks, p * v)))
+                   for c, (a, b) in enumerate(cuts))
     return Plan(planner=planner, model=problem.model_ref or problem.model.name,
                 cluster=problem.cluster_ref or problem.cluster.name,
                 num_devices=problem.num_devices, mbs=problem.mbs,
@@ -63,9 +98,20 @@ def interleaved_plan(problem: Problem, variant, p: int, d: int, v: int, placemen
                 placement=placement, schedule="interleaved", virtual_stages=v)
 
 
+def interleaved_cuts(problem: Problem, p: int, v: int, layout=None) -> list[tuple[int, int]]:
+    """The p v chunks' block ranges: `layout_cuts` of `layout`, None: Megatron-LM's even split
+    (nest.problem.plan_spec.block_cuts). The plan and the memory screen both cut here."""
+    from nest.problem.plan_spec import block_cuts
+
+    num_blocks = problem.graph.num_layers - 2
+    return list(block_cuts(num_blocks, p * v) if layout is None
+                else layout_cuts(num_blocks, p * v, layout))
+
+
 def interleaved_candidates(problem: Problem, space: SearchSpace, max_v: int | None = None):
-    """(bound, order, variant, p, d, v) of every interleaved candidate, bound first: the floor
-    bound of the module docstring under the cheapest recomputation mode of the space."""
+    """(bound, order, variant, p, d, v, layout) of every interleaved candidate, bound first: the
+    floor bound of the module docstring, m max_d t_d under the cheapest recomputation mode of
+    the space."""
     from nest.solver.bounds import floor_LR
 
     from nest.costs.memory import allocatable
@@ -74,18 +120,35 @@ def interleaved_candidates(problem: Problem, space: SearchSpace, max_v: int | No
     cap = allocatable(problem.cluster.hardware) * (1 + 1e-9)
     out = []
     for vi, var in enumerate(space.variants):
-        floor = None
+        prefix_LR = None
         for p, d in pp_dp_options(problem, space, var):
             m = problem.num_microbatches(d, var.ep)
             for v in virtual_options(num_blocks, p, m, max_v):
-                if floor is None:
+                if prefix_LR is None:
                     lt = layer_table(problem, var, space.recompute_modes)
-                    floor = float(floor_LR(problem, [lt], space).sum(axis=0).min())
+                    floor_LR_ = floor_LR(problem, [lt], space)
+                    prefix_LR = np.concatenate([np.zeros((1, floor_LR_.shape[1])),
+                                                np.cumsum(floor_LR_, axis=0)])
                 if states_floor(problem, lt, space, d) / p > cap:
                     break  # no device group can hold its share of the model states
-                out.append((m * floor / p, (vi, p, d, v), var, p, d, v))
+                for lay in chunk_layouts(num_blocks, p, v):
+                    cuts = np.array(layout_cuts(num_blocks, p * v, lay))
+                    chunk_CR = prefix_LR[cuts[:, 1] + 1] - prefix_LR[cuts[:, 0]]
+                    bound = pipeline_floor(chunk_CR.reshape(v, p, -1).sum(axis=0), m, v)
+                    out.append((float(bound.min()), (vi, p, d, v, lay), var, p, d, v, lay))
     out.sort(key=lambda c: (c[0], c[1]))
     return out
+
+
+def pipeline_floor(t_D, m: int, v: int):
+    """A floor on an interleaved batch's time from each device group's time per micro-batch
+    t_D (axis 0; floors of it are floors of this): the evaluator splits a group's time evenly
+    over its v chunks (nest.costs.pipeline.simulate_times), so group j starts only after the
+    first micro-batch's forward crossed the chunks of groups 0..j-1 and ends only after the last
+    one's backward crossed them back: max_j m t_j + sum_{d<j} t_d / v (<= the paper's form
+    (m + (p - 1) / v) max_d t_d)."""
+    before = np.cumsum(t_D, axis=0) - t_D
+    return np.max(m * t_D + before / v, axis=0)
 
 
 def states_floor(problem: Problem, lt, space: SearchSpace, d: int) -> float:
@@ -104,9 +167,9 @@ def device_time_bounds(problem: Problem, space: SearchSpace, plan) -> np.ndarray
     """Per (ZeRO stage, recomputation mode) of the space, a lower bound of the evaluator's time
     for `plan` with those knobs on every chunk: the stage kernel's time per micro-batch of each
     chunk (nest.costs.stage.stage_cost, with the links nest.costs.pipeline.links gives it, as the
-    evaluator prices it), summed per device group; the batch takes at least m max_d t_d (every
-    micro-batch passes each device's chunks once), and under the paper's form exactly
-    (m + (p - 1) / v) max_d t_d before the gradient sync's tail (nest.costs.pipeline)."""
+    evaluator prices it), summed per device group; the batch takes at least `pipeline_floor` of
+    them, and under the paper's form exactly (m + (p - 1) / v) max_d t_d before the gradient
+    sync's tail (nest.costs.pipeline)."""
     from nest.costs.pipeline import chunks_of, links, paper_interleaved
     from nest.costs.stage import stage_cost
 
@@ -118,10 +181,10 @@ def device_time_bounds(problem: Problem, space: SearchSpace, plan) -> np.ndarray
         cost = stage_cost(problem, lt, st.device_ids, plan.dp, space.options, 0.0,
                           cell=(st.first_layer, st.last_layer), **links(ids, c))
         t.append(np.asarray(cost.t).reshape(len(space.zero_stages), len(space.recompute_modes)))
-    t_max = np.max([sum(t[c] for c in chunks_of(g, p, len(t))) for g in range(p)], axis=0)
+    t_D = np.array([sum(t[c] for c in chunks_of(g, p, len(t))) for g in range(p)])
     if problem.training.pipeline_time == "paper":
-        return paper_interleaved(t_max, m, p, v)
-    return m * t_max
+        return paper_interleaved(t_D.max(axis=0), m, p, v)
+    return pipeline_floor(t_D, m, v)
 
 
 def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
@@ -134,15 +197,16 @@ def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
     from nest.solver.interleaved_screen import fits, live_knobs  # placement-free screens
 
     best, n = None, 0
-    for bound, _, var, p, d, v in interleaved_candidates(problem, space, max_v):
+    for bound, _, var, p, d, v, lay in interleaved_candidates(problem, space, max_v):
         if bound >= best_T:
             break
-        fit = fits(problem, var, p, d, v, live_knobs(problem, space, var, p, d, best_T))
+        fit = fits(problem, var, p, d, v, live_knobs(problem, space, var, p, d, best_T),
+                   interleaved_cuts(problem, p, v, lay))
         if not fit.any():  # no knob both may beat best_T and fits, whatever the placement
             continue
         for placement in space.placements_for(var, p, d):
             plan = interleaved_plan(problem, var, p, d, v, placement, space.zero_stages[0],
-                                    space.recompute_modes[0])
+                                    space.recompute_modes[0], layout=lay)
             lb = device_time_bounds(problem, space, plan)
             for zi, ri in sorted(np.ndindex(*lb.shape), key=lambda k: (lb[k], k)):
                 if lb[zi, ri] >= best_T:
@@ -159,6 +223,13 @@ def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
     return best_T, best, n
 
 
+def launchable_space(space: SearchSpace) -> SearchSpace:
+    """The space without the variants with cp > 1 and ep > 1: Megatron-LM builds its expert
+    groups on a grid that folds ep over the cp ranks, so no launch runs the groups such a plan
+    prices (nest.interfaces.export projects it)."""
+    return space.with_(variants=tuple(v for v in space.variants if v.cp == 1 or v.ep == 1))
+
+
 def search_launchable(problem: Problem, settings: dict, log=None):
     """(time, plan, stats, problem of the plan's micro-batch size) of the launchable optimum
     (module docstring); plan None if nothing fits."""
@@ -172,7 +243,8 @@ def search_launchable(problem: Problem, settings: dict, log=None):
                               if int(x) != problem.mbs]]
     for mbs in sorted(set(mbs_all)):
         pr = with_mbs(problem, mbs)
-        base = declare(pr, {**(settings.get("space") or {}), "heterogeneous_stages": False})
+        base = launchable_space(declare(pr, {**(settings.get("space") or {}),
+                                             "heterogeneous_stages": False}))
         for z in base.zero_stages:
             for r in base.recompute_modes:
                 space = base.with_(zero_stages=(z,), recompute_modes=(r,))
@@ -185,6 +257,7 @@ def search_launchable(problem: Problem, settings: dict, log=None):
                 ev = evaluate(plan, pr)  # the evaluator's time, whatever the form optimised
                 if ev.feasible and ev.time_per_batch_s < best_T:
                     best_T, best, best_pr = ev.time_per_batch_s, plan, pr
+                    stats["tied"], stats["tied_space"] = st["tied"], space
                     if log:
                         log(f"  1f1b mbs={mbs} zero={z} recompute={r}: {best_T:.6g} s")
         if interleave:
@@ -192,6 +265,7 @@ def search_launchable(problem: Problem, settings: dict, log=None):
             stats["interleaved"] += n
             if found is not None:
                 best_T, best, best_pr = T, found, pr
+                stats["tied"] = []
     return best_T, best, stats, best_pr
 
 
