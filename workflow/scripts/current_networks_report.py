@@ -49,7 +49,8 @@ def gain(pt, planner):
 
 def plan_text(r):
     s = f"{r['pp']} x {r['dp']} x {r['tp']}"
-    return s + (f" (cp {r['cp']})" if r["cp"] not in ("1", "") else "")
+    extra = [f"{k} {r[k]}" for k in ("cp", "ep") if r.get(k) not in (None, "1", "")]
+    return s + (f" ({', '.join(extra)})" if extra else "")
 
 
 def section(rows) -> str:
