@@ -116,4 +116,8 @@ def main(names: list[str], compare: bool = True) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
+    unknown = [a for a in args if a != "--no-compare" and a not in MODELS]
+    if unknown:
+        sys.exit(f"usage: plan_speed.py [--no-compare] [{' '.join(MODELS)}]; "
+                 f"unknown: {' '.join(unknown)}")
     main([a for a in args if a != "--no-compare"] or list(MODELS), "--no-compare" not in args)
