@@ -105,3 +105,28 @@ def test_meta_cache_leaves_the_graph_unchanged(model, monkeypatch):
     monkeypatch.setattr(meta_cache, "call", lambda f, a, k: f(*a, **k))
     assert fresh() == cached
     build_graph.cache_clear()
+
+
+def test_device_time_bounds_from_the_grid_bit_for_bit(tmp_path):
+    """nest.solver.launchable.device_time_bounds reads the chunks' position-free terms from the
+    whole-grid kernel (from_grid): the same bounds, bit for bit, as pricing every chunk's cell
+    directly, on every interleaved plan (layouts and placements) of a tiny model."""
+    from nest.problem.evaluate import make_problem
+    from nest.problem.space import declare
+    from nest.solver.launchable import device_time_bounds
+    from nest.spec.settings import TrainingSettings
+    from tests.test_launchable import tiny8
+
+    pr = make_problem(tiny8(tmp_path, 16), "tiny_cluster", 8,
+                      training=TrainingSettings(global_batch=32))
+    space = declare(pr, {"zero_stages": [0, 1, 3], "recompute_modes": ["none", "full"],
+                         "max_pp": 4, "heterogeneous_stages": False})
+    n = 0
+    for *_, z, r, _cuts, plan in interleaved_plans(pr, space):
+        if (z, r) != (space.zero_stages[0], space.recompute_modes[0]):
+            continue
+        grid = device_time_bounds(pr, space, plan)
+        direct = device_time_bounds(pr, space, plan, from_grid=False)
+        assert grid.tobytes() == direct.tobytes()
+        n += 1
+    assert n > 10

@@ -163,13 +163,16 @@ def states_floor(problem: Problem, lt, space: SearchSpace, d: int) -> float:
                                lt.fp8_LL[c]).values()) for z in space.zero_stages)
 
 
-def device_time_bounds(problem: Problem, space: SearchSpace, plan) -> np.ndarray:
+def device_time_bounds(problem: Problem, space: SearchSpace, plan, from_grid: bool = True
+                       ) -> np.ndarray:
     """Per (ZeRO stage, recomputation mode) of the space, a lower bound of the evaluator's time
     for `plan` with those knobs on every chunk: the stage kernel's time per micro-batch of each
     chunk (nest.costs.stage.stage_cost, with the links nest.costs.pipeline.links gives it, as the
     evaluator prices it), summed per device group; the batch takes at least `pipeline_floor` of
     them, and under the paper's form exactly (m + (p - 1) / v) max_d t_d before the gradient
-    sync's tail (nest.costs.pipeline)."""
+    sync's tail (nest.costs.pipeline). from_grid: the chunks' position-free terms read from the
+    whole [b, a] grid, shared by every chunk, layout and placement whose group terms are equal
+    (stage_cost's from_grid: the same values, bit for bit, as pricing each chunk's cell)."""
     from nest.costs.pipeline import chunks_of, links, paper_interleaved
     from nest.costs.stage import stage_cost
 
@@ -179,7 +182,8 @@ def device_time_bounds(problem: Problem, space: SearchSpace, plan) -> np.ndarray
     t = []
     for c, st in enumerate(plan.stages):
         cost = stage_cost(problem, lt, st.device_ids, plan.dp, space.options, 0.0,
-                          cell=(st.first_layer, st.last_layer), **links(ids, c))
+                          cell=(st.first_layer, st.last_layer), from_grid=from_grid,
+                          **links(ids, c))
         t.append(np.asarray(cost.t).reshape(len(space.zero_stages), len(space.recompute_modes)))
     t_D = np.array([sum(t[c] for c in chunks_of(g, p, len(t))) for g in range(p)])
     if problem.training.pipeline_time == "paper":
