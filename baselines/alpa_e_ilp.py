@@ -251,11 +251,18 @@ def sharding_table(problem: Problem, mesh: ClusterSpec, D: int, x: int,
             tied_states[vi, oi] = sum(state_bytes(lt.tied, 0.0, d, v.ep, v.cp, z, tr).values())
             tied_step[vi, oi] = step(lt.tied, 0.0, z) / B
     resh = np.zeros((max(L - 1, 0), V, V))
+    # resharding_time reads only the two options' (tp, cp, sp) and the bytes: each distinct call
+    # once (DeepSeek-V3: 196 options, 62 boundaries, ~40 distinct layouts)
+    lay = [(w.tp, w.cp, w.sp) for w in variants]
+    seen: dict = {}
     for li in range(L - 1):
         for a, u in enumerate(variants):
             full = g.layers[li].costs[u.key].output_bytes * u.tp  # the whole boundary activation
             for b, w in enumerate(variants):
-                resh[li, a, b] = resharding_time(mesh, u, w, full)
+                key = (lay[a], lay[b], full)
+                if key not in seen:
+                    seen[key] = resharding_time(mesh, u, w, full)
+                resh[li, a, b] = seen[key]
     return ShardingTable(D, x, B, tuple(variants), tuple(knobs), comm, coll, comp, fwd, dense,
                          expert, states, act, work, params, resh, tied, tied_states, tied_step,
                          all_lines, tr, hw)
