@@ -172,12 +172,25 @@ def _dp(T_XKIS, units, U, cap, combine, backtrack=False):
             A = np.where(A <= cap, A, np.inf)
             src = d - u
             ok = src >= 0
-            G = np.full((kmax + 1, len(d)), np.inf)
-            G[:, ok] = F_prev[1: kmax + 2][:, src[ok]]  # row i holds F(s-1, i+1, d - u)
-            cand = combine(A[:, None, :], G.T[None, :, :])  # [k, d, i]: reduce the last axis
+            G = np.full((kmax + 2, len(d)), np.inf)  # row kmax + 1: padding, all inf
+            G[: kmax + 1, ok] = F_prev[1: kmax + 2][:, src[ok]]  # row i: F(s-1, i+1, d - u)
+            # only the band i - k in [lo, hi] of A's finite entries counts (A is inf for i < k
+            # and, under the cap, past the longest range that fits): the same sums, the same
+            # least i reaching the minimum; a row without a finite entry changes nothing
+            kk, ii = np.nonzero(np.isfinite(A))
+            if not kk.size:
+                continue
+            lo, hi = int((ii - kk).min()), int((ii - kk).max())
+            i_KJ = np.arange(kmax + 1)[:, None] + np.arange(lo, hi + 1)[None, :]
+            inside = (i_KJ >= 0) & (i_KJ <= kmax)
+            i_KJ = np.where(inside, i_KJ, kmax + 1)
+            A_KJ = np.where(inside, np.take_along_axis(A, np.clip(i_KJ, 0, kmax), axis=1),
+                            np.inf)
+            cand = combine(A_KJ[:, None, :], G[i_KJ].transpose(0, 2, 1))  # [k, d, j]
             if backtrack:
-                i_best = cand.argmin(axis=-1)
-                v = np.take_along_axis(cand, i_best[..., None], axis=-1)[..., 0]
+                j_best = cand.argmin(axis=-1)
+                v = np.take_along_axis(cand, j_best[..., None], axis=-1)[..., 0]
+                i_best = np.take_along_axis(i_KJ, j_best, axis=1)
             else:
                 v = cand.min(axis=-1)
             better = v < F[: kmax + 1, dlo: dhi + 1]
