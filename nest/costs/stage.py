@@ -373,11 +373,22 @@ def stage_memory(problem, lt: LayerTable, d: int, z: int, r: str, stash, a: int,
     """The memory record of one cell under one option, bytes by part (overheads included): what
     the evaluator reports (`_detail`) and what screens plans by memory before they are priced
     (nest.solver.interleaved_memory)."""
+    return stage_memories(problem, lt, d, z, r, [stash], [a], [b])[0]
+
+
+def stage_memories(problem, lt: LayerTable, d: int, z: int, r: str, stash_K, a_K, b_K
+                   ) -> list[dict]:
+    """`stage_memory` of several cells k (first layers a_K, last b_K, stashes stash_K) under one
+    option at once: each part computed elementwise over the cells (the same arithmetic per
+    cell as one cell alone), then one record per cell."""
     tr, v = problem.training, lt.variant
     ri = lt.modes.index(r)
+    a, b = np.asarray(a_K, dtype=np.int64), np.asarray(b_K, dtype=np.int64)
     pd, pe = lt.pd_LL[b, a], lt.pe_LL[b, a]
-    mem = {k: float(x) for k, x in state_bytes(pd, pe, d, v.ep, v.cp, z, tr,
-                                                   lt.fp8_LL[b, a]).items()}
-    mem["activations"] = float(stash * lt.act_LLR[b, a, ri])
-    mem["working"] = float(working_bytes(lt.work_LLR[b, a, ri], lt.maxpar_LL[b, a], z, tr))
-    return with_overheads(mem, problem.cluster.hardware)
+    parts = dict(state_bytes(pd, pe, d, v.ep, v.cp, z, tr, lt.fp8_LL[b, a]))
+    parts["activations"] = np.asarray(stash_K, dtype=float) * lt.act_LLR[b, a, ri]
+    parts["working"] = working_bytes(lt.work_LLR[b, a, ri], lt.maxpar_LL[b, a], z, tr)
+    cols = {k: np.broadcast_to(np.asarray(x, dtype=float), a.shape).tolist()
+            for k, x in parts.items()}
+    hw = problem.cluster.hardware
+    return [with_overheads({k: c[i] for k, c in cols.items()}, hw) for i in range(a.size)]

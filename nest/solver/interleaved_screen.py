@@ -14,16 +14,15 @@ knobs that cannot win, exactly:
   (nest.problem.evaluate.device_memory) only its chunks' records. So one pass per (variant, p,
   d, v) tells, for every (z, r), whether the evaluator would find the plan out of memory on some
   device group, with the evaluator's own functions on the same inputs: the same bytes, bit for
-  bit. A plan out of memory is infeasible: skipping it changes nothing the search returns.
+  bit (nest.costs.stage.stage_memories: a device group's chunks at once). A plan out of memory is infeasible: skipping it changes nothing the search returns.
 """
 
 from __future__ import annotations
 
-import numpy as np
 
 from nest.costs.layers import layer_table
 from nest.costs.pipeline import chunks_of, device_group, stash
-from nest.costs.stage import stage_memory
+from nest.costs.stage import stage_memories
 from nest.problem.evaluate import device_memory
 from nest.problem.plan_spec import block_cuts
 from nest.problem.problem import Problem
@@ -75,8 +74,9 @@ class Fits:
         pr, p, n = self.problem, self.p, len(self.cuts)
         hw = pr.cluster.hardware
         for g in range(p):
-            mems = [stage_memory(pr, self.lt, self.d, z, r, np.asarray(self.held[k], dtype=float),
-                                 *self.cuts[k]) for k in chunks_of(g, p, n)]
+            ks = list(chunks_of(g, p, n))
+            mems = stage_memories(pr, self.lt, self.d, z, r, [self.held[k] for k in ks],
+                                  [self.cuts[k][0] for k in ks], [self.cuts[k][1] for k in ks])
             if sum(device_memory(mems, p, self.m, g, self.held[g], hw).values()) > hw.hbm_bytes:
                 return False
         return True
