@@ -48,12 +48,46 @@ Where the time still goes (CPU s, after): Llama-3-70B's solve 8.3 = interleaved 
 searches ~2.5 + the mbs 2 graph ~2.5. Mixtral-8x22B: the mbs 2 graph ~6, 1F1B searches ~5,
 interleaved ~3. DeepSeek-V3 (61 blocks: no interleaving): the mbs 2 graph ~13.5 and the 12 1F1B
 searches per mbs ~13 (memory_aware_bound's min-max DP per (class, p) and the layer tables per
-mode), on top of its 14 s mbs 1 graph. DeepSeek-V3's compare 68.1 misses the 30 s target:
-Alpa-E takes 57 of it (nest 4, MCMC 5, Mist 2; measured by planner with the same graph). Next
-steps: the graph at mbs 2 from the mbs 1 trace
+mode), on top of its 14 s mbs 1 graph. DeepSeek-V3's compare 68.1 missed the 30 s target with
+Alpa-E 57 of it (nest 4, MCMC 5, Mist 2); after the second pass Alpa-E alone takes ~31 (76
+before, both under load): its layer tables on the mesh per option (~10), the intra-operator
+range tables per (split, option set) (~15) and the DP (~5) remain. Next steps: the graph at mbs 2 from the mbs 1 trace
 (affine in tokens except weight reads; needs per-tensor tagging in the meter), the per-ZeRO
 1F1B searches sharing their bounds beyond the compute-only ones, and both cores (traces are
 independent per variant).
+
+Second pass (h25speed2), CPU s of the same script, before (main at e5a921b) and after run side
+by side on the same shared machine (load average ~7 on 2 cores, so both are inflated against
+the table above; read the ratio):
+
+    model          graph s before  after   solve s before  after   compare s before  after
+    llama3_70b                4.2    4.3             14.5   10.4              17.4   14.9
+    mixtral_8x22b             7.0    8.3             22.3   18.2              26.3   19.8
+    deepseek_v3              16.4   18.7             27.9   28.3             101.3   48.8
+
+and Qwen2.5-72B on 32 H100 (benchmarks/recipes.py qwen25_72b_32, micro-batch searched among 1,
+2, its graphs already built): solve 20.9 -> 9.0 CPU s. Plans unchanged: the `nest plan` files of
+the three models above and Qwen2.5-72B's plan equal before and after (but the solve time), and
+DeepSeek-V3's Alpa-E plan and notes too. What changed, each exact:
+
+* the interleaved search's per-placement bound (nest.solver.launchable.device_time_bounds)
+  reads every chunk's position-free stage terms from the whole-grid kernel (stage_cost's
+  from_grid, one computation per (d, group terms, options), shared by every chunk, layout and
+  placement) instead of pricing each chunk's cell: bit for bit the same bounds
+  (tests/test_speed_exact.py); it was two thirds of Qwen2.5-72B's solve (uneven chunk layouts);
+* the interleaved memory screen prices a device group's chunk records at once
+  (nest.costs.stage.stage_memories, elementwise the arithmetic of stage_memory);
+* Alpa-E: its sharding table priced a resharding per (boundary, option, option), 2.4 M calls
+  for DeepSeek-V3 (196 options), each one a collective over the mesh; it now prices each
+  distinct (layout, layout, bytes) once; its inter-operator DP reads only the band of stage
+  ranges that can be finite under the cap (the same sums and the same least i; the brute-force
+  test in tests/test_baseline_alpa_e.py). DeepSeek-V3's Alpa-E alone: 76 -> 31 CPU s.
+
+Where the time still goes after the second pass (profiled, Llama-3-70B's solve): the interleaved
+search ~half (group terms and placement keys per chunk, then the memory screen), the 1F1B
+searches, the mbs 2 graph, and importing JAX for the solver's DP (nest.solver.dp, ~1.5 s of
+the first model's solve in this script, paid by every `nest plan`). Targets not met under this
+load: graph + solve <= 10 s for all three, DeepSeek-V3's compare <= 30 s (Alpa-E ~31 alone).
 """
 
 from __future__ import annotations
