@@ -85,7 +85,7 @@ DeepSeek-V3's Alpa-E plan and notes too. What changed, each exact:
 
 Where the time still goes after the second pass (profiled, Llama-3-70B's solve): the interleaved
 search ~half (group terms and placement keys per chunk, then the memory screen), the 1F1B
-searches, the mbs 2 graph, and importing JAX for the solver's DP (nest.solver.dp, ~1.5 s of
+searches, the mbs 2 graph, and importing JAX for the solver's DP (nest.solver.dp, ~0.9 s of
 the first model's solve in this script, paid by every `nest plan`). Targets not met under this
 load: graph + solve <= 10 s for all three, DeepSeek-V3's compare <= 30 s (Alpa-E ~31 alone).
 """
