@@ -137,13 +137,9 @@ def parse_partition(text: str) -> list[int]:
 
 def partition_cuts(sizes: list[int], num_blocks: int) -> list[tuple[int, int]]:
     """Layer-graph ranges for blocks per stage: embedding first, head last."""
-    cuts, start = [], 1
-    for n in sizes:
-        cuts.append((start, start + n - 1))
-        start += n
-    cuts[0] = (0, cuts[0][1])
-    cuts[-1] = (cuts[-1][0], num_blocks + 1)
-    return cuts
+    from nest.problem.plan_spec import sized_cuts
+
+    return sized_cuts(sizes, num_blocks)
 
 
 def stage_cuts(row: dict, num_blocks: int, path: Path) -> tuple[list[tuple[int, int]], str]:

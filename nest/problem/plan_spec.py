@@ -50,9 +50,16 @@ def block_cuts(num_blocks: int, chunks: int) -> list[tuple[int, int]]:
     blocks spread evenly (the first chunks take one more when chunks does not divide them),
     the embedding on the first chunk and the head on the last (Megatron-LM)."""
     base, extra = divmod(num_blocks, chunks)
+    return sized_cuts([base + (1 if j < extra else 0) for j in range(chunks)], num_blocks)
+
+
+def sized_cuts(sizes: list[int], num_blocks: int) -> list[tuple[int, int]]:
+    """Layer-graph ranges of chunks holding sizes[j] blocks each, in model order over
+    [embedding, block_0 .. block_{n-1}, head]: the embedding on the first chunk, the head on the
+    last (a chunk of 0 blocks holds only those)."""
+    assert sum(sizes) == num_blocks and len(sizes) >= 1
     cuts, start = [], 1
-    for j in range(chunks):
-        n = base + (1 if j < extra else 0)
+    for n in sizes:
         cuts.append((start, start + n - 1))
         start += n
     cuts[0] = (0, cuts[0][1])

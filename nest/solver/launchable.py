@@ -67,16 +67,11 @@ def layout_cuts(num_blocks: int, chunks: int, layout: tuple[int, int, int]
                 ) -> list[tuple[int, int]]:
     """Layer-graph ranges [embedding, block_0 .. block_{n-1}, head] of the chunks of `layout`
     (`chunk_layouts`), in model order."""
+    from nest.problem.plan_spec import sized_cuts
+
     a, k, c = layout
-    sizes = [a, *[k] * (chunks - 2), c]
-    assert sum(sizes) == num_blocks and chunks >= 2
-    cuts, start = [], 1
-    for n in sizes:
-        cuts.append((start, start + n - 1))
-        start += n
-    cuts[0] = (0, cuts[0][1])
-    cuts[-1] = (cuts[-1][0], num_blocks + 1)
-    return cuts
+    assert chunks >= 2
+    return sized_cuts([a, *[k] * (chunks - 2), c], num_blocks)
 
 
 def interleaved_plan(problem: Problem, variant, p: int, d: int, v: int, placement: str,
