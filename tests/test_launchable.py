@@ -74,15 +74,23 @@ def test_launchable_equals_brute_force(tmp_path, n, batch, hbm, mbs_options):
     assert not differs(plan)  # launchable: one variant, ZeRO stage, recomputation mode
 
 
-def test_interleaving_wins_where_the_bubble_dominates(tmp_path):
-    """Few micro-batches per stage (m = p): the interleaved schedule's bubble (p - 1) / v is the
-    cheaper one, and the search picks it, with v found by the brute force too."""
-    pr = make_problem(tiny8(tmp_path, 16), "tiny_cluster", 4,
+def bubble_bound_search(tmp_path, blocks: int):
+    """Few micro-batches per stage (m = p = 4, global batch 4): the launchable search and the
+    brute force on a tiny model of `blocks` blocks agree; (problem, space, time, plan, the brute
+    force's plan)."""
+    pr = make_problem(tiny8(tmp_path, blocks), "tiny_cluster", 4,
                       training=TrainingSettings(global_batch=4)).with_hardware(hbm_bytes=4e9)
     over = {"zero_stages": [0], "recompute_modes": ["none"], "max_pp": 4}
     T, plan, _, _ = search_launchable(pr, {"space": over})
     bf_T, bf_plan = brute_force(pr, over)
     assert T == pytest.approx(bf_T, rel=1e-9)
+    return pr, over, T, plan, bf_plan
+
+
+def test_interleaving_wins_where_the_bubble_dominates(tmp_path):
+    """Few micro-batches per stage (m = p): the interleaved schedule's bubble (p - 1) / v is the
+    cheaper one, and the search picks it, with v found by the brute force too."""
+    pr, over, T, plan, bf_plan = bubble_bound_search(tmp_path, 16)
     assert plan.schedule == bf_plan.schedule and plan.virtual_stages == bf_plan.virtual_stages
     assert plan.schedule == "interleaved" and plan.virtual_stages >= 2
     no = search_launchable(pr, {"space": over, "interleaved": False})[0]
@@ -141,12 +149,7 @@ def test_uneven_chunks_interleave_an_indivisible_model(tmp_path):
     and the export states it with --pipeline-model-parallel-layout (nothing projected)."""
     from nest.interfaces.export import to_megatron
 
-    pr = make_problem(tiny8(tmp_path, 7), "tiny_cluster", 4,
-                      training=TrainingSettings(global_batch=4)).with_hardware(hbm_bytes=4e9)
-    over = {"zero_stages": [0], "recompute_modes": ["none"], "max_pp": 4}
-    T, plan, _, _ = search_launchable(pr, {"space": over})
-    bf_T, bf_plan = brute_force(pr, over)
-    assert T == pytest.approx(bf_T, rel=1e-9)
+    pr, over, T, plan, _ = bubble_bound_search(tmp_path, 7)
     assert plan.schedule == "interleaved"
     assert T < search_launchable(pr, {"space": over, "interleaved": False})[0]
     blocks = [sum(1 for i in range(s.first_layer, s.last_layer + 1) if 0 < i < 8)

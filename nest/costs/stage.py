@@ -372,7 +372,7 @@ def stage_memory(problem, lt: LayerTable, d: int, z: int, r: str, stash, a: int,
                  ) -> dict:
     """The memory record of one cell under one option, bytes by part (overheads included): what
     the evaluator reports (`_detail`) and what screens plans by memory before they are priced
-    (nest.solver.interleaved_memory)."""
+    (nest.solver.interleaved_screen, through `stage_memories`)."""
     return stage_memories(problem, lt, d, z, r, [stash], [a], [b])[0]
 
 
