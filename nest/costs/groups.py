@@ -18,6 +18,7 @@ import numpy as np
 
 from nest.costs.alike import (SYNC_KINDS, inner_groups, level_name, priced_alike,
                               priced_alike_keys, sits_alike)
+from nest.common.errors import SpecError
 from nest.costs.cache import read_only
 from nest.costs.layers import LayerTable, prefix
 from nest.network.collectives import group_lines, group_lines_by_kind, lines_time
@@ -132,7 +133,9 @@ def _group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
             x_LK[li, k] += x
     fwd_K = np.array(fwd, dtype=bool)
     if problem.training.tp_comm_overlap and v.sp and v.tp > 1:
-        x_LK = tp_overlapped(x_LK, fwd_K, np.array([n.startswith("tp_") for n in names]), lt)
+        x_LK = tp_overlapped(x_LK, fwd_K, np.array([n.startswith("tp_") for n in names]),
+                             np.array([n.startswith("tp_reduce_scatter.") for n in names]), lt,
+                             problem.training, cl.hardware)
     full_R = np.array([r == "full" for r in lt.modes])
     total_L = x_LK.sum(axis=1)
     fwd_L = x_LK[:, fwd_K].sum(axis=1) if K else np.zeros(L)
@@ -158,19 +161,64 @@ def ep_a2a_bytes(training, col) -> float:
     return col.bytes
 
 
-def tp_overlapped(x_LK: np.ndarray, fwd_K: np.ndarray, tp_K: np.ndarray, lt: LayerTable):
-    """Tensor-parallel communication overlapped with the GEMMs it feeds and follows (Transformer
-    Engine's userbuffers, `tp_comm_overlap`; Wang et al. 2023, "Overlap communication with
-    dependent computation via decomposition"): the all-gathers and reduce-scatters of the
-    sequence-parallel linears run in chunks under their GEMMs, so per layer and phase only what
-    exceeds the layer's GEMM time stays exposed: each tp term of the phase is scaled by
-    max(0, tp - gemm) / tp. (The chunks' pipeline fill is not charged.)"""
+def tp_overlapped(x_LK: np.ndarray, fwd_K: np.ndarray, tp_K: np.ndarray, rs_K: np.ndarray,
+                  lt: LayerTable, training, hw) -> np.ndarray:
+    """Tensor-parallel communication overlapped with the GEMMs it feeds and follows, as
+    Transformer Engine's userbuffers run it (`tp_comm_overlap`; TE `initialize_ub` and
+    comm_gemm_overlap.cpp, the NeMo / Megatron-Bridge userbuffers configs: docs/modeling.md,
+    "Tensor and sequence parallelism"). Each tp term x_LK of a sequence-parallel layer is scaled
+    to what stays exposed, per layer (an exposed total spread over its terms by size):
+
+    - forward reduce-scatters (rs_K) after the row-parallel GEMMs (out-projection, MLP down;
+      forward G = lt.proj_fwd_L + lt.down_fwd_L; R the reduce-scatters' time). The GEMM leaves
+      m SMs of hw.sm_count to the communication (set_sm_margin; m = training.tp_overlap_attn_sms
+      / _mlp_sms) and, compute-bound, runs sm_count / (sm_count - m) longer: G'.
+      `pipeline` (TE's default): G' in n = tp_overlap_splits chunks, chunk i's reduce-scatter
+      beside chunk i + 1's GEMM, the last alone: (G' - G) + R / n + max(0, R - G') (n - 1) / n.
+      `ring_exchange`: tp GEMM chunks, chunk i's send beside chunk i + 1's GEMM, the last chunk
+      the device's own; then one kernel sums the tp received chunks (reads the layer's
+      reduce-scatter bytes, writes 1 / tp of them, at the streaming bandwidth):
+      (G' - G) + max(0, R - G' (tp - 1) / tp) + the sum.
+    - the other forward terms (all-gathers before the column-parallel GEMMs, `ring_exchange`:
+      the local chunk's GEMM first, each step's transfer beside one chunk's GEMM): exposed
+      max(0, A - (F - G) (tp - 1) / tp), F the layer's forward GEMMs.
+    - backward (ring-exchange all-gathers before the row-parallel dgrads; `bulk` all-gather and
+      reduce-scatter beside the column-parallel dgrad / wgrad GEMMs, without SM margin as the
+      recipes set it): exposed max(0, B - the backward GEMMs)."""
     out = x_LK.copy()
-    for phase_K, gemm_L in ((tp_K & fwd_K, lt.gemm_fwd_L), (tp_K & ~fwd_K, lt.gemm_bwd_L)):
-        comm_L = x_LK[:, phase_K].sum(axis=1)
-        keep_L = np.where(comm_L > 0, np.maximum(comm_L - gemm_L, 0.0) / np.where(
-            comm_L > 0, comm_L, 1.0), 1.0)
-        out[:, phase_K] *= keep_L[:, None]
+    t = lt.variant.tp
+    G_L = lt.proj_fwd_L + lt.down_fwd_L
+    G2_L = G_L
+    if hw.sm_count:
+        def stretch(m: int) -> float:
+            if not 0 <= m < hw.sm_count:
+                raise SpecError(f"training settings: tp_overlap_attn_sms / tp_overlap_mlp_sms "
+                                f"{m}: expected 0 .. {hw.sm_count - 1} (the card's sm_count)")
+            return hw.sm_count / (hw.sm_count - m)
+        G2_L = (lt.proj_fwd_L * stretch(training.tp_overlap_attn_sms)
+                + lt.down_fwd_L * stretch(training.tp_overlap_mlp_sms))
+    R_K = rs_K & fwd_K & tp_K
+    R_L = x_LK[:, R_K].sum(axis=1)
+    if training.tp_overlap_rs == "pipeline":
+        n = int(training.tp_overlap_splits)
+        exp_rs_L = (G2_L - G_L) + R_L / n + np.maximum(R_L - G2_L, 0.0) * (n - 1) / n
+    else:
+        bw = hw.hbm_bytes_per_s * hw.memory_efficiency
+        sum_L = np.array([sum(col.bytes * col.count * (1 + 1 / t) / bw + col.count
+                              * hw.kernel_overhead_s for col in c.collectives
+                              if col.group == "tp" and col.phase == "fwd"
+                              and col.kind == "reduce_scatter") for c in lt.costs])
+        exp_rs_L = (G2_L - G_L) + np.maximum(R_L - G2_L * (t - 1) / t, 0.0) + sum_L
+    exp_rs_L = np.where(R_L > 0, exp_rs_L, 0.0)
+    A_K = tp_K & fwd_K & ~rs_K
+    A_L = x_LK[:, A_K].sum(axis=1)
+    exp_ag_L = np.maximum(A_L - (lt.gemm_fwd_L - G_L) * (t - 1) / t, 0.0)
+    B_K = tp_K & ~fwd_K
+    B_L = x_LK[:, B_K].sum(axis=1)
+    exp_b_L = np.maximum(B_L - lt.gemm_bwd_L, 0.0)
+    for sel_K, comm_L, exp_L in ((R_K, R_L, exp_rs_L), (A_K, A_L, exp_ag_L), (B_K, B_L, exp_b_L)):
+        keep_L = np.where(comm_L > 0, exp_L / np.where(comm_L > 0, comm_L, 1.0), 1.0)
+        out[:, sel_K] *= keep_L[:, None]
     return out
 
 

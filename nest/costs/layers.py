@@ -46,6 +46,8 @@ class LayerTable:
     fp8_LL: np.ndarray  # parameters of the stage's FP8 GEMMs (its blocks; nest.spec.precision)
     gemm_fwd_L: np.ndarray  # the GEMMs' part of fwd_L / bwd_L (tensor-parallel overlap)
     gemm_bwd_L: np.ndarray
+    proj_fwd_L: np.ndarray  # the row-parallel GEMMs' forward (LayerTimes.proj_fwd_s, down_fwd_s)
+    down_fwd_L: np.ndarray
     cum: Mapping[str, np.ndarray]  # prefix sums of fwd_L, bwd_L, rec_LR for one-cell breakdowns
 
     @property
@@ -103,6 +105,8 @@ def _build(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
         fp8_LL=read_only(range_sum(fp8_L)),
         gemm_fwd_L=read_only(np.array([t.gemm_fwd_s for t in times])),
         gemm_bwd_L=read_only(np.array([t.gemm_bwd_s for t in times])),
+        proj_fwd_L=read_only(np.array([t.proj_fwd_s for t in times])),
+        down_fwd_L=read_only(np.array([t.down_fwd_s for t in times])),
         cum=read_only({"fwd_L": prefix(fwd_L), "bwd_L": prefix(bwd_L), "rec_LR": prefix(rec_LR)}))
 
 

@@ -70,6 +70,11 @@ class LayerTimes:
     # (TrainingSettings.tp_comm_overlap, nest.costs.groups)
     gemm_fwd_s: float = 0.0
     gemm_bwd_s: float = 0.0
+    # the forward of the row-parallel GEMMs whose output is reduce-scattered over tp (attention
+    # out-projection, MLP down projection): Transformer Engine's pipelined overlap runs them
+    # beside its reduce-scatter kernels (nest.costs.groups.tp_overlapped)
+    proj_fwd_s: float = 0.0
+    down_fwd_s: float = 0.0
 
 
 def layer_times(hw: HardwareSpec, cost: LayerCost,
@@ -95,7 +100,14 @@ def layer_times(hw: HardwareSpec, cost: LayerCost,
     gemm = [per_op[op.name] for op in ops if op.kind == "matmul"]
     return LayerTimes(fwd, bwd, MappingProxyType(rec), source, MappingProxyType(srcs),
                       sum(f for f, _ in gemm),
-                      sum(b for _, b in gemm))
+                      sum(b for _, b in gemm),
+                      per_op.get(ROW_PARALLEL[0], (0.0, 0.0))[0],
+                      per_op.get(ROW_PARALLEL[1], (0.0, 0.0))[0])
+
+
+# the row-parallel GEMMs of a block whose forward output is reduce-scattered over tp (sequence
+# parallelism): attention out-projection, MLP down projection (LayerTimes.proj_fwd_s, down_fwd_s)
+ROW_PARALLEL = ("out_proj", "mlp_down")
 
 
 MOE_SORT = "moe_local_sort"
@@ -192,7 +204,8 @@ class CostTable:
             k = self.scale
             t = replace(t, fwd_s=t.fwd_s * k, bwd_s=t.bwd_s * k,
                         recompute_s=MappingProxyType({m: x * k for m, x in t.recompute_s.items()}),
-                        gemm_fwd_s=t.gemm_fwd_s * k, gemm_bwd_s=t.gemm_bwd_s * k)
+                        gemm_fwd_s=t.gemm_fwd_s * k, gemm_bwd_s=t.gemm_bwd_s * k,
+                        proj_fwd_s=t.proj_fwd_s * k, down_fwd_s=t.down_fwd_s * k)
         return t
 
     def times(self, layer_index: int, variant_key: str) -> LayerTimes:

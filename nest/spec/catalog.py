@@ -353,6 +353,10 @@ class HardwareSpec:
     # NCCL's cap on an NVLS-Tree channel (one per NIC of a node), bytes/s, on two nodes and on
     # more (tuning.cc perChMaxNVLSTreeBws); 0: no cap
     nvls_tree_cap_bytes_per_s: tuple[float, float] = (0.0, 0.0)
+    # streaming multiprocessors (datasheet): a GEMM launched with an SM margin for a
+    # communication kernel runs on sm_count - margin of them (nest.costs.groups.tp_overlapped);
+    # 0: unknown, no margin priced
+    sm_count: int = 0
 
 
 def _profile_dir(name: str, where: str) -> str:
@@ -424,6 +428,7 @@ def hardware_from_dict(d: dict, where: str) -> HardwareSpec:
         host_bwd_s_per_op=d.get("host_bwd_us_per_op", 0.0) * US,
         nvls_efficiency=d.get("nvls_efficiency", 0.0),
         nvls_tree_cap_bytes_per_s=tuple(x * GB for x in d.get("nvls_tree_cap_GBps", (0.0, 0.0))),
+        sm_count=d.get("sm_count", 0),
     )
 
 

@@ -79,6 +79,15 @@ class TrainingSettings:
     # tensor-parallel communication overlapped with the GEMMs (Transformer Engine userbuffers,
     # NeMo / Megatron-Bridge `tp_comm_overlap`; sequence-parallel stages; nest.costs.groups)
     tp_comm_overlap: bool = False
+    # Transformer Engine's pipelined reduce-scatter overlap of the row-parallel linears' forward
+    # (userbuffers `pipeline` method of proj_fprop / fc2_fprop): the GEMM in `tp_overlap_splits`
+    # chunks, and the SMs its reduce-scatter kernels take from the attention out-projection's /
+    # the MLP down projection's GEMM (`num_sm` with set_sm_margin; TE's defaults 4, 16, 16;
+    # nest.costs.groups.tp_overlapped)
+    tp_overlap_rs: str = "pipeline"  # TE's method for proj_fprop / fc2_fprop | "ring_exchange"
+    tp_overlap_splits: int = 4
+    tp_overlap_attn_sms: int = 16
+    tp_overlap_mlp_sms: int = 16
     # the busiest expert-parallel rank's received tokens over the mean (>= 1; 1.0: balanced
     # routing): its all-to-all buffers grow by this factor (nest.costs.groups.ep_a2a_bytes)
     moe_routing_imbalance: float = 1.0
