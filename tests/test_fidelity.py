@@ -201,7 +201,7 @@ def test_tp_overlap_prices_userbuffers_methods_by_hand():
     rs = Collective("reduce_scatter", "fwd", "tp", 1e8, 2)
     lt = SimpleNamespace(variant=Variant(4, True), proj_fwd_L=np.array([1 * ms]),
                          down_fwd_L=np.array([2 * ms]), gemm_fwd_L=np.array([10 * ms]),
-                         gemm_bwd_L=np.array([20 * ms]),
+                         gemm_bwd_L=np.array([20 * ms]), col_bwd_L=np.array([4 * ms]),
                          costs=[SimpleNamespace(collectives=(rs,))])
     x = np.array([[2 * ms, 4 * ms, 5 * ms, 25 * ms, 7 * ms]])
     fwd = np.array([True, True, True, False, True])
@@ -210,7 +210,7 @@ def test_tp_overlap_prices_userbuffers_methods_by_hand():
     hw = SimpleNamespace(sm_count=132, hbm_bytes_per_s=2e12, memory_efficiency=0.5,
                          kernel_overhead_s=1e-6)
     pipe = SimpleNamespace(tp_overlap_rs="pipeline", tp_overlap_splits=4,
-                           tp_overlap_attn_sms=24, tp_overlap_mlp_sms=16)
+                           tp_overlap_attn_sms=24, tp_overlap_mlp_sms=16, tp_overlap_bulk_sms=0)
     out = tp_overlapped(x, fwd, tp, rsk, lt, pipe, hw)
     # G' = 1 x 132/108 + 2 x 132/116 = 3.498084; R = 5: (G' - G) + R/4 + (R - G') x 3/4
     assert out[0, 2] == pytest.approx(0.498084 * ms + 1.25 * ms + 1.501916 * 0.75 * ms, rel=1e-5)
@@ -226,9 +226,17 @@ def test_tp_overlap_prices_userbuffers_methods_by_hand():
     # ring exchange, 1 SM each: G' = 3 x 132/131 = 3.022901; exposed (G' - G) +
     # (5 - G' x 3/4) + the sum kernel 2 x (1e8 x 1.25 / 1e12 + 1e-6) = 0.252
     ring = SimpleNamespace(tp_overlap_rs="ring_exchange", tp_overlap_splits=4,
-                           tp_overlap_attn_sms=1, tp_overlap_mlp_sms=1)
+                           tp_overlap_attn_sms=1, tp_overlap_mlp_sms=1, tp_overlap_bulk_sms=0)
     assert tp_overlapped(x, fwd, tp, rsk, lt, ring, hw)[0, 2] == pytest.approx(
         (0.022901 + 5 - 2.267176 + 0.252) * ms, rel=1e-5)
+    # bulk overlaps giving 16 SMs: the QKV / MLP-up backward GEMMs (4) take 4 x 132/116, +0.551724;
+    # with backward communication 20.3 that also hides it all: exposed 0.551724
+    bulk = SimpleNamespace(**{**vars(pipe), "tp_overlap_bulk_sms": 16})
+    x3 = x.copy()
+    x3[0, 3] = 20.3 * ms
+    assert tp_overlapped(x3, fwd, tp, rsk, lt, bulk, hw)[0, 3] == pytest.approx(
+        0.551724 * ms, rel=1e-5)
+    assert tp_overlapped(x, fwd, tp, rsk, lt, bulk, hw)[0, 3] == pytest.approx(5 * ms)
     # a card without an SM count: no margin priced
     hw0 = SimpleNamespace(**{**vars(hw), "sm_count": 0})
     assert tp_overlapped(x, fwd, tp, rsk, lt, pipe, hw0)[0, 2] == pytest.approx(

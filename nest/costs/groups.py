@@ -183,20 +183,22 @@ def tp_overlapped(x_LK: np.ndarray, fwd_K: np.ndarray, tp_K: np.ndarray, rs_K: n
       the local chunk's GEMM first, each step's transfer beside one chunk's GEMM): exposed
       max(0, A - (F - G) (tp - 1) / tp), F the layer's forward GEMMs.
     - backward (ring-exchange all-gathers before the row-parallel dgrads; `bulk` all-gather and
-      reduce-scatter beside the column-parallel dgrad / wgrad GEMMs, without SM margin as the
-      recipes set it): exposed max(0, B - the backward GEMMs)."""
+      reduce-scatter beside the column-parallel dgrad / wgrad GEMMs C, which give up
+      tp_overlap_bulk_sms SMs, C' as above): exposed (C' - C) + max(0, B - the backward GEMMs
+      - (C' - C))."""
     out = x_LK.copy()
     t = lt.variant.tp
     G_L = lt.proj_fwd_L + lt.down_fwd_L
-    G2_L = G_L
+    G2_L, C2_L = G_L, lt.col_bwd_L
     if hw.sm_count:
         def stretch(m: int) -> float:
             if not 0 <= m < hw.sm_count:
-                raise SpecError(f"training settings: tp_overlap_attn_sms / tp_overlap_mlp_sms "
+                raise SpecError(f"training settings: tp_overlap_attn_sms / _mlp_sms / _bulk_sms "
                                 f"{m}: expected 0 .. {hw.sm_count - 1} (the card's sm_count)")
             return hw.sm_count / (hw.sm_count - m)
         G2_L = (lt.proj_fwd_L * stretch(training.tp_overlap_attn_sms)
                 + lt.down_fwd_L * stretch(training.tp_overlap_mlp_sms))
+        C2_L = lt.col_bwd_L * stretch(training.tp_overlap_bulk_sms)
     R_K = rs_K & fwd_K & tp_K
     R_L = x_LK[:, R_K].sum(axis=1)
     if training.tp_overlap_rs == "pipeline":
@@ -215,7 +217,8 @@ def tp_overlapped(x_LK: np.ndarray, fwd_K: np.ndarray, tp_K: np.ndarray, rs_K: n
     exp_ag_L = np.maximum(A_L - (lt.gemm_fwd_L - G_L) * (t - 1) / t, 0.0)
     B_K = tp_K & ~fwd_K
     B_L = x_LK[:, B_K].sum(axis=1)
-    exp_b_L = np.maximum(B_L - lt.gemm_bwd_L, 0.0)
+    dC_L = C2_L - lt.col_bwd_L
+    exp_b_L = np.where(B_L > 0, dC_L + np.maximum(B_L - lt.gemm_bwd_L - dC_L, 0.0), 0.0)
     for sel_K, comm_L, exp_L in ((R_K, R_L, exp_rs_L), (A_K, A_L, exp_ag_L), (B_K, B_L, exp_b_L)):
         keep_L = np.where(comm_L > 0, exp_L / np.where(comm_L > 0, comm_L, 1.0), 1.0)
         out[:, sel_K] *= keep_L[:, None]

@@ -48,6 +48,7 @@ class LayerTable:
     gemm_bwd_L: np.ndarray
     proj_fwd_L: np.ndarray  # the row-parallel GEMMs' forward (LayerTimes.proj_fwd_s, down_fwd_s)
     down_fwd_L: np.ndarray
+    col_bwd_L: np.ndarray  # the column-parallel GEMMs' backward (LayerTimes.col_bwd_s)
     cum: Mapping[str, np.ndarray]  # prefix sums of fwd_L, bwd_L, rec_LR for one-cell breakdowns
 
     @property
@@ -107,6 +108,7 @@ def _build(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
         gemm_bwd_L=read_only(np.array([t.gemm_bwd_s for t in times])),
         proj_fwd_L=read_only(np.array([t.proj_fwd_s for t in times])),
         down_fwd_L=read_only(np.array([t.down_fwd_s for t in times])),
+        col_bwd_L=read_only(np.array([t.col_bwd_s for t in times])),
         cum=read_only({"fwd_L": prefix(fwd_L), "bwd_L": prefix(bwd_L), "rec_LR": prefix(rec_LR)}))
 
 

@@ -75,6 +75,9 @@ class LayerTimes:
     # beside its reduce-scatter kernels (nest.costs.groups.tp_overlapped)
     proj_fwd_s: float = 0.0
     down_fwd_s: float = 0.0
+    # the backward (dgrad + wgrad) of the column-parallel GEMMs whose input is gathered over tp
+    # (QKV, MLP up / gate-up): TE's `bulk` overlap runs its collectives beside them
+    col_bwd_s: float = 0.0
 
 
 def layer_times(hw: HardwareSpec, cost: LayerCost,
@@ -102,12 +105,15 @@ def layer_times(hw: HardwareSpec, cost: LayerCost,
                       sum(f for f, _ in gemm),
                       sum(b for _, b in gemm),
                       per_op.get(ROW_PARALLEL[0], (0.0, 0.0))[0],
-                      per_op.get(ROW_PARALLEL[1], (0.0, 0.0))[0])
+                      per_op.get(ROW_PARALLEL[1], (0.0, 0.0))[0],
+                      sum(per_op[name][1] for name in COLUMN_PARALLEL if name in per_op))
 
 
 # the row-parallel GEMMs of a block whose forward output is reduce-scattered over tp (sequence
 # parallelism): attention out-projection, MLP down projection (LayerTimes.proj_fwd_s, down_fwd_s)
 ROW_PARALLEL = ("out_proj", "mlp_down")
+# the column-parallel GEMMs of a block whose input is all-gathered over tp (LayerTimes.col_bwd_s)
+COLUMN_PARALLEL = ("qkv", "mlp_up", "mlp_gate_up")
 
 
 MOE_SORT = "moe_local_sort"
@@ -205,7 +211,8 @@ class CostTable:
             t = replace(t, fwd_s=t.fwd_s * k, bwd_s=t.bwd_s * k,
                         recompute_s=MappingProxyType({m: x * k for m, x in t.recompute_s.items()}),
                         gemm_fwd_s=t.gemm_fwd_s * k, gemm_bwd_s=t.gemm_bwd_s * k,
-                        proj_fwd_s=t.proj_fwd_s * k, down_fwd_s=t.down_fwd_s * k)
+                        proj_fwd_s=t.proj_fwd_s * k, down_fwd_s=t.down_fwd_s * k,
+                        col_bwd_s=t.col_bwd_s * k)
         return t
 
     def times(self, layer_index: int, variant_key: str) -> LayerTimes:

@@ -198,7 +198,8 @@ def model_for(row: dict) -> ModelSpec:
 
 
 OVERLAP_KEYS = ("dp_overlap", "param_gather_overlap", "dp_bucket_params", "tp_overlap_rs",
-                "tp_overlap_splits", "tp_overlap_attn_sms", "tp_overlap_mlp_sms")
+                "tp_overlap_splits", "tp_overlap_attn_sms", "tp_overlap_mlp_sms",
+                "tp_overlap_bulk_sms")
 
 
 def training_for(row: dict):

@@ -88,6 +88,10 @@ class TrainingSettings:
     tp_overlap_splits: int = 4
     tp_overlap_attn_sms: int = 16
     tp_overlap_mlp_sms: int = 16
+    # SMs the backward's `bulk` all-gather / reduce-scatter kernels take from the QKV and MLP up
+    # dgrad / wgrad GEMMs (TE's default: 16 with set_sm_margin; the NeMo / Megatron-Bridge
+    # recipes set no margin there: 0)
+    tp_overlap_bulk_sms: int = 16
     # the busiest expert-parallel rank's received tokens over the mean (>= 1; 1.0: balanced
     # routing): its all-to-all buffers grow by this factor (nest.costs.groups.ep_a2a_bytes)
     moe_routing_imbalance: float = 1.0
