@@ -376,6 +376,11 @@ def test_the_priced_overlap_is_exported_as_megatrons_flags():
     alone = export(param_gather_overlap=True)
     assert "--overlap-param-gather" not in alone.args
     assert any("--overlap-grad-reduce" in w for w in alone.warnings)
+    # a userbuffers config other than Transformer Engine's default is priced, not exported
+    recipe = export(tp_comm_overlap=True, tp_overlap_rs="ring_exchange", tp_overlap_bulk_sms=0)
+    assert "--tp-comm-overlap" in recipe.args
+    assert any("tp_overlap_rs" in w and "tp_overlap_bulk_sms" in w
+               and "--tp-comm-overlap-cfg" in w for w in recipe.warnings)
 
 
 def test_uneven_interleaving_emits_the_layout_alone_and_indivisible_layers_get_a_layout():

@@ -24,7 +24,8 @@ What maps directly (Megatron-LM / Megatron-Core argument names):
                                dp_bucket_params; param_gather_overlap: --overlap-param-gather
                                (Megatron asserts both it and a sharded optimizer; without
                                bucketed sync it is left out with a warning); tp_comm_overlap
-                               with sequence parallelism: --tp-comm-overlap. dp_overlap none
+                               with sequence parallelism: --tp-comm-overlap (tp_overlap_*
+                               other than TE's defaults: a warning). dp_overlap none
                                (the paper's sync after the flush) and stage have no flag:
                                Megatron's default reduces per rank after its last backward
     ZeRO (all stages)          1: --use-distributed-optimizer; 2 / 3: Megatron-FSDP,
@@ -466,6 +467,15 @@ def _overlap_args(out: Plan, tr, warnings: list[str]) -> list[str]:
                             "--overlap-grad-reduce (dp_overlap: bucketed): not exported")
     if tr.tp_comm_overlap and out.sp and out.tp > 1:
         a.append("--tp-comm-overlap")
+        ub = ("tp_overlap_rs", "tp_overlap_splits", "tp_overlap_attn_sms", "tp_overlap_mlp_sms",
+              "tp_overlap_bulk_sms")
+        te = type(tr)()  # the defaults: Transformer Engine's own userbuffers config
+        diff = {k: getattr(tr, k) for k in ub if getattr(tr, k) != getattr(te, k)}
+        if diff:
+            warnings.append(f"tp_comm_overlap was priced with {diff}; --tp-comm-overlap alone runs "
+                            "Transformer Engine's default userbuffers config: pass the priced one "
+                            "with --tp-comm-overlap-cfg (proj_fprop / fc2_fprop method, num_splits, "
+                            "num_sm; the bulk overlaps' set_sm_margin)")
     return a
 
 
