@@ -103,7 +103,8 @@ def _group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
 
     def time(kind: str, name: str, nbytes: float) -> float:
         if (kind, name) not in lines:
-            lines[(kind, name)] = group_lines(cl, kind, groups[name])
+            lines[(kind, name)] = ep_lines(problem, groups[name]) \
+                if (kind, name) == ("all_to_all", "ep") else group_lines(cl, kind, groups[name])
         return float(lines_time(lines[(kind, name)], nbytes))
 
     names: list[str] = []
@@ -140,6 +141,20 @@ def _group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
     dp, dp_level = dp_lines(problem, lt, ids, d, groups)
     return GroupTerms(tuple(names), read_only(fwd_K), read_only(prefix(x_LK)),
                       read_only(prefix(tot_LR)), dp, dp_level, read_only(tot_LR), read_only(fwd_L))
+
+
+def ep_lines(problem, groups) -> list:
+    """Alpha-beta lines of the expert-parallel all-to-all on a stage's ep groups (one per
+    distinct group, as nest.network.collectives.group_lines): the flat all-to-all, or with
+    training.moe_dispatcher "hybridep" the level-aware dispatch (nest.network.hybrid_ep)."""
+    if problem.training.moe_dispatcher != "hybridep":
+        return group_lines(problem.cluster, "all_to_all", groups)
+    from nest.network.collectives import distinct
+    from nest.network.hybrid_ep import hybrid_all_to_all
+
+    m = problem.model
+    return [(hybrid_all_to_all(problem.cluster, g, m.num_experts, m.top_k),)
+            for g in distinct(problem.cluster, groups)] if len(groups[0]) > 1 else []
 
 
 def ep_a2a_bytes(training, col) -> float:
