@@ -207,3 +207,35 @@ def _dp_lines(problem, lt: LayerTable, ids, d: int, groups):
           for part in ("dense", "expert")}
     dg = groups["dp_dense"]
     return read_only(dp), level_name(cl, dg[0]) if dg.shape[1] > 1 else "local"
+
+
+def expected_max_normal(n: int) -> float:
+    """E[max of n independent standard normals]: the integral of x n phi(x) Phi(x)^(n-1) on a
+    fine grid over [-12, 12] (0 for n = 1; 1 / sqrt(pi) for n = 2)."""
+    if n <= 1:
+        return 0.0
+    from math import erf, sqrt
+
+    x = np.linspace(-12.0, 12.0, 48001)
+    phi = np.exp(-x * x / 2) / sqrt(2 * np.pi)
+    cdf = 0.5 * (1 + np.vectorize(erf)(x / sqrt(2)))
+    return float(np.trapezoid(x * n * phi * cdf ** (n - 1), x))
+
+
+def forced_balance_imbalance(tokens_per_rank: int, top_k: int, experts: int, ep: int) -> float:
+    """The busiest of ep ranks' received routed tokens over the mean when the router draws
+    random logits (Megatron-Core `moe_router_force_load_balancing`: router.py applies
+    apply_random_logits, so each token's k experts are a uniform k-subset of E; the Megatron-
+    Bridge MoE benchmarks set it). A token sends X copies to one rank's E / ep experts, X
+    hypergeometric (k draws, E / ep of E): mean k / ep, variance k (1/ep)(1 - 1/ep)(E - k)/(E - 1).
+    Over the ep T tokens of the group a rank receives mean T k, standard deviation
+    sd = sqrt(ep T var X), the ranks' counts correlated -1 / (ep - 1) (their sum is fixed). In
+    the normal limit they are sd / sqrt(1 - 1/ep) (Z_i - mean Z) for independent standard
+    normals Z, so the busiest exceeds the mean by z_ep sd / sqrt(1 - 1/ep), z_ep =
+    `expected_max_normal`(ep): the factor 1 + that / (T k)."""
+    if ep <= 1:
+        return 1.0
+    p = 1.0 / ep
+    var_x = top_k * p * (1 - p) * (experts - top_k) / (experts - 1)
+    sd = np.sqrt(ep * tokens_per_rank * var_x / (1 - p))
+    return float(1.0 + expected_max_normal(ep) * sd / (tokens_per_rank * top_k))

@@ -202,7 +202,8 @@ OVERLAP_KEYS = ("dp_overlap", "param_gather_overlap", "dp_bucket_params")
 
 def training_for(row: dict):
     """config/training.yaml with the run's global batch, attention kernel (nest.graph.attention),
-    MoE token dispatcher (`moe_dispatcher`), tensor-parallel overlap, gradient-sync overlap (`overlap:`, the recipe's overlap_grad_sync /
+    MoE token dispatcher (`moe_dispatcher`) and forced-balance routing imbalance
+    (`moe_force_load_balancing`: nest.costs.groups.forced_balance_imbalance), tensor-parallel overlap, gradient-sync overlap (`overlap:`, the recipe's overlap_grad_sync /
     overlap_param_sync / bucket size as nest.spec.settings names them) and precision."""
     from nest.spec.settings import load_training
 
@@ -219,6 +220,12 @@ def training_for(row: dict):
             raise SpecError(f"{where}: key 'moe_dispatcher': '{row['moe_dispatcher']}' is none "
                             f"of {DISPATCHERS}")
         tr = tr.with_(moe_dispatcher=row["moe_dispatcher"])
+    if row.get("moe_force_load_balancing"):  # random router logits: the busiest rank's excess
+        from nest.costs.groups import forced_balance_imbalance
+
+        m = model_for(row)
+        tr = tr.with_(moe_routing_imbalance=forced_balance_imbalance(
+            row["mbs"] * row["seq_len"] // row["tp"], m.top_k, m.num_experts, row["ep"]))
     overlap = row.get("overlap") or {}
     bad = sorted(set(overlap) - set(OVERLAP_KEYS))
     if bad:
