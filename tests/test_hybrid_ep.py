@@ -67,3 +67,34 @@ def test_setting_reaches_the_stage_terms():
     assert hyb.predicted_s < flat.predicted_s
     with pytest.raises(Exception, match="moe_dispatcher"):
         P.training_for({**row, "moe_dispatcher": "deepep"})
+
+
+def test_hybridep_drops_the_sender_side_permutation():
+    """Under HybridEP the dispatch kernel gathers tokens as it sends and the combine kernel sums
+    a token's expert outputs as it receives (nest.costs.table.FUSED_INTO_DISPATCH): a MoE layer's
+    forward and backward lose exactly the priced times of moe_permute and moe_combine (the
+    receiving side's local sort stays), its full recomputation the forward ones, and a layer
+    without experts is unchanged. (The host floor per operator is set to 0: the tiny model's
+    layers are host-bound.)"""
+    from dataclasses import replace
+
+    from nest.costs.profiled import price_op
+    from nest.costs.table import MOE_SORT, layer_times
+    from nest.graph import build_graph
+    from nest.spec.catalog import load_hardware, load_model
+
+    hw = replace(load_hardware("h100_sxm"), host_fwd_s_per_op=0.0, host_bwd_s_per_op=0.0)
+    g = build_graph(load_model("tiny_moe"), 1, "torch_fx")
+    v = next(v for v in g.variants if v.ep > 1 and v.tp == 1)
+    moe = next(la.costs[v.key] for la in g.layers
+               if any(op.name == "moe_permute" for op in la.costs[v.key].ops))
+    flat = layer_times(hw, moe, None)
+    hyb = layer_times(hw, moe, None, dispatcher="hybridep")
+    fused = [price_op(hw, op, None) for op in moe.ops if op.name in ("moe_permute", "moe_combine")]
+    assert len(fused) == 2 and MOE_SORT in hyb.op_sources
+    assert hyb.fwd_s == pytest.approx(flat.fwd_s - sum(t.fwd_s for t in fused), rel=1e-12)
+    assert hyb.bwd_s == pytest.approx(flat.bwd_s - sum(t.bwd_s for t in fused), rel=1e-12)
+    assert hyb.recompute_s["full"] == pytest.approx(
+        flat.recompute_s["full"] - sum(t.fwd_s for t in fused), rel=1e-12)
+    dense = g.layers[0].costs[v.key]
+    assert layer_times(hw, dense, None, dispatcher="hybridep") == layer_times(hw, dense, None)

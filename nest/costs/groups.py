@@ -224,10 +224,11 @@ def expected_max_normal(n: int) -> float:
 
 def forced_balance_imbalance(tokens_per_rank: int, top_k: int, experts: int, ep: int) -> float:
     """The busiest of ep ranks' received routed tokens over the mean when the router draws
-    random logits (Megatron-Core `moe_router_force_load_balancing`: router.py applies
-    apply_random_logits, so each token's k experts are a uniform k-subset of E; the Megatron-
-    Bridge MoE benchmarks set it). A token sends X copies to one rank's E / ep experts, X
-    hypergeometric (k draws, E / ep of E): mean k / ep, variance k (1/ep)(1 - 1/ep)(E - k)/(E - 1).
+    random logits (Megatron-Core `moe_router_force_load_balancing`: the router replaces its
+    logits by random normal ones, moe_utils.py apply_random_logits; the Megatron-Bridge MoE
+    benchmarks set it), so each token's k experts are a uniform k-subset of E. A token sends X
+    copies to one rank's E / ep experts, X hypergeometric (k draws, E / ep of E): mean k / ep,
+    variance k (1/ep)(1 - 1/ep)(E - k)/(E - 1).
     Over the ep T tokens of the group a rank receives mean T k, standard deviation
     sd = sqrt(ep T var X), the ranks' counts correlated -1 / (ep - 1) (their sum is fixed). In
     the normal limit they are sd / sqrt(1 - 1/ep) (Z_i - mean Z) for independent standard
