@@ -98,3 +98,17 @@ def test_hybridep_drops_the_sender_side_permutation():
         flat.recompute_s["full"] - sum(t.fwd_s for t in fused), rel=1e-12)
     dense = g.layers[0].costs[v.key]
     assert layer_times(hw, dense, None, dispatcher="hybridep") == layer_times(hw, dense, None)
+
+
+def test_dispatcher_setting_is_checked():
+    """config/training.yaml's schema takes alltoall / hybridep and names the key otherwise; the
+    default is Megatron-Core's alltoall dispatcher."""
+    from nest.common.errors import SpecError
+    from nest.spec.catalog import validate
+    from nest.spec.settings import load_training
+
+    assert load_training().moe_dispatcher == "alltoall"
+    for ok in ("alltoall", "hybridep"):
+        validate({"moe_dispatcher": ok}, "training", "training.yaml")
+    with pytest.raises(SpecError, match="moe_dispatcher"):
+        validate({"moe_dispatcher": "deepep"}, "training", "training.yaml")
