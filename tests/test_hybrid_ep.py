@@ -112,3 +112,22 @@ def test_dispatcher_setting_is_checked():
         validate({"moe_dispatcher": ok}, "training", "training.yaml")
     with pytest.raises(SpecError, match="moe_dispatcher"):
         validate({"moe_dispatcher": "deepep"}, "training", "training.yaml")
+
+
+def test_export_launches_the_priced_dispatcher():
+    """A plan priced with HybridEP exports Megatron-LM's flex dispatcher with that backend; the
+    default exports the all-to-all dispatcher."""
+    from nest.graph.layer_graph import Variant
+    from nest.interfaces.export import to_megatron
+    from nest.problem.evaluate import make_problem
+    from nest.problem.space import make_plan
+
+    pr = make_problem("tiny_moe", "tiny_cluster", 8)
+    L = pr.graph.num_layers
+    plan = make_plan(pr, "h", Variant(1, False, 2), 2, 2, [(0, 2), (3, L - 1)], [0, 0],
+                     ["none", "none"], "replica_major")
+    for dispatcher, want in (("alltoall", "alltoall"), ("hybridep", "flex")):
+        exp = to_megatron(plan, pr.with_training(moe_dispatcher=dispatcher))
+        a = exp.args
+        assert a[a.index("--moe-token-dispatcher-type") + 1] == want
+        assert ("--moe-flex-dispatcher-backend" in a) == (dispatcher == "hybridep")
