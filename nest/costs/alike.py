@@ -116,6 +116,8 @@ def priced_alike_keys(problem, lts, groups: dict) -> list[list[tuple]]:
             flat, pats, first, distinct, level = rows[name]
             lines = [[_pattern_lines(cluster, k, pats[i].tobytes(), flat[i]) for i in first]
                      for k in kinds]
+            if name == "ep" and problem.training.moe_dispatcher == "hybridep":
+                lines.append([_hybrid_lines(problem, flat[i]) for i in first])
             for key, us, lv in zip(keys, distinct, level):
                 key.append((name, lv, tuple(tuple(sorted({ln[u] for u in us})) for ln in lines)))
         out.append([tuple(k) for k in keys])
@@ -136,6 +138,15 @@ def _pattern_lines(cluster, kind: str, pattern: bytes, group: np.ndarray) -> tup
         if len(_PATTERN_LINES) > PATTERN_LINES_ENTRIES:
             _PATTERN_LINES.popitem(last=False)
     return hit
+
+
+def _hybrid_lines(problem, group: np.ndarray) -> tuple:
+    """The level-aware ep dispatch's line of a sorted group (nest.network.hybrid_ep; its own
+    memo), a function of its `patterns` row and the model's experts and top-k."""
+    from nest.network.hybrid_ep import hybrid_all_to_all
+
+    m = problem.model
+    return (hybrid_all_to_all(problem.cluster, tuple(group.tolist()), m.num_experts, m.top_k),)
 
 
 def _kinds_by_group(lt) -> tuple:

@@ -104,7 +104,8 @@ def _group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
 
     def time(kind: str, name: str, nbytes: float) -> float:
         if (kind, name) not in lines:
-            lines[(kind, name)] = group_lines(cl, kind, groups[name])
+            lines[(kind, name)] = ep_lines(problem, groups[name]) \
+                if (kind, name) == ("all_to_all", "ep") else group_lines(cl, kind, groups[name])
         return float(lines_time(lines[(kind, name)], nbytes))
 
     names: list[str] = []
@@ -143,6 +144,20 @@ def _group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
     dp, dp_level = dp_lines(problem, lt, ids, d, groups)
     return GroupTerms(tuple(names), read_only(fwd_K), read_only(prefix(x_LK)),
                       read_only(prefix(tot_LR)), dp, dp_level, read_only(tot_LR), read_only(fwd_L))
+
+
+def ep_lines(problem, groups) -> list:
+    """Alpha-beta lines of the expert-parallel all-to-all on a stage's ep groups (one per
+    distinct group, as nest.network.collectives.group_lines): the flat all-to-all, or with
+    training.moe_dispatcher "hybridep" the level-aware dispatch (nest.network.hybrid_ep)."""
+    if problem.training.moe_dispatcher != "hybridep":
+        return group_lines(problem.cluster, "all_to_all", groups)
+    from nest.network.collectives import distinct
+    from nest.network.hybrid_ep import hybrid_all_to_all
+
+    m = problem.model
+    return [(hybrid_all_to_all(problem.cluster, g, m.num_experts, m.top_k),)
+            for g in distinct(problem.cluster, groups)] if len(groups[0]) > 1 else []
 
 
 def ep_a2a_bytes(training, col) -> float:
@@ -243,3 +258,36 @@ def _dp_lines(problem, lt: LayerTable, ids, d: int, groups):
           for part in ("dense", "expert")}
     dg = groups["dp_dense"]
     return read_only(dp), level_name(cl, dg[0]) if dg.shape[1] > 1 else "local"
+
+
+def expected_max_normal(n: int) -> float:
+    """E[max of n independent standard normals]: the integral of x n phi(x) Phi(x)^(n-1) on a
+    fine grid over [-12, 12] (0 for n = 1; 1 / sqrt(pi) for n = 2)."""
+    if n <= 1:
+        return 0.0
+    from math import erf, sqrt
+
+    x = np.linspace(-12.0, 12.0, 48001)
+    phi = np.exp(-x * x / 2) / sqrt(2 * np.pi)
+    cdf = 0.5 * (1 + np.vectorize(erf)(x / sqrt(2)))
+    return float(np.trapezoid(x * n * phi * cdf ** (n - 1), x))
+
+
+def forced_balance_imbalance(tokens_per_rank: int, top_k: int, experts: int, ep: int) -> float:
+    """The busiest of ep ranks' received routed tokens over the mean when the router draws
+    random logits (Megatron-Core `moe_router_force_load_balancing`: the router replaces its
+    logits by random normal ones, moe_utils.py apply_random_logits; the Megatron-Bridge MoE
+    benchmarks set it), so each token's k experts are a uniform k-subset of E. A token sends X
+    copies to one rank's E / ep experts, X hypergeometric (k draws, E / ep of E): mean k / ep,
+    variance k (1/ep)(1 - 1/ep)(E - k)/(E - 1).
+    Over the ep T tokens of the group a rank receives mean T k, standard deviation
+    sd = sqrt(ep T var X), the ranks' counts correlated -1 / (ep - 1) (their sum is fixed). In
+    the normal limit they are sd / sqrt(1 - 1/ep) (Z_i - mean Z) for independent standard
+    normals Z, so the busiest exceeds the mean by z_ep sd / sqrt(1 - 1/ep), z_ep =
+    `expected_max_normal`(ep): the factor 1 + that / (T k)."""
+    if ep <= 1:
+        return 1.0
+    p = 1.0 / ep
+    var_x = top_k * p * (1 - p) * (experts - top_k) / (experts - 1)
+    sd = np.sqrt(ep * tokens_per_rank * var_x / (1 - p))
+    return float(1.0 + expected_max_normal(ep) * sd / (tokens_per_rank * top_k))

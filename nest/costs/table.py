@@ -37,7 +37,10 @@ before the combine all-to-all ("Unpermutation 2", combine_preprocess); megatron-
 megatron/core/transformer/moe/token_dispatcher.py. Each is a memory-bound gather that reads and
 writes every received token (under balanced routing as many bytes as the all-to-all's buffer),
 and backward runs the two adjoint scatters over the gradients: one op of two kernels per phase,
-each moving 2 x the all-to-all bytes, priced like the graph's moe_permute (price_op).
+each moving 2 x the all-to-all bytes, priced like the graph's moe_permute (price_op). Under
+HybridEP (TrainingSettings.moe_dispatcher "hybridep") the sender-side moe_permute and
+moe_combine run inside the dispatch / combine kernels and are not priced (FUSED_INTO_DISPATCH);
+the receiving side's sort stays (Hybrid-EP's permute kernel, "independent mode" by default).
 
 Imports: roofline <- profiled <- table.
 """
@@ -81,11 +84,14 @@ class LayerTimes:
 
 
 def layer_times(hw: HardwareSpec, cost: LayerCost,
-                profile: ProfileSet | None = None, compute: str = "bf16") -> LayerTimes:
+                profile: ProfileSet | None = None, compute: str = "bf16",
+                dispatcher: str = "alltoall") -> LayerTimes:
     """Forward, backward and recompute seconds of one layer; from `profile` where it covers,
     else (or with profile None) the roofline; compute: the training's compute dtype
-    (nest.spec.precision: "fp8" runs the linear layers' GEMMs in FP8)."""
-    ops = (*cost.ops, *moe_local_sort_op(cost))
+    (nest.spec.precision: "fp8" runs the linear layers' GEMMs in FP8); dispatcher: the MoE
+    token dispatcher (TrainingSettings.moe_dispatcher; `FUSED_INTO_DISPATCH`)."""
+    fused = FUSED_INTO_DISPATCH.get(dispatcher, ())
+    ops = (*(op for op in cost.ops if op.name not in fused), *moe_local_sort_op(cost))
     priced = {op.name: price_op(hw, op, profile, compute) for op in ops}
     per_op = {name: (t.fwd_s, t.bwd_s) for name, t in priced.items()}
     srcs = {name: t.fwd_source if t.fwd_source == t.bwd_source else "mixed"
@@ -117,6 +123,14 @@ COLUMN_PARALLEL = ("qkv", "mlp_up", "mlp_gate_up")
 
 
 MOE_SORT = "moe_local_sort"
+# the sender-side MoE ops a dispatcher runs inside its communication kernels: HybridEP's
+# dispatch kernel reads each token once and writes its copies straight to the experts' ranks
+# (no gather into expert order first), and its combine kernel reduces a token's k weighted
+# expert outputs as it receives them ("Reduce Warp Group"); the receiving side's permute /
+# unpermute kernels remain (the local sort). DeepEP branch hybrid-ep, the Hybrid-EP
+# implementation guide ("Executor", "Hybrid-EP Kernels"); Megatron-Core's HybridEPDispatch,
+# "Fused dispatch operation for permute + dispatch a2a + permute" (fused_a2a.py).
+FUSED_INTO_DISPATCH = {"hybridep": ("moe_permute", "moe_combine")}
 
 
 def moe_local_sort_op(cost: LayerCost) -> tuple[Op, ...]:
@@ -142,12 +156,12 @@ def moe_local_sort_op(cost: LayerCost) -> tuple[Op, ...]:
 
 
 def _recomputed(cost: LayerCost, mode: str, per_op: Mapping) -> tuple[str, ...]:
-    """Op names a recompute mode re-runs; the local-expert sort with the graph's moe_permute (or
-    when the mode re-runs every op of the layer)."""
+    """Op names a recompute mode re-runs (those priced: a dispatcher's fused ops are not); the
+    local-expert sort with the graph's moe_permute (or when the mode re-runs every op)."""
     names = tuple(cost.recompute_ops.get(mode, ()))
     every = bool(names) and set(names) >= {op.name for op in cost.ops}
-    return names + (MOE_SORT,) if MOE_SORT in per_op and ("moe_permute" in names or every) \
-        else names
+    sort = MOE_SORT in per_op and ("moe_permute" in names or every)
+    return tuple(n for n in names if n in per_op) + ((MOE_SORT,) if sort else ())
 
 
 MAIN_GRAD_EXTRA_BYTES = 6  # FP32 read + write of main_grad, less the BF16 write a GEMM prices
@@ -177,7 +191,7 @@ def main_grad_accumulation_s(hw: HardwareSpec, cost: LayerCost) -> float:
 
 
 class CostTable:
-    """Per-layer times of one graph on one hardware: a pure function of its five fields, with no
+    """Per-layer times of one graph on one hardware: a pure function of its six fields, with no
     state of its own (a Problem keeps the priced layers in its nest.costs.cache.ProblemCache).
 
     profile: AUTO (default) uses the measured profile the hardware file names (`profile:` key;
@@ -185,19 +199,20 @@ class CostTable:
     compute: the training's compute dtype (nest.spec.precision.Precision.compute).
     scale: every time multiplied by it (the training settings' cost_scale.compute, applied by
     nest.problem.problem.Problem.build; the one point where compute time enters every planner's costs).
+    dispatcher: the MoE token dispatcher (TrainingSettings.moe_dispatcher; FUSED_INTO_DISPATCH).
     """
 
-    __slots__ = ("graph", "hw", "compute", "scale", "profile")
+    __slots__ = ("graph", "hw", "compute", "scale", "profile", "dispatcher")
 
     def __init__(self, graph: LayerGraph, hw: HardwareSpec,
                  profile: ProfileSet | None | str = AUTO, compute: str = "bf16",
-                 scale: float = 1.0):
+                 scale: float = 1.0, dispatcher: str = "alltoall"):
         if isinstance(profile, str):
             if profile != AUTO:
                 raise ValueError(f"CostTable: profile must be a ProfileSet, None or {AUTO!r}")
             profile = profile_for(hw)
         for name, value in (("graph", graph), ("hw", hw), ("compute", compute),
-                            ("scale", scale), ("profile", profile)):
+                            ("scale", scale), ("profile", profile), ("dispatcher", dispatcher)):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name, value):
@@ -205,7 +220,7 @@ class CostTable:
 
     def times_of(self, cost: LayerCost) -> LayerTimes:
         """One layer's times (any LayerCost of this table's graph)."""
-        t = layer_times(self.hw, cost, self.profile, self.compute)
+        t = layer_times(self.hw, cost, self.profile, self.compute, self.dispatcher)
         if self.scale != 1.0:
             k = self.scale
             t = replace(t, fwd_s=t.fwd_s * k, bwd_s=t.bwd_s * k,

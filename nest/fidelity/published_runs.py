@@ -204,7 +204,8 @@ OVERLAP_KEYS = ("dp_overlap", "param_gather_overlap", "dp_bucket_params", "tp_ov
 
 def training_for(row: dict):
     """config/training.yaml with the run's global batch, attention kernel (nest.graph.attention),
-    tensor-parallel overlap, gradient-sync overlap (`overlap:`, the recipe's overlap_grad_sync /
+    MoE token dispatcher (`moe_dispatcher`) and forced-balance routing imbalance
+    (`moe_force_load_balancing`: nest.costs.groups.forced_balance_imbalance), tensor-parallel overlap, gradient-sync overlap (`overlap:`, the recipe's overlap_grad_sync /
     overlap_param_sync / bucket size as nest.spec.settings names them) and precision."""
     from nest.spec.settings import load_training
 
@@ -214,6 +215,19 @@ def training_for(row: dict):
         tr = tr.with_(attention=row["attention"])
     if row.get("tp_comm_overlap"):  # the recipe overlaps tp communication (nest.costs.groups)
         tr = tr.with_(tp_comm_overlap=True)
+    if "moe_dispatcher" in row:  # the recipe's token dispatcher (nest.network.hybrid_ep)
+        from nest.network.hybrid_ep import DISPATCHERS
+
+        if row["moe_dispatcher"] not in DISPATCHERS:
+            raise SpecError(f"{where}: key 'moe_dispatcher': '{row['moe_dispatcher']}' is none "
+                            f"of {DISPATCHERS}")
+        tr = tr.with_(moe_dispatcher=row["moe_dispatcher"])
+    if row.get("moe_force_load_balancing"):  # random router logits: the busiest rank's excess
+        from nest.costs.groups import forced_balance_imbalance
+
+        m = model_for(row)
+        tr = tr.with_(moe_routing_imbalance=forced_balance_imbalance(
+            row["mbs"] * row["seq_len"] // row["tp"], m.top_k, m.num_experts, row["ep"]))
     overlap = row.get("overlap") or {}
     bad = sorted(set(overlap) - set(OVERLAP_KEYS))
     if bad:

@@ -536,6 +536,9 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
         a.append("--use-tp-pp-dp-mapping")
     a += ["--micro-batch-size", str(out.mbs), "--global-batch-size", str(batch)]
     a += _model_args(m, warnings)
+    if m.is_moe and problem.training.moe_dispatcher == "hybridep":  # priced as HybridEP
+        a[a.index("--moe-token-dispatcher-type") + 1] = "flex"
+        a += ["--moe-flex-dispatcher-backend", "hybridep"]
     a += [*precision_args(problem.training), "--vocab-size", str(m.vocab_size)]  # nest.spec.precision
     # the attention kernel the plan was priced with (nest.graph.attention): Megatron's unfused
     # core, or a fused one (Transformer Engine picks cuDNN / flash: "auto")

@@ -62,6 +62,7 @@ class Problem:
             raise ValueError(f"{where}: `described` must be the layer graph as built")
         if (self.costs.graph is not self.graph or self.costs.hw != self.cluster.hardware
                 or self.costs.compute != self.compute or self.costs.scale != cs.compute
+                or self.costs.dispatcher != self.training.moe_dispatcher
                 or self.cluster.comm_scale != cs.communication):
             raise ValueError(f"{where}: cost table, cluster and training settings disagree: "
                              f"build problems with Problem.build")
@@ -90,7 +91,8 @@ class Problem:
         cs = training.cost_scale
         if cluster.comm_scale != cs.communication:
             cluster = cluster.with_comm_scale(cs.communication)
-        costs = CostTable(g, cluster.hardware, profile, training.precision.compute, cs.compute)
+        costs = CostTable(g, cluster.hardware, profile, training.precision.compute, cs.compute,
+                          training.moe_dispatcher)
         return cls(model, cluster, g, costs, training, model_ref, cluster_ref, raw)
 
     def _rebuild(self, **changes) -> "Problem":

@@ -95,6 +95,10 @@ class TrainingSettings:
     # the busiest expert-parallel rank's received tokens over the mean (>= 1; 1.0: balanced
     # routing): its all-to-all buffers grow by this factor (nest.costs.groups.ep_a2a_bytes)
     moe_routing_imbalance: float = 1.0
+    # how the expert-parallel all-to-all runs (nest.network.hybrid_ep.DISPATCHERS): "alltoall"
+    # (Megatron-Core's NCCL all-to-all dispatcher) or "hybridep" (the flex dispatcher's
+    # HybridEP: each token crosses the inter-node network once per remote NVLink domain)
+    moe_dispatcher: str = "alltoall"
     # the distributed optimizer's (ZeRO-1 / 2) all-gather of the updated weights overlapped with
     # the next batch's first forward, bucket by bucket (Megatron-LM --overlap-param-gather, NeMo
     # `overlap_param_sync`): only dp_sync_exposed_s(all-gather, first forward, buckets) stays
