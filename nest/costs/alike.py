@@ -11,11 +11,10 @@ latter for every stage position of a placement at once (the joint bound's many p
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 
 import numpy as np
 
-from nest.network.collectives import coefficients, patterns, span_level
+from nest.network.collectives import coefficients_rows, patterns, span_level
 
 SYNC_KINDS = ("all_reduce", "reduce_scatter", "all_gather")
 
@@ -114,28 +113,11 @@ def priced_alike_keys(problem, lts, groups: dict) -> list[list[tuple]]:
                     key.append((name,))
                 continue
             flat, pats, first, distinct, level = rows[name]
-            lines = [[_pattern_lines(cluster, k, pats[i].tobytes(), flat[i]) for i in first]
-                     for k in kinds]
+            lines = [coefficients_rows(cluster, k, flat[first], pats[first]) for k in kinds]
             for key, us, lv in zip(keys, distinct, level):
                 key.append((name, lv, tuple(tuple(sorted({ln[u] for u in us})) for ln in lines)))
         out.append([tuple(k) for k in keys])
     return out
-
-
-PATTERN_LINES_ENTRIES = 65536
-_PATTERN_LINES: OrderedDict = OrderedDict()
-
-
-def _pattern_lines(cluster, kind: str, pattern: bytes, group: np.ndarray) -> tuple:
-    """nest.network.collectives.coefficients of a sorted group whose `patterns` row is
-    `pattern` (a function of its size and that row), memoised on that row."""
-    key = (cluster, kind, len(group), pattern)
-    hit = _PATTERN_LINES.get(key)
-    if hit is None:
-        hit = _PATTERN_LINES[key] = coefficients(cluster, kind, tuple(group.tolist()))
-        if len(_PATTERN_LINES) > PATTERN_LINES_ENTRIES:
-            _PATTERN_LINES.popitem(last=False)
-    return hit
 
 
 def _kinds_by_group(lt) -> tuple:

@@ -35,7 +35,7 @@ from nest.costs.memory import peak
 from nest.costs.cache import read_only
 from nest.costs.pipeline import held_bytes, links, stash_capacity
 from nest.costs.stage import grid_terms, stage_cost, tied_sync_s
-from nest.network.collectives import pair_levels, send_time
+from nest.network.collectives import pair_levels_rows, send_time
 
 DROP_SLACK = 1e-11  # relative: a cell is dropped when its floor reaches stop_at (1 + this)
 
@@ -80,10 +80,10 @@ def placement_rows(problem, lts, ids, d: int, opts, C: int, stash_J, cells,
 
 def _links(cluster, ids) -> list:
     """Per adjacent pair of positions (j, j + 1), the levels its transfers cross
-    (nest.network.collectives.pair_levels; stages of a placement have one size, so the
+    (nest.network.collectives.pair_levels_rows; stages of a placement have one size, so the
     backward transfer pairs the same devices and crosses the same levels)."""
-    assert len({len(i) for i in ids}) == 1
-    return [pair_levels(cluster, ids[j], ids[j + 1]) for j in range(len(ids) - 1)]
+    a = np.asarray(ids, dtype=np.int64)  # stages of one size: pairs are zipped
+    return pair_levels_rows(cluster, a[:-1], a[1:]) if len(a) > 1 else []
 
 
 def _overlap_cost(problem, lt, ids, j, d, opts, C, stash, b, a):
@@ -115,12 +115,17 @@ def _fast_cost(problem, lt, gts, terms, ids, links_J, d: int, opts, C: int, stas
         floor = C * base_ULL[u, B, A] + sync_ULL[u, B, A]
         keep = np.flatnonzero(floor < stop_at * (1 + DROP_SLACK))
         pos, B, A, group_J = pos[keep], B[keep], A[keep], group_J[keep]
-    base_R, per_mb_Z, sync_Z = np.empty((len(B), R)), np.empty((len(B), Z)), np.empty((len(B), Z))
-    for j in first.values():
-        sel = group_J == j
-        b, a = B[sel], A[sel]
-        base_R[sel], per_mb_Z[sel], sync_Z[sel] = (x[b, a] for x in terms[j][:3])
-    fit = fit_capacity(problem, lt, d, opts, terms[0])[B, A]  # [cells, Z, R]
+    # every distinct grid read at its cells in one gather (flat index: grid, b, a)
+    us = list(first.values())
+    rank = np.zeros(p, dtype=np.int64)
+    rank[us] = np.arange(len(us))
+    cell = B * L + A
+    at = rank[group_J] * (L * L) + cell
+    base_R, per_mb_Z, sync_Z = (np.take(np.concatenate([terms[j][k].reshape(L * L, -1)
+                                                        for j in us]), at, axis=0)
+                                for k in range(3))
+    fit = np.take(fit_capacity(problem, lt, d, opts, terms[0]).reshape(L * L, Z, R), cell,
+                  axis=0)  # [cells, Z, R]
     s = stash_J[pos][:, None]
     y = np.where(s <= fit[..., 0], base_R[:, :1], np.inf)  # [cells, Z]: least base that fits
     for r in range(1, R):
