@@ -338,11 +338,12 @@ def _coefficients(cluster: ClusterSpec, kind: str, g: np.ndarray) -> list:
     if kind == "all_to_all":
         return [(_all_to_all(cluster, tuple(row)),) for row in g.tolist()]
     flat = _multi_ring(cluster, kind, g, top)
+    block = {t: _block_rings(cluster, kind, g[0], t) for t in set(top.tolist())}  # n and t only
     out = []
     for i, t in enumerate(top.tolist()):
-        block = _block_rings(cluster, kind, g[i], t)
-        rings = [flat[i]] if block is None else [flat[i], block]
-        rings += nvls_lines(cluster, kind, g[i], t, path_bandwidth(cluster, t))
+        rings = [flat[i]] if block[t] is None else [flat[i], block[t]]
+        if kind == "all_reduce":  # NVLS reduces only (nest.network.nvls)
+            rings += nvls_lines(cluster, kind, g[i], t, path_bandwidth(cluster, t))
         out.append(rings)
     # hierarchical: sub-groups under the switches of the level below, runs of the sorted ids;
     # uneven sub-groups (NCCL falls back to a flat ring) or single-device ones: none

@@ -103,27 +103,21 @@ def _fast_cost(problem, lt, gts, terms, ids, links_J, d: int, opts, C: int, stas
     p, L = len(ids), lt.num_layers
     assert stash_J.max() <= L  # fit_capacity's range
     R, Z = len(opts.recompute_modes), len(opts.zero_stages)
-    first: dict[int, int] = {}  # positions sharing group terms share their grids
-    group_J = np.array([first.setdefault(id(t), j) for j, t in enumerate(terms)])[pos]
     out = np.full(len(B), np.inf)
     keep = slice(None)
+    cell = B * L + A  # cells come position by position (pos is sorted): flat index b L + a
+    ends = np.searchsorted(pos, np.arange(p + 1))
     if not math.isinf(stop_at):
-        rank = {j: u for u, j in enumerate(first.values())}
-        floors = [_floor_grids(problem, lt, gts[j], d, opts, terms[j]) for j in first.values()]
-        u = np.array([rank[first[id(t)]] for t in terms])[pos]
-        base_ULL, sync_ULL = (np.stack([f[k] for f in floors]) for k in (0, 1))
-        floor = C * base_ULL[u, B, A] + sync_ULL[u, B, A]
+        floors = [_floor_grids(problem, lt, gts[j], d, opts, terms[j]) for j in range(p)]
+        floor = np.concatenate([C * f[0].ravel()[c] + f[1].ravel()[c] for f, c in zip(
+            floors, np.split(cell, ends[1:-1]))])
         keep = np.flatnonzero(floor < stop_at * (1 + DROP_SLACK))
-        pos, B, A, group_J = pos[keep], B[keep], A[keep], group_J[keep]
-    # every distinct grid read at its cells in one gather (flat index: grid, b, a)
-    us = list(first.values())
-    rank = np.zeros(p, dtype=np.int64)
-    rank[us] = np.arange(len(us))
-    cell = B * L + A
-    at = rank[group_J] * (L * L) + cell
-    base_R, per_mb_Z, sync_Z = (np.take(np.concatenate([terms[j][k].reshape(L * L, -1)
-                                                        for j in us]), at, axis=0)
-                                for k in range(3))
+        pos, cell = pos[keep], cell[keep]
+        ends = np.searchsorted(pos, np.arange(p + 1))
+    # each position's cells read from its grids in one gather each
+    base_R, per_mb_Z, sync_Z = (np.concatenate([
+        np.take(terms[j][k].reshape(L * L, -1), cell[ends[j]:ends[j + 1]], axis=0)
+        for j in range(p)]) for k in range(3))
     fit = np.take(fit_capacity(problem, lt, d, opts, terms[0]).reshape(L * L, Z, R), cell,
                   axis=0)  # [cells, Z, R]
     s = stash_J[pos][:, None]
@@ -136,7 +130,7 @@ def _fast_cost(problem, lt, gts, terms, ids, links_J, d: int, opts, C: int, stas
     for j, lv in enumerate(links_J):
         fwd[j] = _send(problem, lt, ids[j], ids[j + 1], lv, "fwd", lt.out_L)
         bwd[j + 1] = _send(problem, lt, ids[j + 1], ids[j], lv, "bwd", prev_out)
-    send = (0.0 + fwd[pos, B]) + bwd[pos, A]
+    send = (0.0 + fwd[pos, cell // L]) + bwd[pos, cell % L]
     tied = np.zeros(p)  # the first and the last stage all-reduce over the same device pairs
     tied[0] = tied[-1] = tied_sync_s(problem, lt, ids[0], links(ids, 0)["tied_partner"])
     x = C * ((y + per_mb_Z) + send[:, None]) + (sync_Z + tied[pos][:, None])
