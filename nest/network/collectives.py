@@ -59,11 +59,13 @@ def p2p_time(cluster: ClusterSpec, a: int, b: int, nbytes: float) -> float:
     return float(send_time(cluster, (a,), (b,), nbytes))
 
 
-def pairs(src, dst) -> list[tuple[int, int]]:
-    """Device pairs of a pipeline transfer between two stages: device i of the larger stage with
-    device i mod n of the smaller one (rank order; equal sizes: zip)."""
+def pair_ids(src, dst) -> np.ndarray:
+    """Device pairs of a pipeline transfer between two stages, an [n, 2] array of ids: device i
+    of the larger stage with device i mod n of the smaller one (rank order; equal sizes: zip)."""
     n = max(len(src), len(dst))
-    return [(src[i % len(src)], dst[i % len(dst)]) for i in range(n)]
+    i = np.arange(n)
+    return np.stack([np.asarray(src, dtype=np.int64)[i % len(src)],
+                     np.asarray(dst, dtype=np.int64)[i % len(dst)]], axis=1)
 
 
 def send_time(cluster: ClusterSpec, src, dst, nbytes):
@@ -81,13 +83,10 @@ def send_time(cluster: ClusterSpec, src, dst, nbytes):
 
 @lru_cache(maxsize=4096)
 def pair_levels(cluster: ClusterSpec, src: tuple, dst: tuple) -> tuple[int, ...]:
-    """The distinct network levels the `pairs` of a transfer cross (-1: the same device):
+    """The distinct network levels the `pair_ids` of a transfer cross (-1: the same device):
     ClusterSpec.level_of of every pair, over arrays."""
-    n = max(len(src), len(dst))
-    i = np.arange(n)
-    a = np.asarray(src, dtype=np.int64)[i % len(src)]
-    b = np.asarray(dst, dtype=np.int64)[i % len(dst)]
-    return pair_levels_rows(cluster, a[None], b[None])[0]
+    ab = pair_ids(src, dst)
+    return pair_levels_rows(cluster, ab[None, :, 0], ab[None, :, 1])[0]
 
 
 def pair_levels_rows(cluster: ClusterSpec, a: np.ndarray, b: np.ndarray) -> list:

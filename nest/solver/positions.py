@@ -102,7 +102,7 @@ def _fast_cost(problem, lt, gts, terms, ids, links_J, d: int, opts, C: int, stas
     operation monotone) reaches stop_at (1 + DROP_SLACK)."""
     p, L = len(ids), lt.num_layers
     assert stash_J.max() <= L  # fit_capacity's range
-    R, Z = len(opts.recompute_modes), len(opts.zero_stages)
+    R = len(opts.recompute_modes)
     out = np.full(len(B), np.inf)
     keep = slice(None)
     cell = B * L + A  # cells come position by position (pos is sorted): flat index b L + a
@@ -118,12 +118,12 @@ def _fast_cost(problem, lt, gts, terms, ids, links_J, d: int, opts, C: int, stas
     base_R, per_mb_Z, sync_Z = (np.concatenate([
         np.take(terms[j][k].reshape(L * L, -1), cell[ends[j]:ends[j + 1]], axis=0)
         for j in range(p)]) for k in range(3))
-    fit = np.take(fit_capacity(problem, lt, d, opts, terms[0]).reshape(L * L, Z, R), cell,
-                  axis=0)  # [cells, Z, R]
+    fit = _fit_by_mode(problem, lt, d, opts, terms[0])  # [r][b L + a, z]
     s = stash_J[pos][:, None]
-    y = np.where(s <= fit[..., 0], base_R[:, :1], np.inf)  # [cells, Z]: least base that fits
-    for r in range(1, R):
-        y = np.minimum(y, np.where(s <= fit[..., r], base_R[:, r:r + 1], np.inf))
+    y = np.where(s <= np.take(fit[0], cell, axis=0), base_R[:, :1], np.inf)  # [cells, Z]: the
+    for r in range(1, R):  # least base that fits
+        y = np.minimum(y, np.where(s <= np.take(fit[r], cell, axis=0), base_R[:, r:r + 1],
+                                   np.inf))
     # stage_cost's sends: 0.0 + forward send (not the last) + backward send (not the first)
     fwd, bwd = np.zeros((p, L)), np.zeros((p, L))
     prev_out = np.concatenate([[0.0], lt.out_L[:-1]])
@@ -182,6 +182,18 @@ def fit_capacity(problem, lt, d: int, opts, terms) -> np.ndarray:
             cap = cap + up - down
 
     return problem.cache.get(lt.store, ("fit_capacity", d, opts), make)
+
+
+def _fit_by_mode(problem, lt, d: int, opts, terms) -> tuple:
+    """`fit_capacity` as one [b L + a, z] array per recomputation mode (contiguous rows to
+    gather), in the smallest unsigned type that holds 0..L; cached beside it."""
+    def make():
+        cap = fit_capacity(problem, lt, d, opts, terms)
+        L, Z, R = cap.shape[1:]
+        small = cap.astype(np.uint8 if L <= 255 else np.uint16)
+        return read_only(tuple(np.ascontiguousarray(small[..., r].reshape(L * L, Z))
+                               for r in range(R)))
+    return problem.cache.get(lt.store, ("fit_by_mode", d, opts), make)
 
 
 def minmax_cells(rows, L: int, send_fwd_L=None, send_bwd_L=None) -> float:
