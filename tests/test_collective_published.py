@@ -85,31 +85,59 @@ def test_nvl72_racks_joined_over_the_rails(per_rack, published):
     assert model >= per_rack * 48e9 * 0.99  # at least the ring over the rack's NICs
 
 
+# Every published all-reduce bus bandwidth of 4 nodes x 8 H100 with 8 x 400 Gb/s NICs each that
+# we found (8 GiB or the largest size run); the model is compared with each, none dropped.
+FOUR_H100_NODES = {
+    # Voltage Park DGX H100 (aigatech/vpbenchmarking, NCCL 2.24.3, InfiniBand NDR)
+    "vpbenchmarking": 331e9,
+    # 8 x 400 Gb/s RoCE, NCCL 2.19.3, 4-8 GiB, "same busbw 320GB" with NVLS on or off
+    # (github.com/NVIDIA/nccl issue 1221, 2024-03-13)
+    "nccl issue 1221": 320e9,
+    # NVIDIA's reference figure for multi-node DGX H100 ring all-reduce, ~380 GB/s (a GTC 2024
+    # slide quoted in NVIDIA/nccl issue 1649; the DGX chart quoted in NVIDIA/nccl-tests issue
+    # 309, 2025-05-20: "380GB/s in a multi-host")
+    "NVIDIA reference": 380e9,
+}
+
+
 def test_rail_superpod_across_nodes():
     """DGX H100, one 400 Gb/s NDR NIC per GPU on its rail. Across nodes on one rail (GPU 3 of
     32 nodes: a data-parallel group under tp = 8): NCCL's ring runs at one NIC's rate, "for
     NDR @ 400Gbps you should see 46-48GB/s per NIC" (NCCL maintainer, github.com/NVIDIA/
-    nccl-tests issue 290, 2025-03-03); the model gives 50 x 0.96 = 48 GB/s. All 8 GPUs of 4
-    nodes (32 GPUs): 331 GB/s measured (Voltage Park / Georgia Tech vpbenchmarking, NCCL
-    2.24.3, as tests/test_network.py cites it); the model gives 381 GB/s, 15.1% above: it
-    takes all 8 NICs of a node at the per-NIC rate at once (8 x 48 = 384), the upper end of
-    what the maintainers' per-NIC figure allows (8 x 46-48 = 368-384). Stated, not hidden:
-    this one comparison is 0.1 points outside the 15% band.
+    nccl-tests issue 290, 2025-03-03); the model gives 50 x 0.96 = 48 GB/s.
+
+    All 8 GPUs of 4 nodes (32 GPUs): the model gives 381 GB/s (the ring, all 8 NICs of a node
+    at the per-NIC rate at once, 8 x 48 = 384, less 62 steps of 5 us at 8 GiB). The published
+    figures (`FOUR_H100_NODES`) disagree with each other by 19%: NVIDIA's reference ~380 GB/s
+    (the model: +0.3%) and two field clusters at 331 (+15.1%) and 320 GB/s (+19%). The same
+    Voltage Park cluster's all-gather, 323.5 GB/s, is as far below the model's 381 (+17.8%; its
+    NICs at ~41 GB/s each when all 8 run); a Dell HGX H100 with 8 x 400 Gb/s reached 250 GB/s on two
+    nodes (nccl-tests issue 309). So the gap is in the clusters, not in a term the model lacks
+    at this size: the latency steps are 0.8% at 8 GiB; NCCL runs the Simple protocol there
+    (LL / LL128 only for small buffers); the rail-ordered ring leaves each node on the sender's
+    own rail, so PXN adds no NVLink hop; and no published source puts the per-NIC rate of 8
+    busy CX-7 NICs below the maintainers' 46-48 GB/s. Against the two field clusters this
+    check is outside the 15% band; it is stated, not fitted (a rail efficiency fitted to them
+    would move every H100 price across nodes).
 
     NVLink SHARP does not close it: on 3 or more nodes NCCL's tuning model caps NVLS-Tree at
     45.5 GB/s per channel (8 x 45.5 = 364 < the ring's 384), so NCCL runs the ring there, and
     measurements agree: NVLS on or off gives the same ~320 GB/s on 4 nodes of 8 x H100
-    (NVIDIA/nccl issue 1221). The model picks the ring too. (A GTC 2024 slide quoted in nccl
-    issue 1649 gives ~380 GB/s for multi-node ring all-reduce, as the model does.) Past ~32
-    nodes the ring's 2 (n-1) latency steps make NVLS-Tree the faster line, as NCCL's maintainers
-    say ("rings degrade at scale", nccl issue 1649)."""
+    (NVIDIA/nccl issue 1221). The model picks the ring too. Past ~32 nodes the ring's 2 (n-1)
+    latency steps make NVLS-Tree the faster line, as NCCL's maintainers say ("rings degrade
+    at scale", nccl issue 1649)."""
     c = load_cluster("dgx_h100_rail_superpod", 256)
     rail = [8 * k + 3 for k in range(32)]
     assert busbw(c, rail) == pytest.approx(47e9, rel=0.15)
     assert busbw(c, rail) == pytest.approx(48e9, rel=0.01)
     model = busbw(c, range(32))
     assert model == pytest.approx(381e9, rel=0.01)
-    assert 8 * 46e9 <= model <= 8 * 48e9 and model / 331e9 - 1 < 0.16
+    assert 8 * 46e9 <= model <= 8 * 48e9
+    off = {k: model / v - 1 for k, v in FOUR_H100_NODES.items()}
+    assert off["NVIDIA reference"] == pytest.approx(0.003, abs=0.003)  # within 15%
+    assert off["vpbenchmarking"] == pytest.approx(0.151, abs=0.002)  # outside, stated
+    assert off["nccl issue 1221"] == pytest.approx(0.19, abs=0.003)  # outside, stated
+    assert busbw(c, range(32), "all_gather") / 323.5e9 - 1 == pytest.approx(0.178, abs=0.003)
     nvls_tree = 8 * 45.5e9
     assert model > nvls_tree  # the ring wins on 4 nodes
     assert busbw(c, range(256)) == pytest.approx(nvls_tree, rel=0.01)  # NVLS-Tree on 32 nodes

@@ -161,3 +161,36 @@ def test_priced_alike_keys_of_a_placement_equal_each_stage_key(model, cluster, n
                         np.testing.assert_array_equal(getattr(first, f), getattr(gt, f))
                     assert first.content == gt.content
     assert len(seen) > 1
+
+
+def test_class_arrays_are_the_kernel_stacked():
+    """nest.solver.arrays.class_arrays writes each position's kernel arrays in place: the same
+    arrays as stacking stage_cost's per position, the variants' options side by side."""
+    import numpy.testing as npt
+
+    from nest.solver.arrays import class_arrays
+
+    pr = make_problem("gpt3_175b", "gb200_nvl72", 1152,
+                      training=TrainingSettings(global_batch=256))
+    space = declare(pr, {"heterogeneous_stages": True})
+    cls = max(space.classes, key=len)
+    assert len(cls) > 1
+    lts = [layer_table(pr, v, space.recompute_modes) for v in cls]
+    v = cls[0]
+    for p, d in list(pp_dp_options(pr, space, v))[::9][:4]:
+        for placement in space.placements_for(v, p, d):
+            arr = class_arrays(pr, space, lts, p, d, placement)
+            m = pr.num_microbatches(d, v.ep)
+            L = lts[0].num_layers
+            ts, us, oks = [], [], []
+            for j, ids in enumerate(arr.device_ids):
+                cs = [stage_cost(pr, lt, ids, d, space.options, stash(p, j, m),
+                                 **links(arr.device_ids, j)) for lt in lts]
+                ts.append(np.concatenate([c.t.reshape(L, L, -1) for c in cs], axis=-1))
+                us.append(np.concatenate([c.u for c in cs], axis=-1))
+                valid = np.tril(np.ones((L, L), dtype=bool))[..., None]
+                oks.append(np.concatenate([(c.mem <= pr.cluster.hardware.hbm_bytes).reshape(
+                    L, L, -1) & valid for c in cs], axis=-1))
+            npt.assert_array_equal(arr.t_JLLO, np.stack(ts))
+            npt.assert_array_equal(arr.u_JLLZ, np.stack(us))
+            npt.assert_array_equal(arr.ok_JLLO, np.stack(oks))

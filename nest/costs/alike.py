@@ -11,11 +11,11 @@ latter for every stage position of a placement at once (the joint bound's many p
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+import pickle
 
 import numpy as np
 
-from nest.network.collectives import coefficients, patterns, span_level
+from nest.network.collectives import coefficients_rows, patterns, span_level
 
 SYNC_KINDS = ("all_reduce", "reduce_scatter", "all_gather")
 
@@ -69,7 +69,7 @@ def level_name(cluster, group) -> str:
     return cluster.levels[lvl].name if lvl >= 0 else "local"
 
 
-def priced_alike(problem, lt, groups: dict) -> tuple:
+def priced_alike(problem, lt, groups: dict) -> bytes:
     """A key of what a stage's group terms read of its groups (`inner_groups`): per group name
     the variant's collectives use (and both data-parallel ones), the level name of its first
     group and, per collective kind run on it, the set of its groups' alpha-beta lines
@@ -82,7 +82,7 @@ def priced_alike(problem, lt, groups: dict) -> tuple:
     return priced_alike_keys(problem, [lt], batch)[0][0]
 
 
-def priced_alike_keys(problem, lts, groups: dict) -> list[list[tuple]]:
+def priced_alike_keys(problem, lts, groups: dict) -> list[list[bytes]]:
     """`priced_alike` of P stages at once for each layer table of `lts` (variants with the
     same groups), groups as `inner_groups` of the stages' [P, D] ids: every group's `patterns`
     row computed in one pass, the lines priced once per distinct row; [per table][per stage]."""
@@ -114,30 +114,15 @@ def priced_alike_keys(problem, lts, groups: dict) -> list[list[tuple]]:
                     key.append((name,))
                 continue
             flat, pats, first, distinct, level = rows[name]
-            lines = [[_pattern_lines(cluster, k, pats[i].tobytes(), flat[i]) for i in first]
-                     for k in kinds]
+            lines = [coefficients_rows(cluster, k, flat[first], pats[first]) for k in kinds]
             if name == "ep" and problem.training.moe_dispatcher == "hybridep":
                 lines.append([_hybrid_lines(problem, flat[i]) for i in first])
             for key, us, lv in zip(keys, distinct, level):
                 key.append((name, lv, tuple(tuple(sorted({ln[u] for u in us})) for ln in lines)))
-        out.append([tuple(k) for k in keys])
+        # as bytes: a cache key hashed once (tuples rehash their whole nest on every lookup);
+        # the pickle of equal tuples of str, int and float is equal, and only of equal ones
+        out.append([pickle.dumps(tuple(k), protocol=5) for k in keys])
     return out
-
-
-PATTERN_LINES_ENTRIES = 65536
-_PATTERN_LINES: OrderedDict = OrderedDict()
-
-
-def _pattern_lines(cluster, kind: str, pattern: bytes, group: np.ndarray) -> tuple:
-    """nest.network.collectives.coefficients of a sorted group whose `patterns` row is
-    `pattern` (a function of its size and that row), memoised on that row."""
-    key = (cluster, kind, len(group), pattern)
-    hit = _PATTERN_LINES.get(key)
-    if hit is None:
-        hit = _PATTERN_LINES[key] = coefficients(cluster, kind, tuple(group.tolist()))
-        if len(_PATTERN_LINES) > PATTERN_LINES_ENTRIES:
-            _PATTERN_LINES.popitem(last=False)
-    return hit
 
 
 def _hybrid_lines(problem, group: np.ndarray) -> tuple:

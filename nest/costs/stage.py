@@ -33,7 +33,7 @@ from nest.costs.layers import LayerTable
 from nest.costs.memory import (optimizer_step_for, peak, state_bytes, with_overheads,
                                working_bytes)
 from nest.costs.pipeline import held_bytes
-from nest.network.collectives import lines_time, pairs, send_time, worst
+from nest.network.collectives import lines_time, pair_ids, send_time, worst
 from nest.costs.pipeline import dp_sync_exposed_s
 
 
@@ -155,7 +155,7 @@ def tied_sync_s(problem, lt: LayerTable, ids, partner) -> float:
 @lru_cache(maxsize=4096)
 def _pairwise_all_reduce(cluster, ids: tuple, partner: tuple, nbytes: float) -> float:
     """All pairs at once: the slowest distinct pair shape (nest.network.collectives.worst)."""
-    return worst(cluster, "all_reduce", np.array(pairs(ids, partner)), nbytes)
+    return worst(cluster, "all_reduce", pair_ids(ids, partner), nbytes)
 
 
 def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
@@ -164,7 +164,7 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
     """Price a stage. `cell` = (first_layer, last_layer) for one stage, None for the whole [b, a]
     grid. next_ids / prev_ids: the neighbours' devices (None at the ends); each transfer carries
     the sending stage's own per-device boundary tensor (its output forward, the gradient of its
-    input backward, in its own variant's layout) over `nest.network.collectives.pairs`; a
+    input backward, in its own variant's layout) over `nest.network.collectives.pair_ids`; a
     receiver of another variant re-lays it out locally (not priced), so a stage's time depends
     only on its own variant and its neighbours' devices. tied_partner: ids of the stage at the
     other end of the pipeline for the first and last stage of a tied model. `stash` may be an

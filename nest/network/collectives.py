@@ -59,11 +59,13 @@ def p2p_time(cluster: ClusterSpec, a: int, b: int, nbytes: float) -> float:
     return float(send_time(cluster, (a,), (b,), nbytes))
 
 
-def pairs(src, dst) -> list[tuple[int, int]]:
-    """Device pairs of a pipeline transfer between two stages: device i of the larger stage with
-    device i mod n of the smaller one (rank order; equal sizes: zip)."""
+def pair_ids(src, dst) -> np.ndarray:
+    """Device pairs of a pipeline transfer between two stages, an [n, 2] array of ids: device i
+    of the larger stage with device i mod n of the smaller one (rank order; equal sizes: zip)."""
     n = max(len(src), len(dst))
-    return [(src[i % len(src)], dst[i % len(dst)]) for i in range(n)]
+    i = np.arange(n)
+    return np.stack([np.asarray(src, dtype=np.int64)[i % len(src)],
+                     np.asarray(dst, dtype=np.int64)[i % len(dst)]], axis=1)
 
 
 def send_time(cluster: ClusterSpec, src, dst, nbytes):
@@ -81,20 +83,25 @@ def send_time(cluster: ClusterSpec, src, dst, nbytes):
 
 @lru_cache(maxsize=4096)
 def pair_levels(cluster: ClusterSpec, src: tuple, dst: tuple) -> tuple[int, ...]:
-    """The distinct network levels the `pairs` of a transfer cross (-1: the same device):
+    """The distinct network levels the `pair_ids` of a transfer cross (-1: the same device):
     ClusterSpec.level_of of every pair, over arrays."""
-    n = max(len(src), len(dst))
-    i = np.arange(n)
-    a = np.asarray(src, dtype=np.int64)[i % len(src)]
-    b = np.asarray(dst, dtype=np.int64)[i % len(dst)]
+    ab = pair_ids(src, dst)
+    return pair_levels_rows(cluster, ab[None, :, 0], ab[None, :, 1])[0]
+
+
+def pair_levels_rows(cluster: ClusterSpec, a: np.ndarray, b: np.ndarray) -> list:
+    """`pair_levels` of several transfers at once, pairs (a[k, i], b[k, i]) ([K, n] arrays)."""
     lvl = np.where(a == b, -1, len(cluster.levels))
     for k in reversed(range(len(cluster.levels))):  # the lowest joining level wins
         size = cluster.levels[k].devices_per_group
         lvl = np.where((a != b) & (a // size == b // size), k, lvl)
     if (lvl == len(cluster.levels)).any():
-        j = int(np.argmax(lvl == len(cluster.levels)))
-        cluster.level_of(int(a[j]), int(b[j]))  # raises: the pair shares no level
-    return tuple(int(x) for x in np.unique(lvl))
+        j = np.argwhere(lvl == len(cluster.levels))[0]
+        cluster.level_of(int(a[tuple(j)]), int(b[tuple(j)]))  # raises: the pair shares no level
+    lvl = np.sort(lvl, axis=1)
+    new = np.ones(lvl.shape, dtype=bool)
+    new[:, 1:] = lvl[:, 1:] != lvl[:, :-1]
+    return [tuple(row[keep].tolist()) for row, keep in zip(lvl, new)]
 
 
 def group_lines(cluster: ClusterSpec, kind: str, groups) -> list:
@@ -126,11 +133,10 @@ def group_lines_by_kind(cluster: ClusterSpec, kinds, groups) -> dict:
             _GROUP_SETS.move_to_end((key, k))
             out[k] = hit
     if missing:
-        reps = [tuple(g[i].tolist()) for i in first]
         for k in missing:
             # a tuple: the memo is shared by every problem on this cluster, so nothing in it
             # can be written
-            out[k] = _GROUP_SETS[(key, k)] = tuple(coefficients(cluster, k, r) for r in reps)
+            out[k] = _GROUP_SETS[(key, k)] = tuple(coefficients_rows(cluster, k, g[first]))
         while len(_GROUP_SETS) > GROUP_SET_ENTRIES:
             _GROUP_SETS.popitem(last=False)
     return {k: out[k] for k in kinds}
@@ -164,7 +170,7 @@ def worst(cluster: ClusterSpec, kind: str, groups, nbytes: float) -> float:
     return float(lines_time(group_lines(cluster, kind, groups), nbytes))
 
 
-def _multi_ring(cluster: ClusterSpec, kind: str, group: tuple[int, ...]) -> tuple[float, float]:
+def _multi_ring(cluster: ClusterSpec, kind: str, g: np.ndarray, top: np.ndarray) -> list:
     """NCCL's ring algorithm with one ring (channel) per device of a node (Jeaugey 2019; NCCL
     builds rings in rail order: channel c leaves every node through its GPU c's NIC). The ring
     visits the devices in id order: inside a node of k group members it makes k - 1 hops on the
@@ -176,29 +182,32 @@ def _multi_ring(cluster: ClusterSpec, kind: str, group: tuple[int, ...]) -> tupl
                max((k - 1) / k / bw(0), 1 / k / bw(l_exit))
     One device per node (k = 1) is the plain ring at the slowest link; k devices per node give
     S / (k bw) across nodes, the node's k NICs together, which is what NCCL-tests show on
-    multi-node DGX systems (test_network); a node with fewer members is the bottleneck."""
-    n = len(group)
-    g = np.sort(np.asarray(group, dtype=np.int64))
+    multi-node DGX systems (test_network); a node with fewer members is the bottleneck.
+    Every row of g (sorted ids, [U, n]) at once, top its span level; one line per row."""
+    U, n = g.shape
     levels = cluster.levels
     node = levels[0].devices_per_group
     steps = 2 * (n - 1) if kind == "all_reduce" else n - 1
-    nxt = np.roll(g, -1)  # the ring's next member (sorted ids, wrapping around)
-    lvl = np.full(n, len(levels) - 1)
+    nxt = np.roll(g, -1, axis=1)  # the ring's next member (sorted ids, wrapping around)
+    lvl = np.full((U, n), len(levels) - 1)
     for i in reversed(range(len(levels))):  # the lowest level joining each hop
         size = levels[i].devices_per_group
         lvl = np.where(g // size == nxt // size, i, lvl)
     # node blocks are runs of the sorted ids; a block's ring leaves it from its last member only
     blk = g // node
-    last = np.flatnonzero(np.append(blk[1:] != blk[:-1], True))
-    members = np.diff(last, prepend=-1)
-    exit_level = np.where(lvl[last] > 0, lvl[last], -1)
+    last = np.ones((U, n), dtype=bool)
+    last[:, :-1] = blk[:, 1:] != blk[:, :-1]
+    idx = np.arange(n)
+    before = np.maximum.accumulate(np.where(last, idx, -1), axis=1)  # the last end at or before
+    members = idx - np.concatenate([np.full((U, 1), -1), before[:, :-1]], axis=1)  # at the ends
+    exit_level = np.where(lvl > 0, lvl, -1)
     leaves = exit_level > 0  # a ring inside one node never leaves it: k hops inside
     bw = _bandwidths(cluster)
-    load = float(np.max((members - leaves) / members / bw[0]))
-    if leaves.any():
-        load = max(load, float(np.max(1 / members[leaves] / bw[exit_level[leaves]])))
-    top = span_level(cluster, (int(g[0]), int(g[-1])))
-    return steps * cluster.levels[top].latency_s, steps / n * load
+    inside = (members - leaves) / members / bw[0]
+    out = np.where(leaves, np.maximum(inside, 1 / members / bw[exit_level]), inside)
+    load = np.where(last, out, -np.inf).max(axis=1)  # the busiest node, per group
+    return [(steps * levels[t].latency_s, steps / n * float(x))
+            for t, x in zip(top.tolist(), load)]
 
 
 @lru_cache(maxsize=64)
@@ -272,17 +281,39 @@ def coefficients(cluster: ClusterSpec, kind: str, group: tuple[int, ...]
     Cached per (kind, size, `patterns`)."""
     if len(group) <= 1:
         return ()
-    g = np.sort(np.asarray(group, dtype=np.int64))
-    key = (cluster, kind, len(g), patterns(cluster, g[None, :]).tobytes())
-    hit = _LINES.get(key)
-    if hit is None:
-        hit = _LINES[key] = _coefficients(cluster, kind, tuple(g.tolist()))
-        if len(_LINES) > LINES_ENTRIES:
+    return coefficients_rows(cluster, kind, np.sort(np.asarray(group, dtype=np.int64))[None])[0]
+
+
+def coefficients_rows(cluster: ClusterSpec, kind: str, rows: np.ndarray, pats=None) -> list:
+    """`coefficients` of every row of `rows` (sorted ids, [U, n], n >= 2; pats: their
+    `patterns` if known), the rows not yet cached priced together (`_coefficients`)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    n = rows.shape[1]
+    pats = patterns(cluster, rows) if pats is None else pats
+    memo = _LINES.get(cluster)
+    if memo is None:
+        memo = _LINES[cluster] = {}
+        while len(_LINES) > LINES_CLUSTERS:
             _LINES.pop(next(iter(_LINES)))
-    return hit
+    keys = [(kind, n, row.tobytes()) for row in pats]
+    todo: dict = {}
+    for i, key in enumerate(keys):
+        if key not in memo:
+            todo.setdefault(key, i)
+    if todo:
+        # tuples: the memo is shared by every problem on this cluster, so nothing in it can be
+        # written
+        memo.update(zip(todo, _coefficients(cluster, kind, rows[list(todo.values())])))
+        while len(memo) > LINES_ENTRIES:
+            memo.pop(next(iter(memo)))
+        if any(key not in memo for key in keys):  # evicted at once: a batch larger than the memo
+            return [memo[k] if k in memo else _coefficients(cluster, kind, rows[i:i + 1])[0]
+                    for i, k in enumerate(keys)]
+    return [memo[key] for key in keys]
 
 
-LINES_ENTRIES = 65536  # distinct patterns kept (BERT on 1024 spine-leaf GPUs prices ~22,000)
+LINES_ENTRIES = 65536  # distinct patterns kept per cluster (BERT on 1024 spine-leaf GPUs: ~22,000)
+LINES_CLUSTERS = 16  # clusters whose patterns are kept (a cluster and its flattened view: two)
 _LINES: dict = {}
 
 
@@ -293,44 +324,50 @@ def collective_time(cluster: ClusterSpec, kind: str, group: tuple[int, ...], nby
     return float(lines_time([coefficients(cluster, kind, group)], nbytes))
 
 
-def _coefficients(cluster: ClusterSpec, kind: str, group: tuple[int, ...]
-                  ) -> tuple[tuple[float, float], ...]:
-    n = len(group)
-    if n <= 1:
-        return ()
-    top = span_level(cluster, (group[0], group[-1]))  # sorted ids
+def _coefficients(cluster: ClusterSpec, kind: str, g: np.ndarray) -> list:
+    """The lines of every row of g (sorted ids, [U, n], n >= 2): the flat ring, a torus block's
+    rings, NVLS, and the hierarchical algorithm over the sub-groups of the level below the
+    span, whose parts (the sub-groups' and the leaders' collectives) are priced in one batch
+    per sub-group size (`coefficients_rows`)."""
+    U, n = g.shape
+    top = np.full(U, len(cluster.levels) - 1)  # span levels: the lowest holding first and last
+    for i in reversed(range(len(cluster.levels))):
+        size = cluster.levels[i].devices_per_group
+        top = np.where(g[:, 0] // size == g[:, -1] // size, i, top)
     if kind == "all_to_all":
-        return (_all_to_all(cluster, group),)
-    flat = _multi_ring(cluster, kind, group)
-    block = _block_rings(cluster, kind, group, top)
-    rings = [flat] if block is None else [flat, block]
-    rings += nvls_lines(cluster, kind, group, top, path_bandwidth(cluster, top))
-    if top == 0:
-        return _envelope(rings) if len(rings) > 1 else (flat,)
-    # hierarchical: sub-groups under the switches of the level below
-    below = cluster.levels[top - 1].devices_per_group
-    g = np.asarray(group, dtype=np.int64)  # sorted (coefficients): sub-groups are runs
-    sub = g // below
-    first = np.flatnonzero(np.insert(sub[1:] != sub[:-1], 0, True))
-    sizes = np.diff(first, append=n)
-    if (sizes != sizes[0]).any():  # uneven sub-groups: NCCL falls back to a flat ring
-        return _envelope(rings) if len(rings) > 1 else (flat,)
-    n_in = int(sizes[0])
-    if n_in == 1:
-        return _envelope(rings) if len(rings) > 1 else (flat,)
-    inner = tuple(g[:n_in].tolist())
-    outer = tuple(g[first].tolist())
-    if kind == "all_reduce":
-        parts = [(coefficients(cluster, "reduce_scatter", inner), 1.0),
-                 (coefficients(cluster, "all_reduce", outer), 1.0 / n_in),
-                 (coefficients(cluster, "all_gather", inner), 1.0)]
-    else:  # all_gather / reduce_scatter: outer step on the 1/n_in shard of the buffer
-        parts = [(coefficients(cluster, kind, inner), 1.0),
-                 (coefficients(cluster, kind, outer), 1.0 / n_in)]
-    hier = [(0.0, 0.0)]
-    for lines, scale in parts:  # sum of independent mins = min over combinations of sums
-        hier = [(a0 + a, b0 + b * scale) for a0, b0 in hier for a, b in lines]
-    return _envelope([*rings, *hier])
+        return [(_all_to_all(cluster, tuple(row)),) for row in g.tolist()]
+    flat = _multi_ring(cluster, kind, g, top)
+    block = {t: _block_rings(cluster, kind, g[0], t) for t in set(top.tolist())}  # n and t only
+    out = []
+    for i, t in enumerate(top.tolist()):
+        rings = [flat[i]] if block[t] is None else [flat[i], block[t]]
+        if kind == "all_reduce":  # NVLS reduces only (nest.network.nvls)
+            rings += nvls_lines(cluster, kind, g[i], t, path_bandwidth(cluster, t))
+        out.append(rings)
+    # hierarchical: sub-groups under the switches of the level below, runs of the sorted ids;
+    # uneven sub-groups (NCCL falls back to a flat ring) or single-device ones: none
+    n_in = np.zeros(U, dtype=np.int64)
+    for t in set(top.tolist()) - {0}:
+        sub = g // cluster.levels[t - 1].devices_per_group
+        starts = np.ones((U, n), dtype=bool)
+        starts[:, 1:] = sub[:, 1:] != sub[:, :-1]
+        count = starts.sum(axis=1)
+        size = n // count
+        even = (n % count == 0) & (starts == (np.arange(n) % size[:, None] == 0)).all(axis=1)
+        n_in = np.where((top == t) & even & (size > 1), size, n_in)
+    parts_of = {"all_reduce": (("reduce_scatter", 1), ("all_reduce", 0), ("all_gather", 1))}
+    for k in set(n_in.tolist()) - {0}:
+        sel = np.flatnonzero(n_in == k)
+        inner, outer = g[sel, :k], g[sel, ::k]  # the first sub-group, the sub-groups' leaders
+        parts = [(coefficients_rows(cluster, part, inner if is_inner else outer),
+                  1.0 if is_inner else 1.0 / k)
+                 for part, is_inner in parts_of.get(kind, ((kind, 1), (kind, 0)))]
+        for j, i in enumerate(sel.tolist()):
+            hier = [(0.0, 0.0)]
+            for lines, scale in parts:  # sum of independent mins = min over combinations of sums
+                hier = [(a0 + a, b0 + b * scale) for a0, b0 in hier for a, b in lines[j]]
+            out[i] = out[i] + hier
+    return [_envelope(r) if len(r) > 1 else (r[0],) for r in out]
 
 
 def _block_rings(cluster: ClusterSpec, kind: str, group: tuple[int, ...], top: int):

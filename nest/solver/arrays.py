@@ -58,25 +58,24 @@ def class_arrays(problem: Problem, space: SearchSpace, lts: list[LayerTable], p:
     ids = place(p, d, v.width, placement, tp=v.tp, cp=v.cp, ep=v.ep)
     valid_LL = np.tril(np.ones((L, L), dtype=bool))[..., None]  # a <= b
     hbm = problem.cluster.hardware.hbm_bytes
-    t_J, u_J, ok_J, e_J, r_J = [], [], [], [], []
+    out: dict[str, np.ndarray] = {}  # [J, L, L, ...] arrays, written in place position by position
+
+    def put(name: str, j: int, k: int, x: np.ndarray, dtype=float):
+        if name not in out:
+            out[name] = np.empty((p, *x.shape[:-1], x.shape[-1] * len(lts)), dtype=dtype)
+        w = x.shape[-1]
+        out[name][j, ..., k * w:(k + 1) * w] = x
+
     for j in range(p):
-        ts, us, oks, es, rs = [], [], [], [], []
-        for la in lts:
+        for k, la in enumerate(lts):
             c = stage_cost(problem, la, ids[j], d, opts, stash(p, j, m), **links(ids, j))
-            ts.append(c.t.reshape(L, L, -1))
-            oks.append((c.mem <= hbm).reshape(L, L, -1) & valid_LL)
-            us.append(c.u)
+            put("t", j, k, c.t.reshape(L, L, -1))
+            put("ok", j, k, (c.mem <= hbm).reshape(L, L, -1) & valid_LL, bool)
+            put("u", j, k, c.u)
             if c.tail is not None:
-                es.append(c.tail.reshape(L, L, -1))
-                rs.append(c.drain.reshape(L, L, -1))
-        t_J.append(np.concatenate(ts, axis=-1))
-        ok_J.append(np.concatenate(oks, axis=-1))
-        u_J.append(np.concatenate(us, axis=-1))
-        if es:
-            e_J.append(np.concatenate(es, axis=-1))
-            r_J.append(np.concatenate(rs, axis=-1))
-    return StageArrays(np.stack(t_J), np.stack(u_J), np.stack(ok_J), ids, m, opts,
-                       np.stack(e_J) if e_J else None, np.stack(r_J) if r_J else None)
+                put("e", j, k, c.tail.reshape(L, L, -1))
+                put("r", j, k, c.drain.reshape(L, L, -1))
+    return StageArrays(out["t"], out["u"], out["ok"], ids, m, opts, out.get("e"), out.get("r"))
 
 
 def even_cut_mask(problem: Problem, p: int) -> np.ndarray:

@@ -177,12 +177,16 @@ def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,
     bands = [_band(j, p, L) for j in range(p)]
     best = math.inf
     for placement in space.placements_for(v0, p, d):
-        cells = [kept_cells(floor_LL, band, stop_at) for band in bands]
-        if any(c is None for c in cells):  # a position with no cell below stop_at
+        # a later placement matters only below the best so far: priced with stop_at at most
+        # that, its value is exact where below it and at or above it elsewhere, so the minimum
+        # is the same float
+        stop = min(stop_at, best)
+        cells = [kept_cells(floor_LL, band, stop) for band in bands]
+        if any(c is None for c in cells):  # a position with no cell below stop
             continue
         ids = place(p, d, v0.width, placement, tp=v0.tp, cp=v0.cp, ep=v0.ep)
         rows = placement_rows(problem, lts, ids, d, space.options, C,
-                              [stash(p, j, m) for j in range(p)], cells, stop_at)
+                              [stash(p, j, m) for j in range(p)], cells, stop)
         best = min(best, minmax_cells(rows, L))
     return best * (1 - 1e-12)
 

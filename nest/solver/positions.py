@@ -35,7 +35,7 @@ from nest.costs.memory import peak
 from nest.costs.cache import read_only
 from nest.costs.pipeline import held_bytes, links, stash_capacity
 from nest.costs.stage import grid_terms, stage_cost, tied_sync_s
-from nest.network.collectives import pair_levels, send_time
+from nest.network.collectives import pair_levels_rows, send_time
 
 DROP_SLACK = 1e-11  # relative: a cell is dropped when its floor reaches stop_at (1 + this)
 
@@ -80,10 +80,10 @@ def placement_rows(problem, lts, ids, d: int, opts, C: int, stash_J, cells,
 
 def _links(cluster, ids) -> list:
     """Per adjacent pair of positions (j, j + 1), the levels its transfers cross
-    (nest.network.collectives.pair_levels; stages of a placement have one size, so the
+    (nest.network.collectives.pair_levels_rows; stages of a placement have one size, so the
     backward transfer pairs the same devices and crosses the same levels)."""
-    assert len({len(i) for i in ids}) == 1
-    return [pair_levels(cluster, ids[j], ids[j + 1]) for j in range(len(ids) - 1)]
+    a = np.asarray(ids, dtype=np.int64)  # stages of one size: pairs are zipped
+    return pair_levels_rows(cluster, a[:-1], a[1:]) if len(a) > 1 else []
 
 
 def _overlap_cost(problem, lt, ids, j, d, opts, C, stash, b, a):
@@ -102,36 +102,35 @@ def _fast_cost(problem, lt, gts, terms, ids, links_J, d: int, opts, C: int, stas
     operation monotone) reaches stop_at (1 + DROP_SLACK)."""
     p, L = len(ids), lt.num_layers
     assert stash_J.max() <= L  # fit_capacity's range
-    R, Z = len(opts.recompute_modes), len(opts.zero_stages)
-    first: dict[int, int] = {}  # positions sharing group terms share their grids
-    group_J = np.array([first.setdefault(id(t), j) for j, t in enumerate(terms)])[pos]
+    R = len(opts.recompute_modes)
     out = np.full(len(B), np.inf)
     keep = slice(None)
+    cell = B * L + A  # cells come position by position (pos is sorted): flat index b L + a
+    ends = np.searchsorted(pos, np.arange(p + 1))
     if not math.isinf(stop_at):
-        rank = {j: u for u, j in enumerate(first.values())}
-        floors = [_floor_grids(problem, lt, gts[j], d, opts, terms[j]) for j in first.values()]
-        u = np.array([rank[first[id(t)]] for t in terms])[pos]
-        base_ULL, sync_ULL = (np.stack([f[k] for f in floors]) for k in (0, 1))
-        floor = C * base_ULL[u, B, A] + sync_ULL[u, B, A]
+        floors = [_floor_grids(problem, lt, gts[j], d, opts, terms[j]) for j in range(p)]
+        floor = np.concatenate([C * f[0].ravel()[c] + f[1].ravel()[c] for f, c in zip(
+            floors, np.split(cell, ends[1:-1]))])
         keep = np.flatnonzero(floor < stop_at * (1 + DROP_SLACK))
-        pos, B, A, group_J = pos[keep], B[keep], A[keep], group_J[keep]
-    base_R, per_mb_Z, sync_Z = np.empty((len(B), R)), np.empty((len(B), Z)), np.empty((len(B), Z))
-    for j in first.values():
-        sel = group_J == j
-        b, a = B[sel], A[sel]
-        base_R[sel], per_mb_Z[sel], sync_Z[sel] = (x[b, a] for x in terms[j][:3])
-    fit = fit_capacity(problem, lt, d, opts, terms[0])[B, A]  # [cells, Z, R]
+        pos, cell = pos[keep], cell[keep]
+        ends = np.searchsorted(pos, np.arange(p + 1))
+    # each position's cells read from its grids in one gather each
+    base_R, per_mb_Z, sync_Z = (np.concatenate([
+        np.take(terms[j][k].reshape(L * L, -1), cell[ends[j]:ends[j + 1]], axis=0)
+        for j in range(p)]) for k in range(3))
+    fit = _fit_by_mode(problem, lt, d, opts, terms[0])  # [r][b L + a, z]
     s = stash_J[pos][:, None]
-    y = np.where(s <= fit[..., 0], base_R[:, :1], np.inf)  # [cells, Z]: least base that fits
-    for r in range(1, R):
-        y = np.minimum(y, np.where(s <= fit[..., r], base_R[:, r:r + 1], np.inf))
+    y = np.where(s <= np.take(fit[0], cell, axis=0), base_R[:, :1], np.inf)  # [cells, Z]: the
+    for r in range(1, R):  # least base that fits
+        y = np.minimum(y, np.where(s <= np.take(fit[r], cell, axis=0), base_R[:, r:r + 1],
+                                   np.inf))
     # stage_cost's sends: 0.0 + forward send (not the last) + backward send (not the first)
     fwd, bwd = np.zeros((p, L)), np.zeros((p, L))
     prev_out = np.concatenate([[0.0], lt.out_L[:-1]])
     for j, lv in enumerate(links_J):
         fwd[j] = _send(problem, lt, ids[j], ids[j + 1], lv, "fwd", lt.out_L)
         bwd[j + 1] = _send(problem, lt, ids[j + 1], ids[j], lv, "bwd", prev_out)
-    send = (0.0 + fwd[pos, B]) + bwd[pos, A]
+    send = (0.0 + fwd[pos, cell // L]) + bwd[pos, cell % L]
     tied = np.zeros(p)  # the first and the last stage all-reduce over the same device pairs
     tied[0] = tied[-1] = tied_sync_s(problem, lt, ids[0], links(ids, 0)["tied_partner"])
     x = C * ((y + per_mb_Z) + send[:, None]) + (sync_Z + tied[pos][:, None])
@@ -183,6 +182,18 @@ def fit_capacity(problem, lt, d: int, opts, terms) -> np.ndarray:
             cap = cap + up - down
 
     return problem.cache.get(lt.store, ("fit_capacity", d, opts), make)
+
+
+def _fit_by_mode(problem, lt, d: int, opts, terms) -> tuple:
+    """`fit_capacity` as one [b L + a, z] array per recomputation mode (contiguous rows to
+    gather), in the smallest unsigned type that holds 0..L; cached beside it."""
+    def make():
+        cap = fit_capacity(problem, lt, d, opts, terms)
+        L, Z, R = cap.shape[1:]
+        small = cap.astype(np.uint8 if L <= 255 else np.uint16)
+        return read_only(tuple(np.ascontiguousarray(small[..., r].reshape(L * L, Z))
+                               for r in range(R)))
+    return problem.cache.get(lt.store, ("fit_by_mode", d, opts), make)
 
 
 def minmax_cells(rows, L: int, send_fwd_L=None, send_bwd_L=None) -> float:
