@@ -133,8 +133,7 @@ def main(names: list[str], compare: bool = True) -> None:
         cfg, gpus = MODELS[name]
         path = str(FIXTURES / cfg)
         build_graph.cache_clear()
-        fx_extract._cached.cache_clear()
-        fx_extract._num_params.cache_clear()
+        fx_extract.clear_caches()
         meta_cache._LAYOUTS.clear()
         t0 = time.process_time()
         m = load_model(path, seq_len=SEQ)
