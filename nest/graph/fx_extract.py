@@ -43,7 +43,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import flop_registry
 
-from nest.graph import fx_batch, fx_ep, meta_cache
+from nest.graph import fx_batch, fx_ep, fx_split, meta_cache
 from nest.graph import torch_models as tm
 from nest.graph.closed_form import variants_of
 from nest.graph.layer_graph import Collective, Layer, LayerCost, LayerGraph, Op, Variant
@@ -449,12 +449,23 @@ def _dims(m: ModelSpec) -> ModelSpec:
                                parallel_variants=ParallelVariants())
 
 
-@lru_cache(maxsize=512)
-def _tagged(m: ModelSpec, kind: str, v: Variant) -> _Record | None:
-    """The record of one trace at the batch tag (nest.graph.fx_batch), None where it does not
-    apply."""
-    if not fx_batch.taggable(m, v):
+@lru_cache(maxsize=1024)
+def _rec(m: ModelSpec, kind: str, v: Variant, mbs: int | None, split: bool) -> _Record | None:
+    """The record of layer `kind` under `v`: traced at micro-batch `mbs`, or at the batch tag
+    (nest.graph.fx_batch) when mbs is None (None where the tag does not apply); with `split`,
+    tp and cp above 4 derived from degrees 2 and 4 (nest.graph.fx_split) where they can be."""
+    if mbs is None and not fx_batch.taggable(m, v):
         return None
+    if split:
+        for axis in ("tp", "cp"):
+            if fx_split.derivable(m, v, axis, mbs):
+                tm._check(m, v, 1)  # the trace's variant checks
+                r2, r4 = (_rec(m, kind, b, mbs, split) for b in fx_split.bases(v, axis))
+                r = fx_split.derive(r2, r4, v, axis) if r2 and r4 else None
+                if r is not None:
+                    return r
+    if mbs is not None:
+        return _record(m, kind, v, mbs, None)
     tag = fx_batch.tag_prime(m)
     try:
         return _record(m, kind, v, tag, tag)
@@ -462,32 +473,38 @@ def _tagged(m: ModelSpec, kind: str, v: Variant) -> _Record | None:
         return None
 
 
+def _tagged(m: ModelSpec, kind: str, v: Variant) -> _Record | None:
+    """The record at the batch tag, no degree derived (None where the tag does not apply)."""
+    return _rec(m, kind, v, None, False)
+
+
 @lru_cache(maxsize=2048)
-def _cached(m: ModelSpec, kind: str, v: Variant, mbs: int, derive_mbs: bool = True
-            ) -> TracedLayer:
-    r = _tagged(m, kind, v) if derive_mbs else None
-    return _materialise(r, mbs) if r is not None else _layer_trace(m, kind, v, mbs)
+def _cached(m: ModelSpec, kind: str, v: Variant, mbs: int, derive_mbs: bool = True,
+            derive_split: bool = True) -> TracedLayer:
+    r = _rec(m, kind, v, None, derive_split) if derive_mbs else None
+    return _materialise(r or _rec(m, kind, v, mbs, derive_split), mbs)
 
 
 def clear_caches() -> None:
     """Forget every trace (cold timings, tests)."""
     _cached.cache_clear()
-    _tagged.cache_clear()
+    _rec.cache_clear()
     _num_params.cache_clear()
 
 
 def trace_layer(m: ModelSpec, kind: str, v: Variant | None = None, mbs: int = 1,
-                derive_mbs: bool = True) -> TracedLayer:
+                derive_mbs: bool = True, derive_split: bool = True) -> TracedLayer:
     """Trace and measure one layer kind (embedding | block | head) of `m` under variant `v`
     (default: no parallelism). Layers without experts (embedding, head, a dense block) do not
     depend on ep: they are traced once at ep = 1 and shared by every ep. Every micro-batch size
     comes from one trace at a tagged batch (nest.graph.fx_batch) unless derive_mbs is False
-    (then the trace runs at `mbs` itself: the check of the derivation)."""
+    (then the trace runs at `mbs` itself: the check of the derivation); tp and cp above 4 come
+    from the degrees 2 and 4 (nest.graph.fx_split) unless derive_split is False."""
     v = v or Variant()
     if v.ep > 1 and (kind == "embedding" or "dense" in kind or (kind == "head"
                                                                  and not m.mtp_layers)):
         v = dataclasses.replace(v, ep=1)
-    return _cached(_dims(m), kind, v, mbs, derive_mbs)
+    return _cached(_dims(m), kind, v, mbs, derive_mbs, derive_split)
 
 
 @lru_cache(maxsize=256)
@@ -511,30 +528,32 @@ def total_params(m: ModelSpec) -> float:
             + num_params(m, "head"))
 
 
-def layer_cost(m: ModelSpec, kind: str, v: Variant, mbs: int = 1,
-               derive_ep: bool = True, derive_mbs: bool = True) -> LayerCost:
+def layer_cost(m: ModelSpec, kind: str, v: Variant, mbs: int = 1, derive_ep: bool = True,
+               derive_mbs: bool = True, derive_split: bool = True) -> LayerCost:
     """trace_layer(...).cost; an expert-parallel variant with ep > 4 of a layer with experts
     derived exactly from its ep = 2 and ep = 4 traces (nest.graph.fx_ep) unless derive_ep is
     False or the derivation does not apply."""
     if derive_ep and fx_ep.can_derive(m.num_experts, v):
-        t2, t4 = (trace_layer(m, kind, b, mbs, derive_mbs) for b in fx_ep.bases(v))
+        t2, t4 = (trace_layer(m, kind, b, mbs, derive_mbs, derive_split)
+                  for b in fx_ep.bases(v))
         if t4.variant.ep == fx_ep.BASE[1]:  # the layer depends on ep (else traced at ep = 1)
             cost = fx_ep.derive(t2, t4, m.num_experts, v.ep)
             if cost is not None:
                 return cost
-    return trace_layer(m, kind, v, mbs, derive_mbs).cost
+    return trace_layer(m, kind, v, mbs, derive_mbs, derive_split).cost
 
 
 def build_layer_graph_fx(model: ModelSpec, mbs: int = 1,
                          variants: list[Variant] | None = None,
-                         derive_ep: bool = True, derive_mbs: bool = True) -> LayerGraph:
+                         derive_ep: bool = True, derive_mbs: bool = True,
+                         derive_split: bool = True) -> LayerGraph:
     """The layer graph of `model` measured from traced torch modules (same contract as
     closed_form.build_layer_graph; identical blocks share one LayerCost). derive_ep=False
     traces every expert-parallel variant (layer_cost; the check of the derivation),
-    derive_mbs=False traces at `mbs` itself (trace_layer)."""
+    derive_mbs=False traces at `mbs` itself, derive_split=False every tp and cp (trace_layer)."""
     variants = variants or variants_of(model)
     blocks = tm.block_kinds(model)  # identical blocks share one kind (DeepSeek: dense first)
-    cost = {kind: {v.key: layer_cost(model, kind, v, mbs, derive_ep, derive_mbs)
+    cost = {kind: {v.key: layer_cost(model, kind, v, mbs, derive_ep, derive_mbs, derive_split)
                    for v in variants}
             for kind in ("embedding", *dict.fromkeys(blocks), "head")}
     layers = [Layer(0, "embedding", "embedding", num_params(model, "embedding"), cost["embedding"])]
