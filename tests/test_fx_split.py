@@ -72,3 +72,20 @@ def test_a_broken_fit_is_caught(monkeypatch):
     with pytest.raises(AssertionError):
         _same(m, [Variant(8, True, 1, 1)])
     fx.clear_caches()
+
+
+@pytest.mark.parametrize("name,seq", [("gpt_oss_20b.json", 256), ("deepseek_v3.json", 256),
+                                      ("gemma_3_1b_pt.json", 256), ("bert_large", None)])
+def test_graph_cache_leaves_the_graph_unchanged(name, seq, monkeypatch):
+    """fx_extract._graph shares one traced fx graph among modules of the same structure: the
+    layer graph equals the one traced with a fresh fx graph for every module (ep <= 4: the
+    traced expert-parallel degrees), tp 1, 2, 4 with and without sp, cp 1 and 4."""
+    m = _load(name, seq)
+    variants = [v for v in variants_of(m) if v.ep <= 2 and v.tp <= 4 and v.cp in (1, 4)]
+    fx.clear_caches()
+    shared = fx.build_layer_graph_fx(m, 1, variants).to_dict()
+    assert len(fx._GRAPHS) < fx._rec.cache_info().currsize  # graphs were shared
+    fx.clear_caches()
+    monkeypatch.setattr(fx, "_graph", lambda spec, kind, module: fx._Tracer().trace(module))
+    assert fx.build_layer_graph_fx(m, 1, variants).to_dict() == shared
+    fx.clear_caches()

@@ -77,12 +77,17 @@ class NodeCost:
 class TracedLayer:
     kind: str
     variant: Variant
-    graph_module: fx.GraphModule
+    module: torch.nn.Module  # the device's layer module (traced at the batch tag if derived)
+    graph: fx.Graph  # its fx graph (shared by modules of the same structure)
     nodes: list[NodeCost]
     cost: LayerCost
     # per op of cost.ops: its node's totals (fwd/bwd FLOPs, fwd/bwd bytes) before the division
     # by op.count (what nest.graph.fx_ep scales across ep)
     op_totals: tuple[tuple[float, float, float, float], ...] = ()
+
+    @property
+    def graph_module(self) -> fx.GraphModule:
+        return fx.GraphModule(self.module, self.graph)
 
 
 # --------------------------------------------------------------------------------------------
@@ -127,6 +132,10 @@ class _Event:
 class _Meter(TorchDispatchMode):
     """Attributes every aten call to the fx node running it (forward) or whose autograd node is
     running (backward): FLOPs from torch's flop formulas, storages read and written."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:  # nothing here is compiled: no per-call dynamo guard
+        return False
 
     def __init__(self):
         super().__init__()
@@ -206,8 +215,9 @@ class _Saved:
 
 
 class _Runner(fx.Interpreter):
-    def __init__(self, gm, meter: _Meter | None = None, selective: bool = False):
-        super().__init__(gm, garbage_collect_values=False)
+    def __init__(self, module, meter: _Meter | None = None, selective: bool = False,
+                 graph: fx.Graph | None = None):
+        super().__init__(module, garbage_collect_values=False, graph=graph)
         self.meter, self.selective, self.values = meter, selective, {}
 
     def run_node(self, n):
@@ -269,7 +279,8 @@ class _Record:
 
     kind: str
     variant: Variant
-    graph_module: fx.GraphModule
+    module: torch.nn.Module
+    graph: fx.Graph
     nodes: list[tuple]
     flops: dict[tuple[str, str], fx_batch.Poly]
     nbytes: dict[tuple[str, str], fx_batch.Poly]
@@ -281,10 +292,25 @@ class _Record:
     params: tuple[float, float]
 
 
+_GRAPHS: dict = {}  # (spec, kind, module structure) -> traced fx graph
+
+
+def _graph(m: ModelSpec, kind: str, module: torch.nn.Module) -> fx.Graph:
+    """The fx graph of `module`, traced once per structure: the control flow of the traced (non-
+    leaf) forwards -- Block, MoE, Mlp, the embedding, head and MTP layers -- depends only on which
+    submodules exist and on the spec (literals such as the hidden size), never on a size that a
+    variant or the micro-batch changes (tests/test_fx_split.py compares with fresh traces)."""
+    key = (m, kind, tuple((name, type(sub).__name__) for name, sub in module.named_modules()))
+    graph = _GRAPHS.get(key)
+    if graph is None:
+        graph = _GRAPHS[key] = _Tracer().trace(module)
+    return graph
+
+
 def _record(m: ModelSpec, kind: str, v: Variant, b: int, tag: int | None) -> _Record:
     """Trace layer `kind` at batch b; integers split by the batch tag (b itself) when tagged."""
     module, inputs = tm.build_layer(m, kind, v, b)
-    gm = fx.GraphModule(module, _Tracer().trace(module))
+    graph = _graph(m, kind, module)
     exclude = _excluded(module)
 
     def poly(xs):
@@ -293,7 +319,7 @@ def _record(m: ModelSpec, kind: str, v: Variant, b: int, tag: int | None) -> _Re
     # pass 1: no recomputation, forward + backward
     meter, saved = _Meter(), _Saved(exclude)
     with tm.comm_log() as log, torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
-        runner = _Runner(gm, meter)
+        runner = _Runner(module, meter, graph=graph)
         with meter:
             out = runner.run(*inputs)
         grad = torch.ones_like(out)
@@ -308,7 +334,8 @@ def _record(m: ModelSpec, kind: str, v: Variant, b: int, tag: int | None) -> _Re
     # block's input: its bytes, without a third pass (full_recompute_bytes; the traced pass
     # that checks it: tests/test_fx_graph.py).
     if kind.startswith("block"):
-        act["selective"] = poly(_selective_saved(gm, m, kind, v, b, exclude).values())
+        act["selective"] = poly(_selective_saved(module, m, kind, v, b, exclude,
+                                                   graph).values())
         act["full"] = poly(_input_bytes(tm.layer_inputs(m, kind, v, b), exclude).values())
     else:  # embedding and head are never recomputed (as in the closed form)
         act["selective"] = act["full"] = act["none"]
@@ -319,12 +346,12 @@ def _record(m: ModelSpec, kind: str, v: Variant, b: int, tag: int | None) -> _Re
         flops[ev.node, ev.phase].append(ev.flops)
         if ev.flops and ev.phase == "fwd":
             shapes.setdefault(ev.node, ev.shapes)
-    on_chip = {n.name for n in gm.graph.nodes if n.op == "call_module"
-               and getattr(gm.get_submodule(n.target), "op_kind", None) == "attention"}
+    on_chip = {n.name for n in graph.nodes if n.op == "call_module"
+               and getattr(module.get_submodule(n.target), "op_kind", None) == "attention"}
     nbytes = _node_bytes(meter.events, {tm.storage_key(out)}, on_chip)
     nodes, mm_shapes, out_bytes = [], {}, {}
-    for n in gm.graph.nodes:
-        mod = gm.get_submodule(n.target) if n.op == "call_module" else None
+    for n in graph.nodes:
+        mod = module.get_submodule(n.target) if n.op == "call_module" else None
         op_kind = getattr(mod, "op_kind", None)
         shape = tuple(poly([x]) for x in mod.shape) if op_kind == "attention" else ()
         if op_kind == "matmul":
@@ -334,7 +361,7 @@ def _record(m: ModelSpec, kind: str, v: Variant, b: int, tag: int | None) -> _Re
                       getattr(mod, "op_count", 1), getattr(mod, "op_name", n.name), shape))
         out_bytes[n.name] = poly([t.numel() * t.element_size()
                                   for t in _tensors(runner.values.get(n.name))])
-    return _Record(kind, v, gm, nodes, {k: poly(x) for k, x in flops.items()},
+    return _Record(kind, v, module, graph, nodes, {k: poly(x) for k, x in flops.items()},
                    {k: poly(x) for k, x in nbytes.items()}, mm_shapes, out_bytes, comms, act,
                    poly([out.numel() * out.element_size()]), _params(module))
 
@@ -367,7 +394,7 @@ def _materialise(r: _Record, mbs: int) -> TracedLayer:
     records = [(k, ph, g, val(p) / shard) for k, ph, g, p, shard in r.comms]
     act = {mode: float(val(p)) for mode, p in r.act.items()}
     cost = _layer_cost(r.kind, r.variant, ops, records, act, val(r.boundary), r.params)
-    return TracedLayer(r.kind, r.variant, r.graph_module, nodes, cost, tuple(totals))
+    return TracedLayer(r.kind, r.variant, r.module, r.graph, nodes, cost, tuple(totals))
 
 
 def _layer_trace(m: ModelSpec, kind: str, v: Variant, mbs: int) -> TracedLayer:
@@ -375,10 +402,10 @@ def _layer_trace(m: ModelSpec, kind: str, v: Variant, mbs: int) -> TracedLayer:
     return _materialise(_record(m, kind, v, mbs, None), mbs)
 
 
-def _selective_saved(gm, m, kind, v, mbs, exclude) -> dict[int, int]:
+def _selective_saved(gm, m, kind, v, mbs, exclude, graph=None) -> dict[int, int]:
     s = _Saved(exclude)
     with tm.comm_log(), torch.autograd.graph.saved_tensors_hooks(s.pack, s.unpack):
-        _Runner(gm, selective=True).run(*tm.layer_inputs(m, kind, v, mbs))
+        _Runner(gm, selective=True, graph=graph).run(*tm.layer_inputs(m, kind, v, mbs))
     return s.bytes
 
 
@@ -489,6 +516,7 @@ def clear_caches() -> None:
     """Forget every trace (cold timings, tests)."""
     _cached.cache_clear()
     _rec.cache_clear()
+    _GRAPHS.clear()
     _num_params.cache_clear()
 
 
