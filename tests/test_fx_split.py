@@ -89,3 +89,20 @@ def test_graph_cache_leaves_the_graph_unchanged(name, seq, monkeypatch):
     monkeypatch.setattr(fx, "_graph", lambda spec, kind, module: fx._Tracer().trace(module))
     assert fx.build_layer_graph_fx(m, 1, variants).to_dict() == shared
     fx.clear_caches()
+
+
+@pytest.mark.parametrize("name,seq", [("gpt_oss_20b.json", 256), ("deepseek_v3.json", 256),
+                                      ("gemma_3_1b_pt.json", 256), ("tiny_gpt", None),
+                                      ("bert_large", None), ("olmo_2_1124_7b.json", 256)])
+def test_selective_bytes_equal_the_checkpointed_pass(name, seq, monkeypatch):
+    """Selective recomputation's saved bytes read from the pass without recomputation
+    (fx_extract._selective_from_pass1) equal a forward run with the attention core under
+    torch.utils.checkpoint (fx_extract.TRACE_SELECTIVE), every tp / sp / cp corner."""
+    m = _load(name, seq)
+    variants = [v for v in variants_of(m) if v.ep <= 2 and v.tp in (1, 2) and v.cp in (1, 2)]
+    fx.clear_caches()
+    read = fx.build_layer_graph_fx(m, 1, variants).to_dict()
+    fx.clear_caches()
+    monkeypatch.setattr(fx, "TRACE_SELECTIVE", True)
+    assert fx.build_layer_graph_fx(m, 1, variants).to_dict() == read
+    fx.clear_caches()

@@ -185,8 +185,10 @@ class _Meter(TorchDispatchMode):
 class _Saved:
     """saved_tensors_hooks: distinct storages kept for backward (and re-gathers on unpack)."""
 
-    def __init__(self, exclude: set[int]):
+    def __init__(self, exclude: set[int], meter: _Meter | None = None):
         self.exclude, self.bytes, self._regathered, self._alive = exclude, {}, set(), []
+        self.meter = meter  # given: the fx nodes that saved each storage (forward)
+        self.savers: dict[int, set[str]] = defaultdict(set)
 
     def pack(self, t):
         self._alive.append(t)
@@ -195,9 +197,12 @@ class _Saved:
             log = tm._LOG
             if log is not None and k in log.regather:
                 shard = log.regather[k][0]
-                self.bytes[tm.storage_key(shard)] = shard.untyped_storage().nbytes()
+                k = tm.storage_key(shard)
+                self.bytes[k] = shard.untyped_storage().nbytes()
             else:
                 self.bytes[k] = t.untyped_storage().nbytes()
+            if self.meter is not None:
+                self.savers[k].add(self.meter.node)
         return t
 
     def unpack(self, t):
@@ -316,12 +321,18 @@ def _record(m: ModelSpec, kind: str, v: Variant, b: int, tag: int | None) -> _Re
     def poly(xs):
         return fx_batch.poly(xs, tag)
 
+    attention = {n.name: n for n in graph.nodes if n.op == "call_module"
+                 and getattr(module.get_submodule(n.target), "op_kind", None) == "attention"}
+
     # pass 1: no recomputation, forward + backward
-    meter, saved = _Meter(), _Saved(exclude)
+    meter = _Meter()
+    saved = _Saved(exclude, meter)
     with tm.comm_log() as log, torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
         runner = _Runner(module, meter, graph=graph)
         with meter:
             out = runner.run(*inputs)
+        if kind.startswith("block") and not TRACE_SELECTIVE:
+            selective = _selective_from_pass1(saved, attention, runner.values, exclude)
         grad = torch.ones_like(out)
         meter.phase = "bwd"
         with meter:
@@ -334,8 +345,9 @@ def _record(m: ModelSpec, kind: str, v: Variant, b: int, tag: int | None) -> _Re
     # block's input: its bytes, without a third pass (full_recompute_bytes; the traced pass
     # that checks it: tests/test_fx_graph.py).
     if kind.startswith("block"):
-        act["selective"] = poly(_selective_saved(module, m, kind, v, b, exclude,
-                                                   graph).values())
+        if TRACE_SELECTIVE:
+            selective = _selective_saved(module, m, kind, v, b, exclude, graph)
+        act["selective"] = poly(selective.values())
         act["full"] = poly(_input_bytes(tm.layer_inputs(m, kind, v, b), exclude).values())
     else:  # embedding and head are never recomputed (as in the closed form)
         act["selective"] = act["full"] = act["none"]
@@ -346,9 +358,7 @@ def _record(m: ModelSpec, kind: str, v: Variant, b: int, tag: int | None) -> _Re
         flops[ev.node, ev.phase].append(ev.flops)
         if ev.flops and ev.phase == "fwd":
             shapes.setdefault(ev.node, ev.shapes)
-    on_chip = {n.name for n in graph.nodes if n.op == "call_module"
-               and getattr(module.get_submodule(n.target), "op_kind", None) == "attention"}
-    nbytes = _node_bytes(meter.events, {tm.storage_key(out)}, on_chip)
+    nbytes = _node_bytes(meter.events, {tm.storage_key(out)}, set(attention))
     nodes, mm_shapes, out_bytes = [], {}, {}
     for n in graph.nodes:
         mod = module.get_submodule(n.target) if n.op == "call_module" else None
@@ -400,6 +410,24 @@ def _materialise(r: _Record, mbs: int) -> TracedLayer:
 def _layer_trace(m: ModelSpec, kind: str, v: Variant, mbs: int) -> TracedLayer:
     """Trace and measure one layer at micro-batch `mbs` itself."""
     return _materialise(_record(m, kind, v, mbs, None), mbs)
+
+
+TRACE_SELECTIVE = False  # True: the selective pass runs (the check of _selective_from_pass1)
+
+
+def _selective_from_pass1(saved: _Saved, attention: dict, values: dict,
+                          exclude: set[int]) -> dict[int, int]:
+    """The storages a forward with the attention core checkpointed saves, from the pass without
+    recomputation: what any other node saved, and the attention nodes' tensor inputs (all a
+    reentrant checkpoint saves; it runs the core without grad, so the core's own saves vanish and
+    its output keeps its storage)."""
+    out = {k: b for k, b in saved.bytes.items() if saved.savers[k] - set(attention)}
+    ckpt = _Saved(exclude)
+    for node in attention.values():
+        for arg in node.all_input_nodes:
+            for t in _tensors(values.get(arg.name)):
+                ckpt.pack(t)
+    return {**out, **ckpt.bytes}
 
 
 def _selective_saved(gm, m, kind, v, mbs, exclude, graph=None) -> dict[int, int]:
