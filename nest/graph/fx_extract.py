@@ -116,6 +116,8 @@ def _tensors(x) -> list[torch.Tensor]:
 
 def _touched(t: torch.Tensor) -> int:
     """Bytes of the distinct elements a view addresses (a broadcast dimension counts once)."""
+    if t.is_contiguous():  # no zero stride but on size-1 dimensions: every element
+        return t.numel() * t.element_size()
     return math.prod(n for n, st in zip(t.shape, t.stride()) if st != 0) * t.element_size()
 
 
