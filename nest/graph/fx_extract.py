@@ -14,12 +14,17 @@ Per fx node, measured:
   tensor both produced and consumed only inside the node (either phase) is not counted.
 * Saved-for-backward bytes per micro-batch: torch.autograd.graph.saved_tensors_hooks collect
   the distinct storages autograd keeps (parameters and buffers excluded; integer indices and
-  fp32 norm statistics included). Selective recomputation runs the attention core under
-  torch.utils.checkpoint; full recomputation checkpoints the whole block (only its input kept).
+  fp32 norm statistics included). Selective recomputation (the attention core under
+  torch.utils.checkpoint) keeps what the other nodes save and the core's inputs, read from the
+  same pass (TRACE_SELECTIVE runs the checkpointed pass instead: the check); full recomputation
+  checkpoints the whole block (only its input kept).
   A gathered tensor flagged keep_shard is kept as its shard and re-gathered in backward (that
   all-gather is recorded).
 * Collectives: recorded by the modules' collective nodes during forward and backward.
-Identical transformer blocks are traced once per variant and shared.
+Identical transformer blocks are traced once per variant and shared. Fewer traces, each derived
+number exact (tests compare with traces): every micro-batch from one trace at a tagged batch
+(nest.graph.fx_batch), tp and cp above 4 from degrees 2 and 4 (nest.graph.fx_split), ep above 4
+from ep 2 and 4 (nest.graph.fx_ep); one fx graph per module structure (_graph).
 
 Checked on a GPU (H200, torch 2.11): running the same block modules on CUDA, the growth of
 torch.cuda.memory_allocated over a forward pass equals the meta-measured saved bytes exactly for
