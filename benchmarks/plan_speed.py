@@ -103,7 +103,10 @@ other on the same shared machine (load average 3-5), CPU s:
 
 (llama3_70b, first in the process, pays torch._dynamo's import, ~2.4 s, on its first trace.) In a
 fresh process (build_graph at mbs 1, then 2) DeepSeek-V3's graphs take 7.9 + 0.5 s after against
-17.6 + 13.4 s before, about 4.7 s of the mbs 1 figure importing torch and torch._dynamo. Every graph is the same as before, field for field (all
+17.6 + 13.4 s before, about 4.7 s of the mbs 1 figure importing torch and torch._dynamo. The
+whole `nest plan --planner nest` command (user + sys, imports included, sequence 4096): Mixtral-
+8x22B on 64 GPUs 27.5 -> 16.4 s, DeepSeek-V3 on 256 GPUs 49.2 -> 24.0 s, the printed plans
+identical but for the solve time line. Every graph is the same as before, field for field (all
 variants of DeepSeek-V3, gpt-oss-20B, Gemma-3-1B, Qwen1.5-MoE, Mixtral-mini, BERT-large and
 tiny GPT at mbs 1 and 2 compared with main's). What changed, each exact and tested against
 traces:
