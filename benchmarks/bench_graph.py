@@ -25,8 +25,7 @@ def main(names: list[str]) -> None:
     import_s, import_rss = time.perf_counter() - t0, _rss_mib()
     print(f"import nest.graph.fx_extract (torch): {import_s:.2f} s, peak RSS {import_rss:.0f} MiB")
     for name in names:
-        fx_extract._cached.cache_clear()
-        fx_extract._num_params.cache_clear()
+        fx_extract.clear_caches()
         m = load_model(name)
         t = time.perf_counter()
         g = fx_extract.build_layer_graph_fx(m)

@@ -181,7 +181,7 @@ def test_json_round_trip_and_deterministic(tmp_path):
     g = fx.build_layer_graph_fx(m, 2)
     g.write(tmp_path / "g.json")
     assert LayerGraph.read(tmp_path / "g.json").to_dict() == g.to_dict()
-    fx._cached.cache_clear()
+    fx.clear_caches()
     assert fx.build_layer_graph_fx(m, 2).to_dict() == g.to_dict()
 
 

@@ -95,7 +95,7 @@ def test_meta_cache_leaves_the_graph_unchanged(model, monkeypatch):
 
     def fresh():
         build_graph.cache_clear()
-        fx_extract._cached.cache_clear()
+        fx_extract.clear_caches()
         return build_graph(m, 2, "torch_fx").to_dict()
 
     meta_cache._LAYOUTS.clear()

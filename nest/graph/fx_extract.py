@@ -14,12 +14,17 @@ Per fx node, measured:
   tensor both produced and consumed only inside the node (either phase) is not counted.
 * Saved-for-backward bytes per micro-batch: torch.autograd.graph.saved_tensors_hooks collect
   the distinct storages autograd keeps (parameters and buffers excluded; integer indices and
-  fp32 norm statistics included). Selective recomputation runs the attention core under
-  torch.utils.checkpoint; full recomputation checkpoints the whole block (only its input kept).
+  fp32 norm statistics included). Selective recomputation (the attention core under
+  torch.utils.checkpoint) keeps what the other nodes save and the core's inputs, read from the
+  same pass (TRACE_SELECTIVE runs the checkpointed pass instead: the check); full recomputation
+  checkpoints the whole block (only its input kept).
   A gathered tensor flagged keep_shard is kept as its shard and re-gathered in backward (that
   all-gather is recorded).
 * Collectives: recorded by the modules' collective nodes during forward and backward.
-Identical transformer blocks are traced once per variant and shared.
+Identical transformer blocks are traced once per variant and shared. Fewer traces, each derived
+number exact (tests compare with traces): every micro-batch from one trace at a tagged batch
+(nest.graph.fx_batch), tp and cp above 4 from degrees 2 and 4 (nest.graph.fx_split), ep above 4
+from ep 2 and 4 (nest.graph.fx_ep); one fx graph per module structure (_graph).
 
 Checked on a GPU (H200, torch 2.11): running the same block modules on CUDA, the growth of
 torch.cuda.memory_allocated over a forward pass equals the meta-measured saved bytes exactly for
@@ -43,7 +48,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import flop_registry
 
-from nest.graph import fx_ep, meta_cache
+from nest.graph import fx_batch, fx_ep, fx_split, meta_cache
 from nest.graph import torch_models as tm
 from nest.graph.closed_form import variants_of
 from nest.graph.layer_graph import Collective, Layer, LayerCost, LayerGraph, Op, Variant
@@ -77,12 +82,17 @@ class NodeCost:
 class TracedLayer:
     kind: str
     variant: Variant
-    graph_module: fx.GraphModule
+    module: torch.nn.Module  # the device's layer module (traced at the batch tag if derived)
+    graph: fx.Graph  # its fx graph (shared by modules of the same structure)
     nodes: list[NodeCost]
     cost: LayerCost
     # per op of cost.ops: its node's totals (fwd/bwd FLOPs, fwd/bwd bytes) before the division
     # by op.count (what nest.graph.fx_ep scales across ep)
     op_totals: tuple[tuple[float, float, float, float], ...] = ()
+
+    @property
+    def graph_module(self) -> fx.GraphModule:
+        return fx.GraphModule(self.module, self.graph)
 
 
 # --------------------------------------------------------------------------------------------
@@ -111,6 +121,8 @@ def _tensors(x) -> list[torch.Tensor]:
 
 def _touched(t: torch.Tensor) -> int:
     """Bytes of the distinct elements a view addresses (a broadcast dimension counts once)."""
+    if t.is_contiguous():  # no zero stride but on size-1 dimensions: every element
+        return t.numel() * t.element_size()
     return math.prod(n for n, st in zip(t.shape, t.stride()) if st != 0) * t.element_size()
 
 
@@ -127,6 +139,10 @@ class _Event:
 class _Meter(TorchDispatchMode):
     """Attributes every aten call to the fx node running it (forward) or whose autograd node is
     running (backward): FLOPs from torch's flop formulas, storages read and written."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:  # nothing here is compiled: no per-call dynamo guard
+        return False
 
     def __init__(self):
         super().__init__()
@@ -169,15 +185,17 @@ class _Meter(TorchDispatchMode):
             reads = [(tm.storage_key(t), _touched(t)) for t in ins if t is not skip]
         writes = [] if func in _NO_WRITE else [(tm.storage_key(t), _touched(t)) for t in outs]
         shapes = tuple(tuple(t.shape) for t in ins) if flops else ()
-        self.events.append(_Event(node, self.phase, float(flops), reads, writes, shapes))
+        self.events.append(_Event(node, self.phase, flops, reads, writes, shapes))
         return out
 
 
 class _Saved:
     """saved_tensors_hooks: distinct storages kept for backward (and re-gathers on unpack)."""
 
-    def __init__(self, exclude: set[int]):
+    def __init__(self, exclude: set[int], meter: _Meter | None = None):
         self.exclude, self.bytes, self._regathered, self._alive = exclude, {}, set(), []
+        self.meter = meter  # given: the fx nodes that saved each storage (forward)
+        self.savers: dict[int, set[str]] = defaultdict(set)
 
     def pack(self, t):
         self._alive.append(t)
@@ -186,9 +204,12 @@ class _Saved:
             log = tm._LOG
             if log is not None and k in log.regather:
                 shard = log.regather[k][0]
-                self.bytes[tm.storage_key(shard)] = shard.untyped_storage().nbytes()
+                k = tm.storage_key(shard)
+                self.bytes[k] = shard.untyped_storage().nbytes()
             else:
                 self.bytes[k] = t.untyped_storage().nbytes()
+            if self.meter is not None:
+                self.savers[k].add(self.meter.node)
         return t
 
     def unpack(self, t):
@@ -206,8 +227,9 @@ class _Saved:
 
 
 class _Runner(fx.Interpreter):
-    def __init__(self, gm, meter: _Meter | None = None, selective: bool = False):
-        super().__init__(gm, garbage_collect_values=False)
+    def __init__(self, module, meter: _Meter | None = None, selective: bool = False,
+                 graph: fx.Graph | None = None):
+        super().__init__(module, garbage_collect_values=False, graph=graph)
         self.meter, self.selective, self.values = meter, selective, {}
 
     def run_node(self, n):
@@ -232,10 +254,11 @@ def _excluded(module: torch.nn.Module) -> set[int]:
 
 
 def _node_bytes(events: list[_Event], out_keys: set[int],
-                on_chip: set[str]) -> dict[tuple[str, str], float]:
-    """HBM bytes per (node, phase). A node is one fused kernel per phase: a storage it produces
-    and only itself reads in the same phase stays on chip. Nodes in `on_chip` (the attention
-    core, flash-style) also keep what they save for their own backward on chip (recomputed)."""
+                on_chip: set[str]) -> dict[tuple[str, str], list[int]]:
+    """HBM bytes per (node, phase), as the integers they sum. A node is one fused kernel per
+    phase: a storage it produces and only itself reads in the same phase stays on chip. Nodes in
+    `on_chip` (the attention core, flash-style) also keep what they save for their own backward
+    on chip (recomputed)."""
     producer: dict[int, tuple[str, str]] = {}
     consumers: dict[int, set[tuple[str, str]]] = defaultdict(set)
     for ev in events:
@@ -253,59 +276,187 @@ def _node_bytes(events: list[_Event], out_keys: set[int],
             return producer[k][0] == node and {n for n, _ in consumers[k]} == {node}
         return producer[k] == (node, phase) and consumers[k] == {(node, phase)}
 
-    out: dict[tuple[str, str], float] = defaultdict(float)
+    out: dict[tuple[str, str], list[int]] = defaultdict(list)
     for ev in events:
-        out[ev.node, ev.phase] += sum(b for k, b in ev.reads + ev.writes
-                                      if not internal(k, ev.node, ev.phase))
+        out[ev.node, ev.phase] += [b for k, b in ev.reads + ev.writes
+                                   if not internal(k, ev.node, ev.phase)]
     return out
 
 
-def _layer_trace(m: ModelSpec, kind: str, v: Variant, mbs: int) -> TracedLayer:
-    module, inputs = tm.build_layer(m, kind, v, mbs)
-    gm = fx.GraphModule(module, _Tracer().trace(module))
+@dataclass
+class _Record:
+    """One trace's measurements as polynomials in the micro-batch (nest.graph.fx_batch; degree 0
+    only when traced at the micro-batch it reports), per fx node (name, opcode, target, op_kind,
+    flop_scale, op_count, op_name, attention shape)."""
+
+    kind: str
+    variant: Variant
+    module: torch.nn.Module
+    graph: fx.Graph
+    nodes: list[tuple]
+    flops: dict[tuple[str, str], fx_batch.Poly]
+    nbytes: dict[tuple[str, str], fx_batch.Poly]
+    mm_shapes: dict[str, tuple]  # matmul node -> (m, n, k) polynomials
+    out_bytes: dict[str, fx_batch.Poly]
+    comms: list[tuple[str, str, str, fx_batch.Poly, int]]
+    act: dict[str, fx_batch.Poly]
+    boundary: fx_batch.Poly  # the layer output's bytes
+    params: tuple[float, float]
+
+
+_GRAPHS: dict = {}  # (spec, kind, module structure) -> traced fx graph
+
+
+def _graph(m: ModelSpec, kind: str, module: torch.nn.Module) -> fx.Graph:
+    """The fx graph of `module`, traced once per structure: the control flow of the traced (non-
+    leaf) forwards -- Block, MoE, Mlp, the embedding, head and MTP layers -- depends only on which
+    submodules exist and on the spec (literals such as the hidden size), never on a size that a
+    variant or the micro-batch changes (tests/test_fx_split.py compares with fresh traces)."""
+    key = (m, kind, tuple((name, type(sub).__name__) for name, sub in module.named_modules()))
+    graph = _GRAPHS.get(key)
+    if graph is None:
+        graph = _GRAPHS[key] = _Tracer().trace(module)
+    return graph
+
+
+def _record(m: ModelSpec, kind: str, v: Variant, b: int, tag: int | None) -> _Record:
+    """Trace layer `kind` at batch b; integers split by the batch tag (b itself) when tagged."""
+    module, inputs = tm.build_layer(m, kind, v, b)
+    graph = _graph(m, kind, module)
     exclude = _excluded(module)
 
+    def poly(xs):
+        return fx_batch.poly(xs, tag)
+
+    attention = {n.name: n for n in graph.nodes if n.op == "call_module"
+                 and getattr(module.get_submodule(n.target), "op_kind", None) == "attention"}
+
     # pass 1: no recomputation, forward + backward
-    meter, saved = _Meter(), _Saved(exclude)
+    meter = _Meter()
+    saved = _Saved(exclude, meter)
     with tm.comm_log() as log, torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
-        runner = _Runner(gm, meter)
+        runner = _Runner(module, meter, graph=graph)
         with meter:
             out = runner.run(*inputs)
+        if kind.startswith("block") and not TRACE_SELECTIVE:
+            selective = _selective_from_pass1(saved, attention, runner.values, exclude)
         grad = torch.ones_like(out)
         meter.phase = "bwd"
         with meter:
             torch.autograd.backward(out, grad)
-    records = list(log.records)
-    act = {"none": saved.total}
+    comms = [(k, ph, g, poly([n]), shard) for k, ph, g, n, shard in log.raw]
+    act = {"none": poly(saved.bytes.values())}
 
     # pass 2: forward only, attention core checkpointed (the same module, fresh inputs).
     # Full recomputation (the whole block under a reentrant checkpoint) keeps exactly the
     # block's input: its bytes, without a third pass (full_recompute_bytes; the traced pass
     # that checks it: tests/test_fx_graph.py).
     if kind.startswith("block"):
-        act["selective"] = selective_bytes(gm, m, kind, v, mbs, exclude)
-        act["full"] = full_recompute_bytes(tm.layer_inputs(m, kind, v, mbs), exclude)
+        if TRACE_SELECTIVE:
+            selective = _selective_saved(module, m, kind, v, b, exclude, graph)
+        act["selective"] = poly(selective.values())
+        act["full"] = poly(_input_bytes(tm.layer_inputs(m, kind, v, b), exclude).values())
     else:  # embedding and head are never recomputed (as in the closed form)
         act["selective"] = act["full"] = act["none"]
 
-    nodes, ops, totals = _summarise(gm, meter, runner.values, {tm.storage_key(out)})
-    cost = _layer_cost(m, kind, v, module, ops, records, act, out)
-    return TracedLayer(kind, v, gm, nodes, cost, totals)
+    flops: dict[tuple[str, str], list] = defaultdict(list)
+    shapes: dict[str, tuple] = {}
+    for ev in meter.events:
+        flops[ev.node, ev.phase].append(ev.flops)
+        if ev.flops and ev.phase == "fwd":
+            shapes.setdefault(ev.node, ev.shapes)
+    nbytes = _node_bytes(meter.events, {tm.storage_key(out)}, set(attention))
+    nodes, mm_shapes, out_bytes = [], {}, {}
+    for n in graph.nodes:
+        mod = module.get_submodule(n.target) if n.op == "call_module" else None
+        op_kind = getattr(mod, "op_kind", None)
+        shape = tuple(poly([x]) for x in mod.shape) if op_kind == "attention" else ()
+        if op_kind == "matmul":
+            a, w = shapes[n.name][-2:]  # mm(x, w), addmm(bias, x, w), bmm(x, w)
+            mm_shapes[n.name] = tuple(poly([x]) for x in (a[-2], w[-1], a[-1]))  # (m, n, k)
+        nodes.append((n.name, n.op, str(n.target), op_kind, getattr(mod, "flop_scale", 1.0),
+                      getattr(mod, "op_count", 1), getattr(mod, "op_name", n.name), shape))
+        out_bytes[n.name] = poly([t.numel() * t.element_size()
+                                  for t in _tensors(runner.values.get(n.name))])
+    return _Record(kind, v, module, graph, nodes, {k: poly(x) for k, x in flops.items()},
+                   {k: poly(x) for k, x in nbytes.items()}, mm_shapes, out_bytes, comms, act,
+                   poly([out.numel() * out.element_size()]), _params(module))
+
+
+def _materialise(r: _Record, mbs: int) -> TracedLayer:
+    """The TracedLayer of record `r` at micro-batch `mbs` (every number an exact integer sum,
+    then the float arithmetic of a trace)."""
+
+    def val(p) -> int:
+        return fx_batch.at(p, mbs)
+
+    nodes, ops, totals = [], [], []
+    for name, opcode, target, op_kind, scale, count, op_name, shape in r.nodes:
+        f_by, b_by = (float(val(r.nbytes.get((name, ph), ()))) for ph in _PHASES)
+        kind = op_kind or ("memory" if f_by else "view")
+        f_fl, b_fl = (float(val(r.flops.get((name, ph), ()))) * scale for ph in _PHASES)
+        nodes.append(NodeCost(name, opcode, target, kind, f_fl, b_fl, f_by, b_by,
+                              float(val(r.out_bytes[name]))))
+        if kind in ("comm", "view") or opcode in ("placeholder", "output"):
+            continue
+        if kind == "matmul":
+            shape = r.mm_shapes[name]
+        ops.append(Op(op_name, kind, f_fl / count, b_fl / count, f_by / count, b_by / count,
+                      tuple(val(x) for x in shape), count))
+        totals.append((f_fl, b_fl, f_by, b_by))
+    extra = float(val(r.nbytes.get((EXTERNAL, "bwd"), ())))  # gradient accumulation, if any
+    if extra:
+        ops.append(Op("grad_accumulate", "memory", 0.0, 0.0, 0.0, extra))
+        totals.append((0.0, 0.0, 0.0, extra))
+    records = [(k, ph, g, val(p) / shard) for k, ph, g, p, shard in r.comms]
+    act = {mode: float(val(p)) for mode, p in r.act.items()}
+    cost = _layer_cost(r.kind, r.variant, ops, records, act, val(r.boundary), r.params)
+    return TracedLayer(r.kind, r.variant, r.module, r.graph, nodes, cost, tuple(totals))
+
+
+def _layer_trace(m: ModelSpec, kind: str, v: Variant, mbs: int) -> TracedLayer:
+    """Trace and measure one layer at micro-batch `mbs` itself."""
+    return _materialise(_record(m, kind, v, mbs, None), mbs)
+
+
+TRACE_SELECTIVE = False  # True: the selective pass runs (the check of _selective_from_pass1)
+
+
+def _selective_from_pass1(saved: _Saved, attention: dict, values: dict,
+                          exclude: set[int]) -> dict[int, int]:
+    """The storages a forward with the attention core checkpointed saves, from the pass without
+    recomputation: what any other node saved, and the attention nodes' tensor inputs (all a
+    reentrant checkpoint saves; it runs the core without grad, so the core's own saves vanish and
+    its output keeps its storage)."""
+    out = {k: b for k, b in saved.bytes.items() if saved.savers[k] - set(attention)}
+    ckpt = _Saved(exclude)
+    for node in attention.values():
+        for arg in node.all_input_nodes:
+            for t in _tensors(values.get(arg.name)):
+                ckpt.pack(t)
+    return {**out, **ckpt.bytes}
+
+
+def _selective_saved(gm, m, kind, v, mbs, exclude, graph=None) -> dict[int, int]:
+    s = _Saved(exclude)
+    with tm.comm_log(), torch.autograd.graph.saved_tensors_hooks(s.pack, s.unpack):
+        _Runner(gm, selective=True, graph=graph).run(*tm.layer_inputs(m, kind, v, mbs))
+    return s.bytes
 
 
 def selective_bytes(gm, m, kind, v, mbs, exclude) -> float:
     """Saved bytes of one forward with the attention core checkpointed."""
-    s = _Saved(exclude)
-    with tm.comm_log(), torch.autograd.graph.saved_tensors_hooks(s.pack, s.unpack):
-        _Runner(gm, selective=True).run(*tm.layer_inputs(m, kind, v, mbs))
-    return s.total
+    return float(sum(_selective_saved(gm, m, kind, v, mbs, exclude).values()))
+
+
+def _input_bytes(inputs, exclude) -> dict[int, int]:
+    return {tm.storage_key(t): t.untyped_storage().nbytes() for t in inputs
+            if isinstance(t, torch.Tensor) and tm.storage_key(t) not in exclude}
 
 
 def full_recompute_bytes(inputs, exclude) -> float:
     """A reentrant checkpoint of the whole block saves its tensor inputs and nothing else."""
-    return float(sum({tm.storage_key(t): t.untyped_storage().nbytes() for t in inputs
-                      if isinstance(t, torch.Tensor) and tm.storage_key(t) not in exclude}
-                     .values()))
+    return float(sum(_input_bytes(inputs, exclude).values()))
 
 
 def full_bytes_traced(gm, inputs, exclude) -> float:
@@ -315,46 +466,6 @@ def full_bytes_traced(gm, inputs, exclude) -> float:
         checkpoint(lambda *a: _Runner(gm).run(*a), *inputs, use_reentrant=True,
                    preserve_rng_state=False)
     return s.total
-
-
-def _summarise(gm, meter: _Meter, values: dict, out_keys: set[int]):
-    flops: dict[tuple[str, str], float] = defaultdict(float)
-    shapes: dict[str, tuple] = {}
-    for ev in meter.events:
-        flops[ev.node, ev.phase] += ev.flops
-        if ev.flops and ev.phase == "fwd":
-            shapes.setdefault(ev.node, ev.shapes)
-    on_chip = {n.name for n in gm.graph.nodes if n.op == "call_module"
-               and getattr(gm.get_submodule(n.target), "op_kind", None) == "attention"}
-    nbytes = _node_bytes(meter.events, out_keys, on_chip)
-    nodes, ops, totals = [], [], []
-    for n in gm.graph.nodes:
-        mod = gm.get_submodule(n.target) if n.op == "call_module" else None
-        kind = getattr(mod, "op_kind", None) or ("memory" if nbytes[n.name, "fwd"] else "view")
-        scale = getattr(mod, "flop_scale", 1.0)
-        f_fl, b_fl = flops[n.name, "fwd"] * scale, flops[n.name, "bwd"] * scale
-        f_by, b_by = nbytes[n.name, "fwd"], nbytes[n.name, "bwd"]
-        out_b = float(sum(t.numel() * t.element_size() for t in _tensors(values.get(n.name))))
-        nodes.append(NodeCost(n.name, n.op, str(n.target), kind, f_fl, b_fl, f_by, b_by, out_b))
-        if kind in ("comm", "view") or n.op in ("placeholder", "output"):
-            continue
-        count = getattr(mod, "op_count", 1)
-        name = getattr(mod, "op_name", n.name)
-        if kind == "matmul":
-            a, b = shapes[n.name][-2:]  # mm(x, w), addmm(bias, x, w), bmm(x, w)
-            shape = (a[-2], b[-1], a[-1])  # (m, n, k)
-        elif kind == "attention":
-            shape = mod.shape
-        else:
-            shape = ()
-        ops.append(Op(name, kind, f_fl / count, b_fl / count, f_by / count, b_by / count,
-                      tuple(int(x) for x in shape), count))
-        totals.append((f_fl, b_fl, f_by, b_by))
-    extra = nbytes[EXTERNAL, "bwd"]  # gradient accumulation outside any node, if any
-    if extra:
-        ops.append(Op("grad_accumulate", "memory", 0.0, 0.0, 0.0, extra))
-        totals.append((0.0, 0.0, 0.0, extra))
-    return nodes, ops, tuple(totals)
 
 
 def _collectives(records) -> tuple[Collective, ...]:
@@ -375,8 +486,8 @@ def _params(module: torch.nn.Module) -> tuple[float, float]:
     return float(dense), float(expert)
 
 
-def _layer_cost(m, kind, v, module, ops, records, act, out) -> LayerCost:
-    dense, expert = _params(module)
+def _layer_cost(kind, v, ops, records, act, out_nbytes, params) -> LayerCost:
+    dense, expert = params
     names = tuple(o.name for o in ops)
     if kind.startswith("block"):
         recompute = {"none": (), "selective": tuple(o.name for o in ops if o.kind == "attention"),
@@ -384,8 +495,7 @@ def _layer_cost(m, kind, v, module, ops, records, act, out) -> LayerCost:
     else:
         recompute = {"none": (), "selective": (), "full": ()}
     # boundary activation: Megatron's scatter/gather optimisation sends 1/t per tp rank
-    out_bytes = 0.0 if kind == "head" else out.numel() * out.element_size() / (
-        v.tp if not v.sp else 1)
+    out_bytes = 0.0 if kind == "head" else out_nbytes / (v.tp if not v.sp else 1)
     return LayerCost(tuple(ops), _collectives(records), dense, expert, act, recompute,
                      float(out_bytes))
 
@@ -401,20 +511,63 @@ def _dims(m: ModelSpec) -> ModelSpec:
                                parallel_variants=ParallelVariants())
 
 
-@lru_cache(maxsize=512)
-def _cached(m: ModelSpec, kind: str, v: Variant, mbs: int) -> TracedLayer:
-    return _layer_trace(m, kind, v, mbs)
+@lru_cache(maxsize=1024)
+def _rec(m: ModelSpec, kind: str, v: Variant, mbs: int | None, split: bool) -> _Record | None:
+    """The record of layer `kind` under `v`: traced at micro-batch `mbs`, or at the batch tag
+    (nest.graph.fx_batch) when mbs is None (None where the tag does not apply); with `split`,
+    tp and cp above 4 derived from degrees 2 and 4 (nest.graph.fx_split) where they can be."""
+    if mbs is None and not fx_batch.taggable(m, v):
+        return None
+    if split:
+        for axis in ("tp", "cp"):
+            if fx_split.derivable(m, v, axis, mbs):
+                tm._check(m, v, 1)  # the trace's variant checks
+                r2, r4 = (_rec(m, kind, b, mbs, split) for b in fx_split.bases(v, axis))
+                r = fx_split.derive(r2, r4, v, axis) if r2 and r4 else None
+                if r is not None:
+                    return r
+    if mbs is not None:
+        return _record(m, kind, v, mbs, None)
+    tag = fx_batch.tag_prime(m)
+    try:
+        return _record(m, kind, v, tag, tag)
+    except fx_batch.NotTagged:
+        return None
 
 
-def trace_layer(m: ModelSpec, kind: str, v: Variant | None = None, mbs: int = 1) -> TracedLayer:
+def _tagged(m: ModelSpec, kind: str, v: Variant) -> _Record | None:
+    """The record at the batch tag, no degree derived (None where the tag does not apply)."""
+    return _rec(m, kind, v, None, False)
+
+
+@lru_cache(maxsize=2048)
+def _cached(m: ModelSpec, kind: str, v: Variant, mbs: int, derive_mbs: bool = True,
+            derive_split: bool = True) -> TracedLayer:
+    r = _rec(m, kind, v, None, derive_split) if derive_mbs else None
+    return _materialise(r or _rec(m, kind, v, mbs, derive_split), mbs)
+
+
+def clear_caches() -> None:
+    """Forget every trace (cold timings, tests)."""
+    _cached.cache_clear()
+    _rec.cache_clear()
+    _GRAPHS.clear()
+    _num_params.cache_clear()
+
+
+def trace_layer(m: ModelSpec, kind: str, v: Variant | None = None, mbs: int = 1,
+                derive_mbs: bool = True, derive_split: bool = True) -> TracedLayer:
     """Trace and measure one layer kind (embedding | block | head) of `m` under variant `v`
     (default: no parallelism). Layers without experts (embedding, head, a dense block) do not
-    depend on ep: they are traced once at ep = 1 and shared by every ep."""
+    depend on ep: they are traced once at ep = 1 and shared by every ep. Every micro-batch size
+    comes from one trace at a tagged batch (nest.graph.fx_batch) unless derive_mbs is False
+    (then the trace runs at `mbs` itself: the check of the derivation); tp and cp above 4 come
+    from the degrees 2 and 4 (nest.graph.fx_split) unless derive_split is False."""
     v = v or Variant()
     if v.ep > 1 and (kind == "embedding" or "dense" in kind or (kind == "head"
                                                                  and not m.mtp_layers)):
         v = dataclasses.replace(v, ep=1)
-    return _cached(_dims(m), kind, v, mbs)
+    return _cached(_dims(m), kind, v, mbs, derive_mbs, derive_split)
 
 
 @lru_cache(maxsize=256)
@@ -438,29 +591,33 @@ def total_params(m: ModelSpec) -> float:
             + num_params(m, "head"))
 
 
-def layer_cost(m: ModelSpec, kind: str, v: Variant, mbs: int = 1,
-               derive_ep: bool = True) -> LayerCost:
+def layer_cost(m: ModelSpec, kind: str, v: Variant, mbs: int = 1, derive_ep: bool = True,
+               derive_mbs: bool = True, derive_split: bool = True) -> LayerCost:
     """trace_layer(...).cost; an expert-parallel variant with ep > 4 of a layer with experts
     derived exactly from its ep = 2 and ep = 4 traces (nest.graph.fx_ep) unless derive_ep is
     False or the derivation does not apply."""
     if derive_ep and fx_ep.can_derive(m.num_experts, v):
-        t2, t4 = (trace_layer(m, kind, b, mbs) for b in fx_ep.bases(v))
+        t2, t4 = (trace_layer(m, kind, b, mbs, derive_mbs, derive_split)
+                  for b in fx_ep.bases(v))
         if t4.variant.ep == fx_ep.BASE[1]:  # the layer depends on ep (else traced at ep = 1)
             cost = fx_ep.derive(t2, t4, m.num_experts, v.ep)
             if cost is not None:
                 return cost
-    return trace_layer(m, kind, v, mbs).cost
+    return trace_layer(m, kind, v, mbs, derive_mbs, derive_split).cost
 
 
 def build_layer_graph_fx(model: ModelSpec, mbs: int = 1,
                          variants: list[Variant] | None = None,
-                         derive_ep: bool = True) -> LayerGraph:
+                         derive_ep: bool = True, derive_mbs: bool = True,
+                         derive_split: bool = True) -> LayerGraph:
     """The layer graph of `model` measured from traced torch modules (same contract as
     closed_form.build_layer_graph; identical blocks share one LayerCost). derive_ep=False
-    traces every expert-parallel variant (layer_cost; the check of the derivation)."""
+    traces every expert-parallel variant (layer_cost; the check of the derivation),
+    derive_mbs=False traces at `mbs` itself, derive_split=False every tp and cp (trace_layer)."""
     variants = variants or variants_of(model)
     blocks = tm.block_kinds(model)  # identical blocks share one kind (DeepSeek: dense first)
-    cost = {kind: {v.key: layer_cost(model, kind, v, mbs, derive_ep) for v in variants}
+    cost = {kind: {v.key: layer_cost(model, kind, v, mbs, derive_ep, derive_mbs, derive_split)
+                   for v in variants}
             for kind in ("embedding", *dict.fromkeys(blocks), "head")}
     layers = [Layer(0, "embedding", "embedding", num_params(model, "embedding"), cost["embedding"])]
     for i, kind in enumerate(blocks):

@@ -36,18 +36,22 @@ def _pure(func) -> bool:
     return hit
 
 
+_SCALARS = frozenset({bool, int, float, str, torch.dtype, torch.device, torch.layout,
+                      torch.memory_format, type(None)})
+
+
 def _spec(x):
     """A hashable description of an argument, or None if it has no exact one."""
     if isinstance(x, torch.Tensor):
-        if x.device.type != "meta":
+        if not x.is_meta:
             return None
-        return ("T", tuple(x.shape), x.stride(), x.dtype, x.storage_offset())
-    if isinstance(x, (tuple, list)):
-        out = tuple(_spec(y) for y in x)
-        return None if any(o is None for o in out) else (type(x).__name__, out)
-    if x is None or isinstance(x, (bool, int, float, str, torch.dtype, torch.device,
-                                   torch.layout, torch.memory_format)):
-        return (type(x).__name__, x)
+        return ("T", x.shape, x.stride(), x.dtype, x.storage_offset())
+    tx = type(x)
+    if tx is tuple or tx is list or tx is torch.Size:
+        out = tuple(map(_spec, x))
+        return None if None in out else (tx, out)
+    if tx in _SCALARS:
+        return (tx, x)
     return None
 
 

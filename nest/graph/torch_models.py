@@ -53,11 +53,14 @@ class CommLog:
 
     def __init__(self) -> None:
         self.records: list[tuple[str, str, str, float]] = []
+        self.raw: list[tuple[str, str, str, int, int]] = []  # bytes as (integer, divisor)
         self.regather: dict[int, tuple[torch.Tensor, str]] = {}  # key -> (shard, group)
         self.alive: list[torch.Tensor] = []
 
-    def add(self, kind: str, phase: str, group: str, nbytes: float) -> None:
-        self.records.append((kind, phase, group, float(nbytes)))
+    def add(self, kind: str, phase: str, group: str, nbytes: int, shard: int = 1) -> None:
+        """A collective of nbytes / shard bytes (nbytes: a tensor's size)."""
+        self.records.append((kind, phase, group, nbytes / shard))
+        self.raw.append((kind, phase, group, nbytes, shard))
 
 
 _LOG: CommLog | None = None
@@ -152,14 +155,14 @@ class _AllToAll(Function):  # expert dispatch / combine: same bytes each way
     @staticmethod
     def forward(ctx, x, out_shape, group, shard):
         if _LOG is not None:
-            _LOG.add("all_to_all", "fwd", group, _nbytes(x) / shard)
+            _LOG.add("all_to_all", "fwd", group, _nbytes(x), shard)
         ctx.in_shape, ctx.group, ctx.shard = tuple(x.shape), group, shard
         return x.new_empty(out_shape)
 
     @staticmethod
     def backward(ctx, dy):
         if _LOG is not None:
-            _LOG.add("all_to_all", "bwd", ctx.group, _nbytes(dy) / ctx.shard)
+            _LOG.add("all_to_all", "bwd", ctx.group, _nbytes(dy), ctx.shard)
         return dy.new_empty(ctx.in_shape), None, None, None
 
 

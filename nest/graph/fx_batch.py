@@ -1,0 +1,91 @@
+"""Every micro-batch size's layer measurement from ONE torch.fx trace, at a tagged batch size.
+
+A layer's measured numbers (nest.graph.fx_extract: FLOPs and HBM bytes per fx node and phase,
+saved bytes, collective bytes, operator shapes) are sums of integers, each the size of one
+tensor (or a FLOP formula over tensor sizes): a product of tensor dimensions. The micro-batch b
+enters a dimension only as a factor (the [s, b, h] layouts, b * s tokens flattened, b * heads
+batched matmuls, and the MoE slots per expert cap = b * s_loc * k / E when E divides s_loc * k),
+so every such integer is c * b^d, d the number of batch factors in it and c independent of b.
+
+The trace is run once at b = P, a prime above every integer of the model spec. Every other
+dimension is a product or exact quotient of spec integers (or ceil(vocab / tp) < vocab), so it
+has no factor P; the P-adic valuation of a measured integer is therefore its batch degree d,
+and c = x / P^d. The value at any micro-batch is c * mbs^d, summed exactly as integers (the
+traced path sums the same integers: fx_extract works on these polynomials either way, with
+degree 0 only when it traces the batch it reports). Where the argument does not hold (an MoE
+layer whose E does not divide s_loc * k, a spec integer at or above P, a non-integer
+measurement) the micro-batch is traced itself. tests/test_fx_batch.py compares the derived
+layer graphs with traced ones at micro-batch 1 to 4 for dense, MoE, MLA and sliding-window
+models.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+Poly = tuple  # ((degree, coefficient), ...) sorted by degree, no zero coefficients
+
+
+class NotTagged(Exception):
+    """A measurement the batch tag cannot split (trace the micro-batch instead)."""
+
+
+def _is_prime(n: int) -> bool:
+    if n < 2:
+        return False
+    i = 2
+    while i * i <= n:
+        if n % i == 0:
+            return False
+        i += 1
+    return True
+
+
+def _spec_ints(m) -> list[int]:
+    out = []
+    for f in dataclasses.fields(m):
+        x = getattr(m, f.name)
+        xs = x if isinstance(x, tuple) else (x,)
+        out += [y for y in xs if isinstance(y, int) and not isinstance(y, bool)]
+    return out
+
+
+def tag_prime(m) -> int:
+    """The smallest prime above every integer of spec `m` (and above 1,000)."""
+    p = max([1000, *_spec_ints(m)]) + 1
+    while not _is_prime(p):
+        p += 1
+    return p
+
+
+def taggable(m, v) -> bool:
+    """The batch enters every dimension as a factor: MoE slots per expert are linear in b."""
+    if not m.is_moe:
+        return True
+    return (m.seq_len // v.cp) * m.top_k % m.num_experts == 0
+
+
+def poly(xs, tag: int | None) -> Poly:
+    """The sum of integers `xs` (measured at batch `tag`, or untagged: degree 0) as c_d by d."""
+    acc: dict[int, int] = {}
+    for x in xs:
+        if not x:
+            continue
+        if isinstance(x, float):
+            if not x.is_integer():
+                raise NotTagged(x)
+            x = int(x)
+        elif not isinstance(x, int):
+            raise NotTagged(x)
+        d = 0
+        if tag:
+            while x % tag == 0:
+                x //= tag
+                d += 1
+        acc[d] = acc.get(d, 0) + x
+    return tuple(sorted((d, c) for d, c in acc.items() if c))
+
+
+def at(p: Poly, mbs: int) -> int:
+    """The exact integer the polynomial takes at micro-batch `mbs`."""
+    return sum(c * mbs ** d for d, c in p)
