@@ -371,12 +371,24 @@ def split_tables(problem: Problem, cfg, mesh, D: int, options: dict, per_stage: 
     knobs = _knobs(cfg)
     T, groups = [], []
     for x in xs:
-        tab = sharding_table(problem, mesh, D, x, options[x], knobs, B)
+        # Alpa's second pass (one variant per stage) reads the first pass's tables: kept in the
+        # problem's cache (nest.costs.cache), made once per (D, x, options, knobs, B)
+        tab = problem.cache.get("alpa_e_sharding_tables", (mesh, D, x, tuple(options[x]), knobs,
+                                                           B), lambda x=x: _frozen(
+            sharding_table(problem, mesh, D, x, options[x], knobs, B)))
         rt = range_tables(tab, cfg["compute_tiebreak"], per_stage)
         t_KIS, o_KIS = stage_times(rt, problem, B, smax)
         T.append(t_KIS)
         groups.append((options[x], tab, rt, o_KIS))
     return np.stack(T), units, U, B, groups
+
+
+def _frozen(tab):
+    """The table with its arrays read-only (a cache entry: nest.costs.cache.read_only)."""
+    for v in vars(tab).values():
+        if isinstance(v, np.ndarray):
+            v.setflags(write=False)
+    return tab
 
 
 def solve_split(problem: Problem, cfg, mesh, D: int, options: dict, per_stage: bool,

@@ -246,10 +246,11 @@ def search_launchable(problem: Problem, settings: dict, log=None):
         pr = with_mbs(problem, mbs)
         base = launchable_space(declare(pr, {**(settings.get("space") or {}),
                                              "heterogeneous_stages": False}))
+        shared: dict = {}  # the whole space's memory-aware bounds (search's `relaxed`)
         for z in base.zero_stages:
             for r in base.recompute_modes:
                 space = base.with_(zero_stages=(z,), recompute_modes=(r,))
-                T, found, st = search(pr, space, incumbent=best_T)
+                T, found, st = search(pr, space, incumbent=best_T, relaxed=(base, shared))
                 stats["candidates"] += st["candidates"]
                 stats["visited"] += st["visited"]
                 if found is None:
