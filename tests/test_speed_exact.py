@@ -163,7 +163,8 @@ def test_numpy_bottleneck_is_the_loop_on_solver_sizes(J, L, O):
 @pytest.mark.parametrize("hbm", [None, 3e9, 2e9])
 def test_shared_whole_space_bound_changes_no_search(tmp_path, hbm):
     """nest.solver.search(relaxed=...): the whole space's memory-aware bound is at most every
-    (ZeRO, recomputation) subspace's, for every class and p; and the launchable sequence of
+    ZeRO stage's (all modes), which is at most every (ZeRO, mode) subspace's, for every class
+    and p; and the launchable sequence of
     per-knob searches (each seeded with the best time so far) returns the same plans, times and
     statistics with the shared level as without it."""
     from nest.costs.layers import layer_table
@@ -194,16 +195,18 @@ def test_shared_whole_space_bound_changes_no_search(tmp_path, hbm):
         top = max((p for p, _ in pp_dp_options(pr, base, cls[0])), default=0)
         for p in range(1, top + 1):
             wide = bound(base, cls, p, top)
-            own = [bound(k, cls, p, top) for k in knobs]
-            assert all(wide <= x for x in own)
+            for k in knobs:
+                zero = bound(base.with_(zero_stages=k.zero_stages), cls, p, top)
+                assert wide <= zero <= bound(k, cls, p, top)
             n += 1
     assert n > 10
     runs = []
     for relaxed in (False, True):
         best_T, out, shared = math.inf, [], {}
+        per_zero = {z: (base.with_(zero_stages=(z,)), {}) for z in base.zero_stages}
         for k in knobs:
-            T, found, st = search(pr, k, incumbent=best_T,
-                                  relaxed=(base, shared) if relaxed else None)
+            T, found, st = search(pr, k, incumbent=best_T, relaxed=[
+                (base, shared), per_zero[k.zero_stages[0]]] if relaxed else None)
             out.append((T, found, st["visited"], st["candidates"], st["tied"]))
             best_T = min(best_T, T)
         assert not relaxed or shared  # the shared level was used

@@ -149,32 +149,32 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
     tests: the same optimum). incumbent: a time already achieved elsewhere (another space's
     plan): only plans strictly faster are returned (best None if there is none).
 
-    relaxed: (a superset space with the same classes, a dict) -- the launchable search runs one
-    search per (ZeRO stage, recomputation mode) of its space; the memory-aware bound of the
-    whole space (every ZeRO stage and mode) is at most each one's (per cell: the least floor
-    over more modes, the stash capacity of more ZeRO stages, the same sends), so it is computed
-    once per (class, p) into the dict, shared by those searches, and taken as a level between
-    the compute-only and the memory-aware bound: no key decreases, each candidate's last key is
-    unchanged, so the same candidates are solved in the same order (tests/test_speed_exact.py)."""
+    relaxed: [(a wider space with the same classes, a dict), ...], widest first -- the
+    launchable search runs one search per (ZeRO stage, recomputation mode) of its space; the
+    memory-aware bound of a wider space (more ZeRO stages or modes) is at most a narrower one's
+    (per cell: the least floor over more modes, the stash capacity of more ZeRO stages, the
+    same sends), so each is computed once per (class, p) into its dict, shared by the searches
+    it covers, and taken as a level before this space's own: no key decreases and each
+    candidate's last key is unchanged, so the same candidates are solved in the same order
+    (tests/test_speed_exact.py)."""
     best_T, best = incumbent, None
     heap: list = []
     lts, refined, floors, sends = {}, {}, {}, {}
     form = solver_form(problem.training)
-    if relaxed is not None:
-        wide, shared = relaxed
-        assert wide.classes == space.classes
-        wide_parts: dict = {}
+    relaxed = list(relaxed or ())
+    wide_parts: dict = {}
 
-        def wide_bound(ci: int, p: int, max_pp: int) -> float:
-            if (ci, p) not in shared:
-                if ci not in wide_parts:
-                    w_lts = [layer_table(problem, v, wide.recompute_modes)
-                             for v in space.classes[ci]]
-                    wide_parts[ci] = (w_lts, compute_bounds(problem, wide, w_lts, max_pp)[1],
-                                      p2p_floor(problem, w_lts, wide))
-                w_lts, w_floor, w_send = wide_parts[ci]
-                shared[(ci, p)] = memory_aware_bound(problem, wide, w_lts, p, w_floor, w_send)
-            return shared[(ci, p)]
+    def wide_bound(level: int, ci: int, p: int, max_pp: int) -> float:
+        """The memory-aware bound of relaxed[level]'s space for (class ci, p), shared."""
+        wide, shared = relaxed[level]
+        if (ci, p) not in shared:
+            if (level, ci) not in wide_parts:
+                w_lts = [layer_table(problem, v, wide.recompute_modes) for v in space.classes[ci]]
+                wide_parts[(level, ci)] = (w_lts, compute_bounds(problem, wide, w_lts, max_pp)[1],
+                                           p2p_floor(problem, w_lts, wide))
+            w_lts, w_floor, w_send = wide_parts[(level, ci)]
+            shared[(ci, p)] = memory_aware_bound(problem, wide, w_lts, p, w_floor, w_send)
+        return shared[(ci, p)]
 
     max_pps = {}
     for ci, cls in enumerate(space.classes):
@@ -197,22 +197,23 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
     while heap and (heap[0][0] < best_T or not prune):
         bound, level, ci, p, d = heapq.heappop(heap)
         cls = space.classes[ci]
-        if prune and level == 0 and relaxed is not None:  # the whole space's bound, shared
+        if prune and level < len(relaxed):  # the wider spaces' bounds, shared
             m = problem.num_microbatches(d, cls[0].ep)
-            bound = paper_1f1b(wide_bound(ci, p, max_pps[ci]), m, p) * bound_scale(form, m, p)
-            heapq.heappush(heap, (bound, 1, ci, p, d))
+            bound = (paper_1f1b(wide_bound(level, ci, p, max_pps[ci]), m, p)
+                     * bound_scale(form, m, p))
+            heapq.heappush(heap, (bound, level + 1, ci, p, d))
             continue
-        if prune and level <= 1:  # cheaper bounds first
+        if prune and level == len(relaxed):  # cheaper bounds first
             if (ci, p) not in refined:
                 refined[(ci, p)] = memory_aware_bound(problem, space, lts[ci], p, floors[ci],
                                                       sends[ci])
             m = problem.num_microbatches(d, cls[0].ep)
             bound = paper_1f1b(refined[(ci, p)], m, p) * bound_scale(form, m, p)
-            heapq.heappush(heap, (bound, 2, ci, p, d))
+            heapq.heappush(heap, (bound, level + 1, ci, p, d))
             continue
-        if prune and level == 2:
+        if prune and level == len(relaxed) + 1:
             bound = max(bound, joint_bound(problem, space, lts[ci], p, d, best_T))
-            heapq.heappush(heap, (bound, 3, ci, p, d))
+            heapq.heappush(heap, (bound, level + 1, ci, p, d))
             continue
         for placement in space.placements_for(cls[0], p, d):
             arr = candidate_arrays(problem, space, lts[ci], p, d, placement, even_cuts)

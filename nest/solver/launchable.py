@@ -246,11 +246,13 @@ def search_launchable(problem: Problem, settings: dict, log=None):
         pr = with_mbs(problem, mbs)
         base = launchable_space(declare(pr, {**(settings.get("space") or {}),
                                              "heterogeneous_stages": False}))
-        shared: dict = {}  # the whole space's memory-aware bounds (search's `relaxed`)
+        # memory-aware bounds of the whole space and of each ZeRO stage's (search's `relaxed`)
+        shared = (base, {})
         for z in base.zero_stages:
+            per_zero = (base.with_(zero_stages=(z,)), {})
             for r in base.recompute_modes:
                 space = base.with_(zero_stages=(z,), recompute_modes=(r,))
-                T, found, st = search(pr, space, incumbent=best_T, relaxed=(base, shared))
+                T, found, st = search(pr, space, incumbent=best_T, relaxed=[shared, per_zero])
                 stats["candidates"] += st["candidates"]
                 stats["visited"] += st["visited"]
                 if found is None:
