@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -158,57 +156,3 @@ def test_numpy_bottleneck_is_the_loop_on_solver_sizes(J, L, O):
             got = bottleneck(prim, sec, ok, cap)
             ref = bottleneck_reference(prim.tolist(), sec.tolist(), ok.tolist(), cap)
             assert got[0] == ref[0] and got[1] == ref[1]
-
-
-@pytest.mark.parametrize("hbm", [None, 3e9, 2e9])
-def test_shared_whole_space_bound_changes_no_search(tmp_path, hbm):
-    """nest.solver.search(relaxed=...): the whole space's memory-aware bound is at most every
-    ZeRO stage's (all modes), which is at most every (ZeRO, mode) subspace's, for every class
-    and p; and the launchable sequence of
-    per-knob searches (each seeded with the best time so far) returns the same plans, times and
-    statistics with the shared level as without it."""
-    from nest.costs.layers import layer_table
-    from nest.problem.evaluate import make_problem
-    from nest.problem.space import declare, pp_dp_options
-    from nest.solver import compute_bounds, memory_aware_bound, p2p_floor, search
-    from nest.solver.launchable import launchable_space
-    from nest.spec.settings import TrainingSettings
-    from tests.test_launchable import tiny8
-
-    pr = make_problem(tiny8(tmp_path, 12), "tiny_cluster", 8,
-                      training=TrainingSettings(global_batch=32))
-    if hbm:
-        pr = pr.with_hardware(hbm_bytes=hbm)
-    base = launchable_space(declare(pr, {"zero_stages": [0, 1, 3], "recompute_modes":
-                                         ["none", "selective", "full"], "max_pp": 6,
-                                         "heterogeneous_stages": False}))
-
-    def bound(space, cls, p, top):
-        lts = [layer_table(pr, v, space.recompute_modes) for v in cls]
-        return memory_aware_bound(pr, space, lts, p, compute_bounds(pr, space, lts, top)[1],
-                                  p2p_floor(pr, lts, space))
-
-    knobs = [base.with_(zero_stages=(z,), recompute_modes=(r,)) for z in base.zero_stages
-             for r in base.recompute_modes]
-    n = 0
-    for cls in base.classes:
-        top = max((p for p, _ in pp_dp_options(pr, base, cls[0])), default=0)
-        for p in range(1, top + 1):
-            wide = bound(base, cls, p, top)
-            for k in knobs:
-                zero = bound(base.with_(zero_stages=k.zero_stages), cls, p, top)
-                assert wide <= zero <= bound(k, cls, p, top)
-            n += 1
-    assert n > 10
-    runs = []
-    for relaxed in (False, True):
-        best_T, out, shared = math.inf, [], {}
-        per_zero = {z: (base.with_(zero_stages=(z,)), {}) for z in base.zero_stages}
-        for k in knobs:
-            T, found, st = search(pr, k, incumbent=best_T, relaxed=[
-                (base, shared), per_zero[k.zero_stages[0]]] if relaxed else None)
-            out.append((T, found, st["visited"], st["candidates"], st["tied"]))
-            best_T = min(best_T, T)
-        assert not relaxed or shared  # the shared level was used
-        runs.append(out)
-    assert runs[0] == runs[1]

@@ -132,7 +132,7 @@ def num_blocks(problem: Problem) -> int:
 
 
 def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
-           even_cuts: bool = False, incumbent: float = math.inf, relaxed=None):
+           even_cuts: bool = False, incumbent: float = math.inf):
     """The optimum plan of the space and statistics; best = (stage variants, p, d, placement,
     [(first, last, option)]) or None if nothing fits. even_cuts: only the most even splits of the
     blocks (p <= blocks); the bounds stay valid (they bound the unrestricted optimum, which is
@@ -147,43 +147,17 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
     candidates a refinement on first pop would, in the same order; it is just computed later,
     with a better best time to stop at, or not at all. prune=False visits every candidate (for
     tests: the same optimum). incumbent: a time already achieved elsewhere (another space's
-    plan): only plans strictly faster are returned (best None if there is none).
-
-    relaxed: [(a wider space with the same classes, a dict), ...], widest first -- the
-    launchable search runs one search per (ZeRO stage, recomputation mode) of its space; the
-    memory-aware bound of a wider space (more ZeRO stages or modes) is at most a narrower one's
-    (per cell: the least floor over more modes, the stash capacity of more ZeRO stages, the
-    same sends), so each is computed once per (class, p) into its dict, shared by the searches
-    it covers, and taken as a level before this space's own: no key decreases and each
-    candidate's last key is unchanged, so the same candidates are solved in the same order
-    (tests/test_speed_exact.py)."""
+    plan): only plans strictly faster are returned (best None if there is none)."""
     best_T, best = incumbent, None
     heap: list = []
     lts, refined, floors, sends = {}, {}, {}, {}
     form = solver_form(problem.training)
-    relaxed = list(relaxed or ())
-    wide_parts: dict = {}
-
-    def wide_bound(level: int, ci: int, p: int, max_pp: int) -> float:
-        """The memory-aware bound of relaxed[level]'s space for (class ci, p), shared."""
-        wide, shared = relaxed[level]
-        if (ci, p) not in shared:
-            if (level, ci) not in wide_parts:
-                w_lts = [layer_table(problem, v, wide.recompute_modes) for v in space.classes[ci]]
-                wide_parts[(level, ci)] = (w_lts, compute_bounds(problem, wide, w_lts, max_pp)[1],
-                                           p2p_floor(problem, w_lts, wide))
-            w_lts, w_floor, w_send = wide_parts[(level, ci)]
-            shared[(ci, p)] = memory_aware_bound(problem, wide, w_lts, p, w_floor, w_send)
-        return shared[(ci, p)]
-
-    max_pps = {}
     for ci, cls in enumerate(space.classes):
         lts[ci] = [layer_table(problem, v, space.recompute_modes) for v in cls]
         options = list(pp_dp_options(problem, space, cls[0]))
         if not options:
             continue
-        max_pps[ci] = max(p for p, _ in options)
-        lb, floors[ci] = compute_bounds(problem, space, lts[ci], max_pps[ci])
+        lb, floors[ci] = compute_bounds(problem, space, lts[ci], max(p for p, _ in options))
         sends[ci] = p2p_floor(problem, lts[ci], space)
         for p, d in options:
             if even_cuts and p > num_blocks(problem):
@@ -197,23 +171,17 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
     while heap and (heap[0][0] < best_T or not prune):
         bound, level, ci, p, d = heapq.heappop(heap)
         cls = space.classes[ci]
-        if prune and level < len(relaxed):  # the wider spaces' bounds, shared
-            m = problem.num_microbatches(d, cls[0].ep)
-            bound = (paper_1f1b(wide_bound(level, ci, p, max_pps[ci]), m, p)
-                     * bound_scale(form, m, p))
-            heapq.heappush(heap, (bound, level + 1, ci, p, d))
-            continue
-        if prune and level == len(relaxed):  # cheaper bounds first
+        if prune and level == 0:  # cheaper bounds first
             if (ci, p) not in refined:
                 refined[(ci, p)] = memory_aware_bound(problem, space, lts[ci], p, floors[ci],
                                                       sends[ci])
             m = problem.num_microbatches(d, cls[0].ep)
             bound = paper_1f1b(refined[(ci, p)], m, p) * bound_scale(form, m, p)
-            heapq.heappush(heap, (bound, level + 1, ci, p, d))
+            heapq.heappush(heap, (bound, 1, ci, p, d))
             continue
-        if prune and level == len(relaxed) + 1:
+        if prune and level == 1:
             bound = max(bound, joint_bound(problem, space, lts[ci], p, d, best_T))
-            heapq.heappush(heap, (bound, level + 1, ci, p, d))
+            heapq.heappush(heap, (bound, 2, ci, p, d))
             continue
         for placement in space.placements_for(cls[0], p, d):
             arr = candidate_arrays(problem, space, lts[ci], p, d, placement, even_cuts)

@@ -122,34 +122,23 @@ def memory_aware_bound(problem: Problem, space: SearchSpace, lts, p: int,
     the cheapest recomputation mode that fits at its position under the most favourable d (the
     largest: the most ZeRO sharding and the fewest micro-batches to stash; fewer replicas only
     need more memory) and the most favourable ZeRO stage; a min-max DP over the cuts."""
-    bands, B, A, s, d = _cells(problem, lts, p)
+    v, L = lts[0].variant, lts[0].num_layers
+    d = largest_dp(problem, v, p)
+    m = problem.num_microbatches(d, v.ep)
+    bands = [_band(j, p, L) for j in range(p)]  # the cells a cut can give each stage
+    A = np.concatenate([a for a, _ in bands])
+    B = np.concatenate([b for _, b in bands])
     # the most any variant of the class can stash, per mode, under its best ZeRO stage
     cap = functools.reduce(np.maximum, [problem.cache.get(lt.store, (
         "max_stash_R", d, space.zero_stages), lambda lt=lt: read_only(
             _max_stash(problem, space, lt, d).max(axis=2)))[B, A] for lt in lts])
+    s = np.repeat([stash(p, j, m) for j in range(p)], [len(a) for a, _ in bands])
     fl = floor_LLR[B, A]
     x = functools.reduce(np.minimum, [np.where(cap[:, r] >= s, fl[:, r], np.inf)
                                       for r in range(fl.shape[1])])
-    return minmax_cells(_rows(bands, x), lts[0].num_layers, *send_floors)
-
-
-def _cells(problem: Problem, lts, p: int):
-    """(bands, B, A, stash, d) of the memory-aware bound: every stage position's cells (the
-    cells a cut can give it) concatenated, and each one's stash under the largest d."""
-    v, L = lts[0].variant, lts[0].num_layers
-    d = largest_dp(problem, v, p)
-    m = problem.num_microbatches(d, v.ep)
-    bands = [_band(j, p, L) for j in range(p)]
-    A = np.concatenate([a for a, _ in bands])
-    B = np.concatenate([b for _, b in bands])
-    s = np.repeat([stash(p, j, m) for j in range(p)], [len(a) for a, _ in bands])
-    return bands, B, A, s, d
-
-
-def _rows(bands, x):
-    """Each stage position's (last layers, first layers, costs) from the concatenated costs."""
     ends = np.cumsum([len(a) for a, _ in bands])[:-1]
-    return [(b, a, c) for (a, b), c in zip(bands, np.split(x, ends))]
+    rows = [(b, a, c) for (a, b), c in zip(bands, np.split(x, ends))]
+    return minmax_cells(rows, L, *send_floors)
 
 
 def compute_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):

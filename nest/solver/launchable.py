@@ -17,9 +17,7 @@ The launchable space (what nest.interfaces.export writes without projecting anyt
 Exact for the evaluator: the 1F1B part is the NEST solver (nest.solver.search) on the space
 restricted to one ZeRO stage and one recomputation mode, run once per pair, each seeded with the
 best time found so far (its branch and bound stays exact: it discards only candidates whose lower
-bound reaches a plan already found; the pairs' searches share the memory-aware bounds of the
-whole space and of each ZeRO stage as levels before their own, search's `relaxed`). Each
-interleaved plan is fixed by (variant, p, d, v,
+bound reaches a plan already found). Each interleaved plan is fixed by (variant, p, d, v,
 placement, ZeRO, recomputation) and priced by the shared evaluator itself
 (nest.costs.pipeline's interleaved form: interleaved_order, interleaved_peak_activations);
 candidates are visited in order of a lower bound and the walk stops when the bound reaches the
@@ -248,13 +246,10 @@ def search_launchable(problem: Problem, settings: dict, log=None):
         pr = with_mbs(problem, mbs)
         base = launchable_space(declare(pr, {**(settings.get("space") or {}),
                                              "heterogeneous_stages": False}))
-        # memory-aware bounds of the whole space and of each ZeRO stage's (search's `relaxed`)
-        shared = (base, {})
         for z in base.zero_stages:
-            per_zero = (base.with_(zero_stages=(z,)), {})
             for r in base.recompute_modes:
                 space = base.with_(zero_stages=(z,), recompute_modes=(r,))
-                T, found, st = search(pr, space, incumbent=best_T, relaxed=[shared, per_zero])
+                T, found, st = search(pr, space, incumbent=best_T)
                 stats["candidates"] += st["candidates"]
                 stats["visited"] += st["visited"]
                 if found is None:
