@@ -96,14 +96,14 @@ compare 13.6; mixtral_8x22b 5.5, 12.8, 14.0; deepseek_v3 15.2, 24.9, 42.0.
 Third pass (hsolve, 2026-11-27): the solve and `nest compare` alone, CPU s, both layer graphs
 (mbs 1 and 2) built first in the process (so this solve excludes the mbs 2 graph, which the
 table above counts), before (main at 3cbbd2e) and after run back to back on the same machine
-at load average ~1 (/tmp script: build_graph, then `nest plan`, then `nest compare`):
+at load average ~1 (build_graph, then `nest plan`, then `nest compare`, in one process):
 
     model          solve s before  after   compare s before  after
     llama3_70b                6.0    4.6              9.8   10.2
     mixtral_8x22b             9.3    8.7             14.2   12.0
     deepseek_v3              10.6   10.6             38.8   30.7
 
-(this script under load average 3-7, side by side: llama3_70b solve 12.0 -> 10.8, compare
+(this benchmark as it stands, under load average 3-7, side by side: llama3_70b solve 12.0 -> 10.8, compare
 13.2 -> 12.8; mixtral_8x22b 16.5 -> 14.2, 16.7 -> 15.5; deepseek_v3 34.4 -> 30.0, 46.0 -> 47.3,
 the last with an intermediate Alpa-E.) Exact: the `nest plan` files, `nest compare` rows and
 Alpa-E plans of the three models equal before and after (but solve_time_s), and so do NEST's
