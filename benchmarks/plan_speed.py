@@ -103,9 +103,9 @@ at load average ~1 (build_graph, then `nest plan`, then `nest compare`, in one p
     mixtral_8x22b             9.3    8.7             14.2   12.0
     deepseek_v3              10.6   10.6             38.8   30.7
 
-(this benchmark as it stands, under load average 3-7, side by side: llama3_70b solve 12.0 -> 10.8, compare
-13.2 -> 12.8; mixtral_8x22b 16.5 -> 14.2, 16.7 -> 15.5; deepseek_v3 34.4 -> 30.0, 46.0 -> 47.3,
-the last with an intermediate Alpa-E.) Exact: the `nest plan` files, `nest compare` rows and
+(this benchmark as it stands, under load average 3-7, side by side: llama3_70b solve
+12.0 -> 10.8, compare 13.2 -> 12.8; mixtral_8x22b 16.5 -> 14.2, 16.7 -> 15.5; deepseek_v3
+34.4 -> 30.0, 46.0 -> 47.3, the last with an intermediate Alpa-E.) Exact: the `nest plan` files, `nest compare` rows and
 Alpa-E plans of the three models equal before and after (but solve_time_s), and so do NEST's
 plans for the eight recipes of benchmarks/recipes.py. What changed:
 
