@@ -354,10 +354,13 @@ class Result:
         return ", ".join(f"{n} x [{key}]" for n, key in runs)
 
 
-def split_tables(problem: Problem, cfg, mesh, D: int, options: dict, per_stage: bool):
+def split_tables(problem: Problem, cfg, mesh, D: int, options: dict, per_stage: bool,
+                 kept: dict | None = None):
     """t_intra of every stage range, submesh and stage count for one D: (T_XKIS, units, U, B,
     groups) with submesh sizes D * g * units (g the gcd of the widths x), U = N / (D * g); None
-    when no pipeline of at most one stage per layer covers every device."""
+    when no pipeline of at most one stage per layer covers every device. kept: sharding tables
+    already made, by (D, x, options, knobs, B), and where to keep the new ones (Alpa's second
+    pass, one variant per stage, reads the first pass's)."""
     N, L = problem.num_devices, problem.graph.num_layers
     B = math.ceil(problem.training.global_batch / (problem.mbs * D))
     xs = sorted(options)
@@ -371,7 +374,12 @@ def split_tables(problem: Problem, cfg, mesh, D: int, options: dict, per_stage: 
     knobs = _knobs(cfg)
     T, groups = [], []
     for x in xs:
-        tab = sharding_table(problem, mesh, D, x, options[x], knobs, B)
+        key = (D, x, tuple(options[x]), knobs, B)
+        tab = None if kept is None else kept.get(key)
+        if tab is None:
+            tab = _frozen(sharding_table(problem, mesh, D, x, options[x], knobs, B))
+            if kept is not None:
+                kept[key] = tab
         rt = range_tables(tab, cfg["compute_tiebreak"], per_stage)
         t_KIS, o_KIS = stage_times(rt, problem, B, smax)
         T.append(t_KIS)
@@ -379,10 +387,19 @@ def split_tables(problem: Problem, cfg, mesh, D: int, options: dict, per_stage: 
     return np.stack(T), units, U, B, groups
 
 
+def _frozen(tab):
+    """The table with its arrays read-only (a cache entry: nest.costs.cache.read_only)."""
+    for v in vars(tab).values():
+        if isinstance(v, np.ndarray):
+            v.setflags(write=False)
+    return tab
+
+
 def solve_split(problem: Problem, cfg, mesh, D: int, options: dict, per_stage: bool,
-                budget: Budget | None = None, bound=np.inf) -> Result | None:
+                budget: Budget | None = None, bound=np.inf, kept: dict | None = None
+                ) -> Result | None:
     """Alpa's DP for one D; options maps x -> the variants a layer may take on D * x devices."""
-    tables = split_tables(problem, cfg, mesh, D, options, per_stage)
+    tables = split_tables(problem, cfg, mesh, D, options, per_stage, kept)
     if tables is None:
         return None
     T, units, U, B, groups = tables
@@ -402,7 +419,8 @@ def _options(problem: Problem, mesh, D: int, variants) -> dict:
     return out
 
 
-def alpa(problem: Problem, cfg, mesh, per_stage: bool, budget: Budget) -> Result | None:
+def alpa(problem: Problem, cfg, mesh, per_stage: bool, budget: Budget,
+         kept: dict | None = None) -> Result | None:
     """Alpa's search over every D: per-stage submeshes, per-layer (or per-stage) variants."""
     best = None
     for D in _splits(problem, cfg):
@@ -411,7 +429,7 @@ def alpa(problem: Problem, cfg, mesh, per_stage: bool, budget: Budget) -> Result
         if not opts:
             continue
         r = solve_split(problem, cfg, mesh, D, opts, per_stage, budget,
-                        best.T if best else np.inf)
+                        best.T if best else np.inf, kept)
         if r is not None and (best is None or r.T < best.T):
             best = r
     return best
@@ -542,7 +560,8 @@ def plan(problem: Problem, settings: dict):
     notes, order, capped = [], [], False
     # 1. Alpa itself: per-stage submeshes, per-layer shardings
     try:
-        own = alpa(problem, cfg, mesh, False, budget)
+        kept: dict = {}  # the sharding tables of pass 1, read again by pass 2
+        own = alpa(problem, cfg, mesh, False, budget, kept)
         if own is not None:
             n, bad = verify_with_highs(own, tb)
             notes.append(f"HiGHS re-solved {n} stage ILP(s) of Alpa's optimum"
@@ -556,7 +575,7 @@ def plan(problem: Problem, settings: dict):
                              f"{own.describe()}) mixes sharding options across the layers of a "
                              f"stage: per-layer resharding inside a stage is not expressible in "
                              f"the plan contract (one variant per stage)")
-                one = alpa(problem, cfg, mesh, True, budget)
+                one = alpa(problem, cfg, mesh, True, budget, kept)
                 if one is not None:
                     order.append((one, one.uniform(tb), "Alpa with one variant per stage"))
                 else:

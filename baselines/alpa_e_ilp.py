@@ -201,8 +201,12 @@ def bucket_time(tab: ShardingTable, vi: int, o: int, pd, pe, fwd=None):
 
 
 def mesh_problem(problem: Problem, mesh: ClusterSpec) -> Problem:
-    """The problem on Alpa's mesh view (its own layer tables and group terms)."""
-    return problem if mesh == problem.cluster else problem.with_cluster(mesh)
+    """The problem on Alpa's mesh view (its own layer tables and group terms), made once per
+    problem and mesh (kept in the problem's cache, so every sharding table of a search reads
+    the same layer tables and group terms instead of rebuilding them per (D, x))."""
+    if mesh == problem.cluster:
+        return problem
+    return problem.cache.get("alpa_e_mesh_problem", mesh, lambda: problem.with_cluster(mesh))
 
 
 def sharding_table(problem: Problem, mesh: ClusterSpec, D: int, x: int,
@@ -356,6 +360,10 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
     out = _empty(O, L)
     cols = np.arange(V)
     eye = np.eye(V)
+    # options b whose resharding column R[:, b] is the same (the same tp, cp, sp: ep only
+    # regroups replicas) get the same argmin over a: it is taken once per distinct column
+    # (bit for bit the same sums and the same first least a; tests/test_baseline_alpa_e.py)
+    col_of = [_column_classes(tab.resh_LVV[i]) for i in range(L - 1)]
     for o in range(O):
         node_LV = tab.comm_LVO[:, :, o] + tiebreak * tab.comp_LVO[:, :, o]
         time_LV = tab.coll_LVO[:, :, o] + tab.comp_LVO[:, :, o]
@@ -369,13 +377,16 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
         for i in range(L):
             if i > 0:
                 R = tab.resh_LVV[i - 1]  # [a, b]
-                cand = f[:i, :, None] + R[None]  # [k, a, b]
-                a = cand.argmin(axis=1)  # [k, b]
+                rep, cls = col_of[i - 1]
+                cand = f[:i, :, None] + R[:, rep][None]  # [k, a, distinct column]
+                a_c = cand.argmin(axis=1)
+                a = a_c[:, cls]  # [k, b]
 
                 def take(arr, i=i, a=a):
                     return np.take_along_axis(arr[:i], a, axis=1)
 
-                f[:i] = np.take_along_axis(cand, a[:, None, :], axis=1)[:, 0] + node_LV[i]
+                f[:i] = (np.take_along_axis(cand, a_c[:, None, :], axis=1)[:, 0][:, cls]
+                         + node_LV[i])
                 t[:i] = take(t) + R[a, cols] + time_LV[i]
                 st[:i], ac[:i] = take(st) + st_LV[i], take(ac) + act_LV[i]
                 fw[:i] = take(fw) + fwd_LV[i]
@@ -413,6 +424,17 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
             same = valid & (range_sum(node_LV[:, vi]).T <= out.obj_OKI[o] * (1 + 1e-9) + 1e-15)
             out.uniform_OKI[o] |= np.where(same, 1 << vi, 0)
     return out
+
+
+def _column_classes(R_VV: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the first column b of each distinct column of R, each column's class): R[:, b] ==
+    R[:, first[cls[b]]] byte for byte."""
+    seen: dict = {}
+    cls = np.array([seen.setdefault(R_VV[:, b].tobytes(), len(seen))
+                    for b in range(R_VV.shape[1])], dtype=np.int64)
+    first = np.array([int(np.flatnonzero(cls == c)[0]) for c in range(len(seen))],
+                     dtype=np.int64)
+    return first, cls
 
 
 def _per_stage_tables(tab: ShardingTable, tiebreak: float) -> RangeTables:

@@ -124,6 +124,47 @@ traces:
 What remains per trace (DeepSeek-V3, 120 traces, ~30 ms each): the backward through autograd
 (~40 %), the forward through fx's Interpreter (~30 %), both Python dispatch of ~440 aten calls.
 Not done: spreading traces over the two cores (wall time only; CPU s would not fall).
+
+Third pass (hsolve, 2026-11-27): the solve and `nest compare` alone, CPU s, both layer graphs
+(mbs 1 and 2) built first in the process (so this solve excludes the mbs 2 graph, which the
+table above counts), before (main at 3cbbd2e) and after run back to back on the same machine
+at load average ~1 (build_graph, then `nest plan`, then `nest compare`, in one process):
+
+    model          solve s before  after   compare s before  after
+    llama3_70b                6.0    4.6              9.8   10.2
+    mixtral_8x22b             9.3    8.7             14.2   12.0
+    deepseek_v3              10.6   10.6             38.8   30.7
+
+(this benchmark as it stands, under load average 3-7, side by side: llama3_70b solve
+12.0 -> 10.8, compare 13.2 -> 12.8; mixtral_8x22b 16.5 -> 14.2, 16.7 -> 15.5; deepseek_v3
+34.4 -> 30.0, 46.0 -> 47.3, the last with an intermediate Alpa-E.) Exact: the `nest plan` files, `nest compare` rows and
+Alpa-E plans of the three models equal before and after (but solve_time_s), and so do NEST's
+plans for the eight recipes of benchmarks/recipes.py. What changed:
+
+* the solver's bottleneck DP (nest.solver.dp) runs in NumPy instead of jitted JAX: the same
+  minima and first-index argmins, so the same floats (tests/test_speed_exact.py and
+  tests/test_solver.py against the plain-Python loop), without importing JAX (~0.9 s per
+  process) or compiling each (L, O) shape (~0.4-0.7 s each, four per `nest plan`); JAX is no
+  longer a dependency;
+* the bounds' collective floors (nest.solver.bounds.collective_floor_LR) are kept per layer
+  table: the interleaved candidates and screens asked them per candidate (805 times for
+  Llama-3-70B);
+* an interleaved knob is screened by its mode's pipeline floor (computed anyway to order the
+  candidates) instead of m sum floor / p, which it dominates: fewer knobs reach the memory
+  screen (tests/test_speed_exact.py: no plan is faster than its knob's floor);
+* Alpa-E: one mesh-view problem per problem (its layer tables and group terms were rebuilt for
+  every (D, x): 584 layer tables for DeepSeek-V3), pass 2 (one variant per stage) reads pass 1's
+  sharding tables, and the chain DP takes its argmin over the previous layer's option once per
+  distinct resharding column (options that differ only in ep share one; bit for bit the per-
+  option argmin, tests/test_baseline_alpa_e.py). DeepSeek-V3's Alpa-E: ~28 -> ~20.5 CPU s.
+
+Tried and dropped: the 12 per-(ZeRO, recomputation) 1F1B searches sharing wider memory-aware
+bounds (the whole space's, each ZeRO stage's) as levels before their own cut DeepSeek-V3's bound
+calls from 4,523 to 2,559 but cost more (9.6 -> 10.9 CPU s back to back): a wider bound reads
+stash tables for every (z, r); one DP per (class, p) with a column per knob (np.minimum.at on
+[cells, 12]) was slower still. Targets not met: DeepSeek-V3's solve (10.6 s without its graphs;
+4,523 memory-aware bounds ~3.4 s, the interleaved screens ~2.6 s, layer tables ~1 s) and its
+compare (30.7 s; Alpa-E ~20: the chain range tables and the inter-operator DP's ~95 passes).
 """
 
 from __future__ import annotations

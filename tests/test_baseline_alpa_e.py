@@ -119,6 +119,49 @@ def test_stage_ilp_choice_equals_brute_force(gpt8, moe8, which):
             assert per.obj_OKI[o, k, i] >= rt.obj_OKI[o, k, i] * (1 - 1e-12)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_range_tables_per_distinct_column_bit_for_bit(gpt8, seed):
+    """range_tables takes the chain DP's argmin over a once per distinct resharding column
+    (options of the same tp, cp and sp share one): every table and back-pointer equals, bit for
+    bit, the argmin taken per option (the former code), on 6 options whose columns repeat
+    three ways and whose costs tie (rounded)."""
+    import baselines.alpa_e_ilp as ilp
+
+    mesh = mesh_view(gpt8.cluster)
+    tab = sharding_table(gpt8, mesh, 2, 2, [Variant(2, False), Variant(2, True)], KNOBS, 4)
+    rng = np.random.default_rng(seed)
+    idx = [0, 1, 0, 1, 1, 0]  # six options from the two
+    V, L = len(idx), tab.comm_LVO.shape[0]
+
+    def tile(x, axis):
+        return np.take(x, idx, axis=axis)
+
+    base = rng.uniform(0, 1, (L - 1, V, 3)).round(1) * (rng.uniform(0, 1, (L - 1, V, 3)) > 0.3)
+    resh = base[:, :, [0, 1, 2, 0, 1, 2]]  # columns b and b + 3 equal
+    t = replace(tab, variants=tuple(tab.variants[i] for i in idx),
+                comm_LVO=rng.uniform(0, 1, (L, V, len(KNOBS))).round(1),
+                coll_LVO=tile(tab.coll_LVO, 1), comp_LVO=tile(tab.comp_LVO, 1),
+                fwd_LVO=tile(tab.fwd_LVO, 1), dense_LV=tile(tab.dense_LV, 1),
+                expert_LV=tile(tab.expert_LV, 1), states_LVO=tile(tab.states_LVO, 1),
+                act_LVO=tile(tab.act_LVO, 1), work_LVO=tile(tab.work_LVO, 1),
+                params_LV=tile(tab.params_LV, 1), resh_LVV=resh, tied_V=tile(tab.tied_V, 0),
+                tied_states_VO=tile(tab.tied_states_VO, 0),
+                tied_step_VO=tile(tab.tied_step_VO, 0),
+                dp_lines=[tab.dp_lines[i] for i in idx])
+    assert len(ilp._column_classes(resh[0])[0]) <= 3  # columns repeat
+    fast = range_tables(t, 1e-3)
+    orig = ilp._column_classes
+    try:
+        ilp._column_classes = lambda R: (np.arange(R.shape[1]), np.arange(R.shape[1]))
+        slow = range_tables(t, 1e-3)
+    finally:
+        ilp._column_classes = orig
+    for name in ("obj_OKI", "time_OKI", "fixed_OKI", "act_OKI", "uniform_OKI", "last_OKI"):
+        assert getattr(fast, name).tobytes() == getattr(slow, name).tobytes(), name
+    assert all(np.array_equal(x, y) for po, qo in zip(fast.ptr, slow.ptr)
+               for x, y in zip(po, qo))
+
+
 # ---- the inter-operator DP ---------------------------------------------------------------------
 
 

@@ -48,10 +48,17 @@ def collective_floor_LR(problem: Problem, lt: LayerTable, space: SearchSpace) ->
     its replicas, and every replica is an aligned block [k w, (k+1) w) (`replica_blocks_aligned`),
     so the cheapest block (over its distinct shapes) bounds every stage, whatever the level
     costs do (flattened clusters: a cross-node group can be faster than an intra-node one).
-    Without aligned replicas: 0 (no floor)."""
+    Without aligned replicas: 0 (no floor). Kept in the table's derived store (it reads only
+    the table, the cluster and whether the space's replicas are aligned)."""
+    aligned = replica_blocks_aligned(space)
+    return problem.cache.get(lt.store, ("collective_floor_LR", aligned), lambda: read_only(
+        _collective_floor_LR(problem, lt, aligned)))
+
+
+def _collective_floor_LR(problem: Problem, lt: LayerTable, aligned: bool) -> np.ndarray:
     v, L = lt.variant, lt.num_layers
     out = np.zeros((L, len(lt.modes)))
-    if v.width == 1 or not replica_blocks_aligned(space):
+    if v.width == 1 or not aligned:
         return out
     from nest.network.collectives import distinct
 

@@ -5,9 +5,9 @@ v, placement, ZeRO stage z, recomputation mode r). Before its time is priced per
 (nest.solver.launchable.device_time_bounds, then the evaluator), two placement-free screens drop
 knobs that cannot win, exactly:
 
-* time: the candidate's floor bound (launchable's module docstring, m sum_layers floor / p) taken
-  for mode r alone instead of the cheapest mode: a knob whose bound reaches the best time found
-  cannot beat it;
+* time: the candidate's floor bound (launchable's module docstring: `pipeline_floor` of its
+  chunks' per-layer floors) taken for mode r alone instead of the cheapest mode: a knob whose
+  bound reaches the best time found cannot beat it;
 * memory: a plan's memory does not depend on the placement. Every chunk's record
   (nest.costs.stage.stage_memory: ZeRO-sharded states, its stash of activations, the working
   set) reads only the layer table, d, z, r and the chunk's stash, and a device group's total
@@ -31,16 +31,13 @@ from nest.problem.space import SearchSpace
 MODES = ("none", "selective", "full")  # the evaluator's layer table (nest.problem.evaluate._stage)
 
 
-def live_knobs(problem: Problem, space: SearchSpace, var, p: int, d: int, best_T: float
-               ) -> list[tuple[int, str]]:
-    """(z, r) of the space whose floor bound m sum_layers floor[:, r] / p is below best_T."""
-    from nest.solver.bounds import floor_LR
-
-    m = problem.num_microbatches(d, var.ep)
-    lt = layer_table(problem, var, space.recompute_modes)
-    floor_R = floor_LR(problem, [lt], space).sum(axis=0)
+def live_knobs(space: SearchSpace, bound_R, best_T: float) -> list[tuple[int, str]]:
+    """(z, r) of the space whose floor bound for mode r (bound_R, per mode of the space:
+    nest.solver.launchable.interleaved_candidates) is below best_T. It was m sum_layers
+    floor[:, r] / p, at most the pipeline floor (m max_j t_j >= m mean_j t_j): the same knobs
+    or fewer, each dropped one bounded below by best_T."""
     return [(z, r) for z in space.zero_stages for ri, r in enumerate(space.recompute_modes)
-            if m * float(floor_R[ri]) / p < best_T]
+            if float(bound_R[ri]) < best_T]
 
 
 class Fits:

@@ -104,9 +104,10 @@ def interleaved_cuts(problem: Problem, p: int, v: int, layout=None) -> list[tupl
 
 
 def interleaved_candidates(problem: Problem, space: SearchSpace, max_v: int | None = None):
-    """(bound, order, variant, p, d, v, layout) of every interleaved candidate, bound first: the
-    floor bound of the module docstring, m max_d t_d under the cheapest recomputation mode of
-    the space."""
+    """(bound, order, variant, p, d, v, layout, bound_R) of every interleaved candidate, bound
+    first: the floor bound of the module docstring (`pipeline_floor` of the chunks' floors)
+    under the cheapest recomputation mode of the space; bound_R: that floor per mode of the
+    space (nest.solver.interleaved_screen.live_knobs)."""
     from nest.solver.bounds import floor_LR
 
     from nest.costs.memory import allocatable
@@ -130,7 +131,8 @@ def interleaved_candidates(problem: Problem, space: SearchSpace, max_v: int | No
                     cuts = np.array(layout_cuts(num_blocks, p * v, lay))
                     chunk_CR = prefix_LR[cuts[:, 1] + 1] - prefix_LR[cuts[:, 0]]
                     bound = pipeline_floor(chunk_CR.reshape(v, p, -1).sum(axis=0), m, v)
-                    out.append((float(bound.min()), (vi, p, d, v, lay), var, p, d, v, lay))
+                    out.append((float(bound.min()), (vi, p, d, v, lay), var, p, d, v, lay,
+                                bound))
     out.sort(key=lambda c: (c[0], c[1]))
     return out
 
@@ -196,10 +198,10 @@ def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
     from nest.solver.interleaved_screen import fits, live_knobs  # placement-free screens
 
     best, n = None, 0
-    for bound, _, var, p, d, v, lay in interleaved_candidates(problem, space, max_v):
+    for bound, _, var, p, d, v, lay, bound_R in interleaved_candidates(problem, space, max_v):
         if bound >= best_T:
             break
-        fit = fits(problem, var, p, d, v, live_knobs(problem, space, var, p, d, best_T),
+        fit = fits(problem, var, p, d, v, live_knobs(space, bound_R, best_T),
                    interleaved_cuts(problem, p, v, lay))
         if not fit.any():  # no knob both may beat best_T and fits, whatever the placement
             continue
