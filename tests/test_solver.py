@@ -1,4 +1,4 @@
-"""The NEST solver: NumPy kernel == plain-Python recurrence; optimum == exhaustive search; its
+"""The NEST solver: JAX kernel == plain-Python recurrence; optimum == exhaustive search; its
 predicted time == the shared evaluator's; no worse than Manual; network awareness pays."""
 
 import math

@@ -141,8 +141,8 @@ def test_device_time_bounds_from_the_grid_bit_for_bit(tmp_path):
 
 
 @pytest.mark.parametrize("J,L,O", [(3, 24, 1), (5, 18, 4), (2, 30, 12)])
-def test_numpy_bottleneck_is_the_loop_on_solver_sizes(J, L, O):
-    """The NumPy kernel (formerly jitted JAX) equals the plain-Python recurrence on shapes the
+def test_jax_bottleneck_is_the_loop_on_solver_sizes(J, L, O):
+    """The jitted JAX kernel equals the plain-Python recurrence on shapes the
     solver meets: one option (a launchable search) and twelve (ZeRO x recomputation), with ties
     (rounded values), cells out of memory and secondary values above the cap."""
     from nest.solver.dp import bottleneck, bottleneck_reference

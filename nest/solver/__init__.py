@@ -1,4 +1,4 @@
-"""The NEST solver: an exact, network- and memory-aware dynamic program (NumPy) over the plan space.
+"""The NEST solver: an exact, network- and memory-aware dynamic program (JAX) over the plan space.
 
 Search space (nest.problem.space, declared once; with settings {mbs_options: [1, 2, 4, 8]} also the
 micro-batch size, one DP per size): the sub-graph variant (tp, sp, ep, cp) shared by all
