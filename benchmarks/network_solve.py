@@ -48,7 +48,11 @@ bc1c8f9, applied; every plan, evaluation and note identical before and after, --
     tpuv4_torus             gpt3_175b        1024     0.6   0.6     0.6        5
     tpuv4_torus             gpt3_175b        4096     0.7   0.7     0.7        8
 
-The 5 s target is not met with margin: GPT-3 on 16,128 NVL72 GPUs is at 5.0-5.1 s and GPT-3 on
+The merged code of that session (the lead kept the JAX bottleneck kernel: "+ hsolve" without
+its NumPy DP, with hsolve's other changes), all 24 points, one run, the machine otherwise idle,
+CPU s: every point at most 4.5 (GB200 NVL72 GPT-3 4,608 4.5, 16,128 4.2; DeepSeek-V3 16,128
+3.6, 4,608 1.6; the H100 rail SuperPOD 0.5-1.5; the TPU v4 torus 0.1-1.0). Under the load
+above: the 5 s target is not met with margin: GPT-3 on 16,128 NVL72 GPUs is at 5.0-5.1 s and GPT-3 on
 4,608 at 3.8-4.1 s; run to run the same code varies by up to 1.5x on this machine (an
 interleaved run at a load of 4.5-7.5 gave DeepSeek-V3 16,128 8.0 and 11.9 s before, 4.5-6.5 s
 after). Where GPT-3 16,128 goes now (+ hsolve, CPU timers): joint bound 2.0 s (42 bounds: cell
