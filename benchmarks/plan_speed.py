@@ -166,6 +166,17 @@ stash tables for every (z, r); one DP per (class, p) with a column per knob (np.
 [cells, 12]) was slower still. Targets not met: DeepSeek-V3's solve (10.6 s without its graphs;
 4,523 memory-aware bounds ~3.4 s, the interleaved screens ~2.6 s, layer tables ~1 s) and its
 compare (30.7 s; Alpa-E ~20: the chain range tables and the inter-operator DP's ~95 passes).
+
+The merged code of the seventh session (hgraph and hsolve, the JAX kernel kept), this script,
+the machine otherwise idle, CPU s (graph / solve / compare): run 1, every model in the default
+order: llama3_70b 1.7 / 5.2 / 9.2, mixtral_8x22b 1.1 / 7.0 / 11.4, deepseek_v3 3.7 / 6.9 / 23.8,
+qwen1_5_moe 2.5 / 3.2 / 2.9, gemma3_1b 0.2 / 0.3 / 0.8, gpt_oss_20b 2.6 / 0.8 / 2.3; run 2,
+deepseek_v3 first (so it pays torch._dynamo's import and JAX's first compile): deepseek_v3
+4.9 / 7.9 / 30.6, llama3_70b 0.7 / 5.8 / 13.9, mixtral_8x22b 2.3 / 8.7 / 13.0. Graph + solve
+<= 10 s holds for Llama-3-70B in both runs, not for DeepSeek-V3 (10.6, 12.8) nor for
+Mixtral-8x22B in run 2 (11.0). A whole fresh `nest plan` process (imports included, user s):
+deepseek_v3 on 256 GPUs 21.8, llama3_70b 11.2, mixtral_8x22b 12.5. DeepSeek-V3's plan calls
+the JAX DP 8 times at one shape, 0.48 s in all with the compile.
 """
 
 from __future__ import annotations
