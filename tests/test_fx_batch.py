@@ -93,3 +93,12 @@ def test_poly_splits_the_batch_degree():
     with pytest.raises(fx_batch.NotTagged):
         fx_batch.poly([0.5], p)
     assert fx_batch.tag_prime(_load("tiny_gpt")) > 1000
+
+
+def test_tag_prime_is_above_every_sum_of_spec_integers():
+    """No dimension built from spec integers by sums and products may carry the tag: the prime
+    exceeds the sum of them all (DeepSeek-V3: a LoRA rank plus a rope dimension is a sum)."""
+    m = load_model(str(Path(__file__).parent / "fixtures" / "hf" / "deepseek_v3.json"),
+                   seq_len=4096)
+    p = fx_batch.tag_prime(m)
+    assert fx_batch._is_prime(p) and p > sum(fx_batch._spec_ints(m))

@@ -7,9 +7,11 @@ enters a dimension only as a factor (the [s, b, h] layouts, b * s tokens flatten
 batched matmuls, and the MoE slots per expert cap = b * s_loc * k / E when E divides s_loc * k),
 so every such integer is c * b^d, d the number of batch factors in it and c independent of b.
 
-The trace is run once at b = P, a prime above every integer of the model spec. Every other
-dimension is a product or exact quotient of spec integers (or ceil(vocab / tp) < vocab), so it
-has no factor P; the P-adic valuation of a measured integer is therefore its batch degree d,
+The trace is run once at b = P, a prime above the sum of every integer of the model spec.
+Every other dimension is a sum, product or exact quotient of spec integers (or
+ceil(vocab / tp) < vocab): a sum is below P and a product of numbers below P has no factor P,
+so no dimension has one (a prime above the largest integer alone would not do: a sum of spec
+integers, e.g. a LoRA rank plus a rope dimension, could be P itself); the P-adic valuation of a measured integer is therefore its batch degree d,
 and c = x / P^d. The value at any micro-batch is c * mbs^d, summed exactly as integers (the
 traced path sums the same integers: fx_extract works on these polynomials either way, with
 degree 0 only when it traces the batch it reports). Where the argument does not hold (an MoE
@@ -51,8 +53,8 @@ def _spec_ints(m) -> list[int]:
 
 
 def tag_prime(m) -> int:
-    """The smallest prime above every integer of spec `m` (and above 1,000)."""
-    p = max([1000, *_spec_ints(m)]) + 1
+    """The smallest prime above the sum of the integers of spec `m` (and above 1,000)."""
+    p = max(1000, sum(_spec_ints(m))) + 1
     while not _is_prime(p):
         p += 1
     return p
