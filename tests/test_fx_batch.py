@@ -4,24 +4,13 @@ sliding-window models, micro-batch 1 to 4, at the corners of their parallel vari
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
-
 import pytest
 
 from nest.graph import fx_batch
 from nest.graph import fx_extract as fx
 from nest.graph.layer_graph import Variant
-from nest.spec.catalog import load_model
 
-HF = Path(__file__).parent / "fixtures" / "hf"
-
-
-def _load(name, seq=None):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return load_model(str(HF / name), seq_len=seq) if name.endswith(".json") \
-            else load_model(name)
+from hf_models import load as _load
 
 
 def _corners(m, ep=(1,)):
@@ -98,7 +87,6 @@ def test_poly_splits_the_batch_degree():
 def test_tag_prime_is_above_every_sum_of_spec_integers():
     """No dimension built from spec integers by sums and products may carry the tag: the prime
     exceeds the sum of them all (DeepSeek-V3: a LoRA rank plus a rope dimension is a sum)."""
-    m = load_model(str(Path(__file__).parent / "fixtures" / "hf" / "deepseek_v3.json"),
-                   seq_len=4096)
+    m = _load("deepseek_v3.json", 4096)
     p = fx_batch.tag_prime(m)
     assert fx_batch._is_prime(p) and p > sum(fx_batch._spec_ints(m))

@@ -4,25 +4,14 @@ MLA and sliding-window models."""
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
-
 import pytest
 
 from nest.graph import fx_extract as fx
 from nest.graph import fx_split
 from nest.graph.closed_form import variants_of
 from nest.graph.layer_graph import Variant
-from nest.spec.catalog import load_model
 
-HF = Path(__file__).parent / "fixtures" / "hf"
-
-
-def _load(name, seq=None):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return load_model(str(HF / name), seq_len=seq) if name.endswith(".json") \
-            else load_model(name)
+from hf_models import load as _load
 
 
 def _same(m, variants, mbs=1, derive_mbs=True):
