@@ -21,6 +21,7 @@ from nest.costs.alike import (SYNC_KINDS, inner_groups, level_name, priced_alike
 from nest.common.errors import SpecError
 from nest.costs.cache import read_only
 from nest.costs.layers import LayerTable, prefix
+from nest.costs.roofline import streaming_s
 from nest.network.collectives import group_lines, group_lines_by_kind, lines_time
 
 __all__ = ["SYNC_KINDS", "GroupTerms", "group_terms", "inner_groups", "placement_group_terms",
@@ -220,8 +221,7 @@ def tp_overlapped(x_LK: np.ndarray, fwd_K: np.ndarray, tp_K: np.ndarray, rs_K: n
         n = int(training.tp_overlap_splits)
         exp_rs_L = (G2_L - G_L) + R_L / n + np.maximum(R_L - G2_L, 0.0) * (n - 1) / n
     else:
-        bw = hw.hbm_bytes_per_s * hw.memory_efficiency
-        sum_L = np.array([sum(col.bytes * col.count * (1 + 1 / t) / bw + col.count
+        sum_L = np.array([sum(streaming_s(hw, col.bytes * col.count * (1 + 1 / t)) + col.count
                               * hw.kernel_overhead_s for col in c.collectives
                               if col.group == "tp" and col.phase == "fwd"
                               and col.kind == "reduce_scatter") for c in lt.costs])

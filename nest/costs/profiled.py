@@ -52,7 +52,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
-from nest.costs.roofline import is_fp8_gemm
+from nest.costs.roofline import is_fp8_gemm, streaming_s
 from nest.costs.roofline import op_times as roofline_op_times
 from nest.common.errors import SpecError
 from nest.graph.layer_graph import Op
@@ -437,6 +437,5 @@ def fp8_cast_s(hw: HardwareSpec, op: Op) -> tuple[float, float]:
     (nest.spec.precision.FP8_CACHE_BYTES), so their cast is once per step and not counted here.
     Bandwidth-bound, at the streaming efficiency, one launch each."""
     m, n, k = op.shape[:3]
-    bw = hw.hbm_bytes_per_s * hw.memory_efficiency
-    return ((4.0 * m * k / bw + hw.kernel_overhead_s) * op.count,
-            (4.0 * m * n / bw + hw.kernel_overhead_s) * op.count)
+    return ((streaming_s(hw, 4.0 * m * k) + hw.kernel_overhead_s) * op.count,
+            (streaming_s(hw, 4.0 * m * n) + hw.kernel_overhead_s) * op.count)

@@ -47,6 +47,14 @@ def gemm_time(hw: HardwareSpec, m, n, k, batch=1, peak: float | None = None, *,
     return float(out) if np.ndim(out) == 0 else out
 
 
+def streaming_s(hw: HardwareSpec, nbytes):
+    """Seconds to move `nbytes` through HBM at the card's streaming bandwidth (hbm_bytes_per_s x
+    memory_efficiency, the BabelStream-style copy rate the hardware file cites), no launch: the
+    bandwidth term of a streaming kernel (Transformer Engine's casts, userbuffers' summing
+    kernel)."""
+    return nbytes / (hw.hbm_bytes_per_s * hw.memory_efficiency)
+
+
 def elementwise_efficiency(hw: HardwareSpec) -> float:
     """The HBM share a memory-bound operator reaches: the hardware file's elementwise_efficiency
     (A100: fitted to Korthikanti et al. 2022's per-layer times, nest.profiling.layer_fit), else
