@@ -76,6 +76,42 @@ def gathered_bytes(max_layer_params, z: int, weight_bytes_per_param: float):
     return weight_bytes_per_param * max_layer_params if z == 3 else 0.0
 
 
+GRAD_BUFFERS = ("persistent", "lazy")
+
+
+def lazy_gradient_peak(ops, act_C, grad_C) -> tuple[float, float]:
+    """(activations, gradients) a device holds at the peak of their sum when each chunk's
+    unsharded gradient buffer is created by the chunk's first backward (training setting
+    grad_buffer: lazy). ops: the device's operation order, ('F' | 'B', chunk, micro-batch)
+    (nest.costs.pipeline.interleaved_order); act_C[c]: what one micro-batch stashes in chunk c;
+    grad_C[c]: chunk c's gradient buffer. A forward adds act_C[c]; a backward first creates the
+    chunk's buffer if it has none (counted while the micro-batch's activations are still held),
+    then frees the activations; the buffer stays to the end of the step (its reduce-scatter
+    after the last micro-batch, and the shard it leaves, are not credited: an upper bound).
+    Source: Meta's FSDP for Llama 3 (facebookresearch/fairscale, branch
+    ngoyal_changes_for_pp_fp8, commit 3b7cc249, December 2023, FullyShardedDataParallel.
+    _post_backward_hook: `param.unsharded_main_grad = param.grad.to(torch.float32)` when the
+    parameter has none, `.add_` after; reduce-scattered in FP32 only when
+    _require_backward_grad_sync, the last micro-batch, then set to None). Megatron-LM's buffer
+    is persistent: the peak is max(activations) + every chunk's buffer. One chunk per device
+    (non-interleaved 1F1B) peaks the same either way: its first backward comes at its
+    activation peak."""
+    held = grads = 0.0
+    best = (-1.0, 0.0, 0.0)
+    seen: set = set()
+    for kind, c, _ in ops:
+        if kind == "F":
+            held += act_C[c]
+        elif c not in seen:
+            seen.add(c)
+            grads += grad_C[c]
+        if held + grads > best[0]:
+            best = (held + grads, held, grads)
+        if kind == "B":
+            held -= act_C[c]
+    return best[1], best[2]
+
+
 def peak(allocated, hw):
     """Peak bytes of an allocation: allocator fragmentation plus the framework's fixed reserve
     (CUDA context, NCCL and cuBLAS buffers; hardware file framework_reserve_GB)."""

@@ -228,6 +228,13 @@ def training_for(row: dict):
         m = model_for(row)
         tr = tr.with_(moe_routing_imbalance=forced_balance_imbalance(
             row["mbs"] * row["seq_len"] // row["tp"], m.top_k, m.num_experts, row["ep"]))
+    if "grad_buffer" in row:  # when the run's gradient buffer exists (nest.costs.memory)
+        from nest.costs.memory import GRAD_BUFFERS
+
+        if row["grad_buffer"] not in GRAD_BUFFERS:
+            raise SpecError(f"{where}: key 'grad_buffer': '{row['grad_buffer']}' is none of "
+                            f"{GRAD_BUFFERS}")
+        tr = tr.with_(grad_buffer=row["grad_buffer"])
     overlap = row.get("overlap") or {}
     bad = sorted(set(overlap) - set(OVERLAP_KEYS))
     if bad:

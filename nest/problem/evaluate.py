@@ -28,9 +28,10 @@ from pathlib import Path
 
 
 from nest.costs.layers import layer_table
-from nest.costs.memory import with_overheads
+from nest.costs.memory import lazy_gradient_peak, with_overheads
 from nest.costs.pipeline import (DeviceTimes, batch_time_s, chunks_of, device_group,
-                                 interleaved_peak_activations, links, simulate_times, stash)
+                                 interleaved_order, interleaved_peak_activations, links,
+                                 simulate_times, stash)
 from nest.costs.stage import Options, buckets, stage_cost
 from nest.common.errors import PlanError
 from nest.problem.plan import Plan, check_structure
@@ -145,7 +146,7 @@ def evaluate(plan: Plan, problem: Problem, simulated: bool = False) -> Evaluatio
     held = [stash(p, device_group(j, p), m, plan.schedule, v) for j in range(n)]
     results = [_stage(plan, problem, j, held[j]) for j in range(n)]
     if plan.schedule == "interleaved":
-        results = _per_device(results, p, problem.cluster.hardware, m, held)
+        results = _per_device(results, p, problem.cluster.hardware, m, held, tr.grad_buffer)
     t_max = max(s.time_per_microbatch_s for s in results[:p])
     pipe, total, sim = batch_time_s(device_times(results[:p], tr), plan.schedule, tr, m, v,
                                     simulated)
@@ -226,8 +227,8 @@ def stage_label(plan: Plan, j: int) -> str:
             f"totals over its chunks)")
 
 
-def _per_device(chunks: list[StageResult], p: int, hw, m: int, held: list[float]
-                ) -> list[StageResult]:
+def _per_device(chunks: list[StageResult], p: int, hw, m: int, held: list[float],
+                grad_buffer: str = "persistent") -> list[StageResult]:
     """Interleaved 1F1B: device group d runs chunks d, d + p, ...; its time per micro-batch, sync,
     optimizer step and memory are the sums over its chunks (working set and the framework's
     overhead once; activations as the schedule holds them, chunk by chunk:
@@ -236,7 +237,7 @@ def _per_device(chunks: list[StageResult], p: int, hw, m: int, held: list[float]
     out = list(chunks)
     for d in range(p):
         mine = [chunks[k] for k in chunks_of(d, p, len(chunks))]
-        mem = device_memory([c.memory_bytes for c in mine], p, m, d, held[d], hw)
+        mem = device_memory([c.memory_bytes for c in mine], p, m, d, held[d], hw, grad_buffer)
         bd: dict[str, float] = {}
         sb: dict[str, float] = {}
         for c in mine:
@@ -256,16 +257,23 @@ def _per_device(chunks: list[StageResult], p: int, hw, m: int, held: list[float]
     return out
 
 
-def device_memory(mems: list[dict], p: int, m: int, d: int, held: float, hw) -> dict:
+def device_memory(mems: list[dict], p: int, m: int, d: int, held: float, hw,
+                  grad_buffer: str = "persistent") -> dict:
     """Interleaved 1F1B: device group d's memory by part from its chunks' records (`mems`, in
     chunk order, each stashing `held` micro-batches): the sums over its chunks, the working set
     and the framework's overhead once, the activations as the schedule holds them
-    (nest.costs.pipeline.interleaved_peak_activations)."""
+    (nest.costs.pipeline.interleaved_peak_activations). grad_buffer "lazy": activations and
+    gradients as held at the peak of their sum, each chunk's gradients created by its first
+    backward (nest.costs.memory.lazy_gradient_peak)."""
     per_chunk = ("fragmentation", "framework_overhead", "working")  # recomputed or once
     mem = {k: sum(c.get(k, 0.0) for c in mems) for k in mems[0] if k not in per_chunk}
     mem["working"] = max(c["working"] for c in mems)
-    mem["activations"] = interleaved_peak_activations([c["activations"] / held for c in mems],
-                                                      p, m, d)
+    act_C = [c["activations"] / held for c in mems]
+    if grad_buffer == "lazy":
+        mem["activations"], mem["gradients"] = lazy_gradient_peak(
+            interleaved_order(p, m, len(mems), d), act_C, [c["gradients"] for c in mems])
+    else:
+        mem["activations"] = interleaved_peak_activations(act_C, p, m, d)
     return with_overheads(mem, hw)
 
 

@@ -104,6 +104,12 @@ class TrainingSettings:
     # `overlap_param_sync`): only dp_sync_exposed_s(all-gather, first forward, buckets) stays
     # (nest.costs.stage.gather_exposed)
     param_gather_overlap: bool = False
+    # when a stage's unsharded gradient accumulation buffer exists (nest.costs.memory,
+    # lazy_gradient_peak): "persistent" (Megatron-LM's contiguous buffer, allocated once and
+    # held all step) or "lazy" (Meta's FSDP for Llama 3: a layer's FP32 unsharded main gradient
+    # is created by its first backward of the step; under interleaving the activation peak comes
+    # before the later chunks' first backwards)
+    grad_buffer: str = "persistent"
     # the cost model perturbed: compute and communication times scaled (CostScale; 1.0 / 1.0:
     # the model as it is)
     cost_scale: CostScale = CostScale()
