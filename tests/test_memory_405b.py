@@ -156,3 +156,23 @@ def test_lazy_gradient_peak_matches_brute_force(p, m, v, d):
     a, g = lazy_gradient_peak(interleaved_order(p, m, v, d), act, grad)
     assert a + g == pytest.approx(_walk(interleaved_order(p, m, v, d), act, grad, lazy=True))
     assert a + g <= _walk(interleaved_order(p, m, v, d), act, grad, lazy=False) + 1e-12
+
+
+def test_bad_grad_buffer_names_file_key_and_value():
+    """A published row's grad_buffer outside nest.costs.memory.GRAD_BUFFERS: a SpecError naming
+    the table, the run, the key and the value; config/training.yaml's schema takes the same two."""
+    import jsonschema
+
+    from nest.common.errors import SpecError
+    from nest.fidelity.published_runs import load_runs, training_for
+    from nest.spec.catalog import load_schema
+
+    row = dict(next(r for r in load_runs() if r["id"] == "llama3_405b_16384gpu"),
+               grad_buffer="sometimes")
+    with pytest.raises(SpecError, match=r"published_runs.yaml: run 'llama3_405b_16384gpu': "
+                                        r"key 'grad_buffer': 'sometimes'"):
+        training_for(row)
+    prop = load_schema("training")["properties"]["grad_buffer"]
+    assert sorted(prop["enum"]) == ["lazy", "persistent"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate("sometimes", prop)
