@@ -102,7 +102,8 @@ def priced_alike_keys(problem, lts, groups: dict) -> list[list[bytes]]:
                                   return_index=True, return_inverse=True)
         inv = inv.reshape(P, R)
         # a sorted group's span level is a function of its pattern row (its first group's)
-        level = {u: level_name(cluster, flat[first[u]]) for u in set(inv[:, 0].tolist())}
+        us = sorted(set(inv[:, 0].tolist()))
+        level = dict(zip(us, _level_names(cluster, flat[first[us]])))
         rows[name] = (flat, pats, first, [sorted(set(r)) for r in inv.tolist()],
                       [level[u] for u in inv[:, 0].tolist()])
     out = []
@@ -123,6 +124,19 @@ def priced_alike_keys(problem, lts, groups: dict) -> list[list[bytes]]:
         # the pickle of equal tuples of str, int and float is equal, and only of equal ones
         out.append([pickle.dumps(tuple(k), protocol=5) for k in keys])
     return out
+
+
+def _level_names(cluster, sorted_rows: np.ndarray) -> list[str]:
+    """`level_name` of every row of sorted ids ([U, S], S >= 2) at once: the lowest level whose
+    one switch holds the row's smallest and largest id (its first and last), as span_level."""
+    lo, hi = sorted_rows[:, 0], sorted_rows[:, -1]
+    lvl = np.full(len(sorted_rows), -1)
+    for i in reversed(range(len(cluster.levels))):
+        size = cluster.levels[i].devices_per_group
+        lvl = np.where(lo // size == hi // size, i, lvl)
+    if (lvl < 0).any():
+        raise AssertionError(f"group spans more than the cluster {cluster.name}")
+    return [cluster.levels[i].name for i in lvl.tolist()]
 
 
 def _hybrid_lines(problem, group: np.ndarray) -> tuple:

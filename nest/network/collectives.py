@@ -252,8 +252,10 @@ def patterns(cluster: ClusterSpec, groups: np.ndarray) -> np.ndarray:
     id ranges, so two members share a level-l switch iff no consecutive pair between them parts
     at l). So groups with equal patterns share one cache entry wherever they are."""
     g = np.asarray(groups, dtype=np.int64)
-    parts = np.stack([np.diff(g // lv.devices_per_group, axis=1) != 0
-                      for lv in cluster.levels], axis=1)
+    parts = np.empty((len(g), len(cluster.levels), max(g.shape[1] - 1, 0)), dtype=bool)
+    for i, lv in enumerate(cluster.levels):  # [group, level, consecutive pair]
+        q = g // lv.devices_per_group
+        np.not_equal(q[:, 1:], q[:, :-1], out=parts[:, i])
     return np.packbits(parts.reshape(len(g), -1), axis=1)
 
 

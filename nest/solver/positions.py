@@ -63,9 +63,10 @@ def placement_rows(problem, lts, ids, d: int, opts, C: int, stash_J, cells,
     pos = np.concatenate([np.full(len(b), j) for j, (b, a) in enumerate(cells)])
     B = np.concatenate([b for b, a in cells])
     A = np.concatenate([a for b, a in cells])
-    links_J = _links(problem.cluster, ids)
+    arr = np.asarray(ids, dtype=np.int64)  # [P, D]: converted once, for links and groups
+    links_J = _links(problem.cluster, arr)
     cost = None
-    for lt, gts in zip(lts, placement_group_terms(problem, lts, ids, d)):
+    for lt, gts in zip(lts, placement_group_terms(problem, lts, arr, d)):
         terms = [grid_terms(problem, lt, gt, d, opts) for gt in gts]
         if terms[0][6] is not None:  # overlapped sync: the kernel's cells, position by position
             x = np.concatenate([_overlap_cost(problem, lt, ids, j, d, opts, C, stash_J[j], b, a)
