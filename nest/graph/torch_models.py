@@ -256,15 +256,16 @@ class _SwiGLU(Function):
     @staticmethod
     def backward(ctx, dy):
         (gu,) = ctx.saved_tensors
-        return _swiglu_grad(gu, dy)
+        g, u = gu.float().chunk(2, dim=-1)
+        return _swiglu_grad(g, u, dy).to(gu.dtype)
 
 
-def _swiglu_grad(gu, dy):
-    g, u = gu.float().chunk(2, dim=-1)
+def _swiglu_grad(g, u, dy):
+    """d(silu(g) * u) for fp32 g, u; each use of dy reads it (an unfused dy is read twice)."""
     sg = torch.sigmoid(g)
-    dg = dy.float() * u * sg * (1 + g * (1 - sg))
-    du = dy.float() * g * sg
-    return torch.cat([dg, du], dim=-1).to(gu.dtype)
+    dg = dy * u * sg * (1 + g * (1 - sg))
+    du = dy * g * sg
+    return torch.cat([dg, du], dim=-1)
 
 
 def _rotate(x, cos, sin, sign: float):
@@ -313,16 +314,17 @@ class _GeGLU(Function):
     @staticmethod
     def backward(ctx, dy):
         (gu,) = ctx.saved_tensors
-        return _geglu_grad(gu, dy)
+        g, u = gu.float().chunk(2, dim=-1)
+        return _geglu_grad(g, u, dy).to(gu.dtype)
 
 
-def _geglu_grad(gu, dy):
-    g, u = gu.float().chunk(2, dim=-1)
+def _geglu_grad(g, u, dy):
+    """d(gelu_tanh(g) * u) for fp32 g, u (as `_swiglu_grad`)."""
     th = torch.tanh(0.7978845608 * (g + 0.044715 * g ** 3))
     dgelu = 0.5 * (1 + th) + 0.5 * g * (1 - th * th) * 0.7978845608 * (1 + 0.134145 * g * g)
-    dg = dy.float() * u * dgelu
-    du = dy.float() * 0.5 * g * (1 + th)
-    return torch.cat([dg, du], dim=-1).to(gu.dtype)
+    dg = dy * u * dgelu
+    du = dy * 0.5 * g * (1 + th)
+    return torch.cat([dg, du], dim=-1)
 
 
 class _WeightedGLU(Function):
@@ -344,13 +346,14 @@ class _WeightedGLU(Function):
         return (act * u * p).to(gu.dtype)
 
     @staticmethod
-    def backward(ctx, dy):
+    def backward(ctx, dy):  # one kernel: reads gu, dy and p once, writes d gu and d p
         gu, p = ctx.saved_tensors
         g, u = gu.float().chunk(2, dim=-1)
+        dyf = dy.float()
         act = F.silu(g) if ctx.kind == "swiglu" else F.gelu(g, approximate="tanh")
-        dp = (act * u * dy.float()).sum(-1, keepdim=True)
+        dp = (act * u * dyf).sum(-1, keepdim=True)
         grad = _swiglu_grad if ctx.kind == "swiglu" else _geglu_grad
-        return grad(gu, dy * p), dp.to(p.dtype), None
+        return grad(g, u, dyf * p).to(gu.dtype), dp.to(p.dtype), None
 
 
 class _SoftCap(Function):
