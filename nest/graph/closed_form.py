@@ -174,9 +174,11 @@ def block_cost(m: ModelSpec, b: int, v: Variant) -> LayerCost:
         expert_params = (E // e) * ffn_params(m) / t
         mlp_dense = h * E  # router, replicated
         mlp_act_split = 6 * T * k * f  # gate, up, product of the experts' SwiGLU (2 B each)
-        # router input, dispatched inputs, expert outputs kept for the routing-weight gradient
-        # (2 B each), fp32 router probabilities (measured by the torch.fx extraction)
-        mlp_act_repl = 2 * T * h + 2 * T * k * h + 2 * T * k * h + 4 * T * E
+        # router input, dispatched inputs (2 B each), the routing weights the experts' weighted
+        # activation keeps (2 B per token copy; Megatron-Core >= 0.13 applies them there, so no
+        # expert output is kept for their gradient: torch_models._WeightedGLU), fp32 router
+        # probabilities (measured by the torch.fx extraction)
+        mlp_act_repl = 2 * T * h + 2 * T * k * h + 2 * T * k + 4 * T * E
     elif m.ffn_type == "swiglu":
         ops.append(_matmul("mlp_gate_up", T, 2 * f / t, h))
         ops.append(_memory("swiglu", 3 * T * f / t, 5 * T * f / t))

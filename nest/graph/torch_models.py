@@ -19,6 +19,9 @@ Modelling choices, all stated:
   "no recomputation" saves what their formula counts; selective recomputation re-runs this core.
 * MoE routing is BALANCED: each expert receives exactly T*k/E tokens (no drops, no padding), the
   assumption behind every static cost model; token order comes from an argsort of the top-k ids.
+  The routing weights travel with the token copies and multiply the experts' activation (one
+  fused kernel that keeps its input and the weights), and the combine sums a token's k copies
+  unweighted, as Megatron-Core >= 0.13 runs it (`_WeightedGLU`); no expert output is kept.
 * Collectives are single-process stand-ins with the right output shapes; each call records
   (kind, phase, group, bytes) in the active `CommLog`. A gather flagged `keep_shard` is saved for
   backward as its local shard and gathered again in backward (Megatron's sequence-parallel
@@ -166,6 +169,17 @@ class _AllToAll(Function):  # expert dispatch / combine: same bytes each way
         return dy.new_empty(ctx.in_shape), None, None, None
 
 
+class _Relayout(Function):  # a tensor moved as another's all-to-all moves it, not recorded
+    @staticmethod
+    def forward(ctx, x, out_shape):
+        ctx.in_shape = tuple(x.shape)
+        return x.new_empty(out_shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy.new_empty(ctx.in_shape), None
+
+
 class _Marked(Function):  # a collective whose full-size buffer is this tensor, shape unchanged
     @staticmethod
     def forward(ctx, x, fwd_kind, bwd_kind, group):
@@ -204,6 +218,8 @@ class Comm(nn.Module):
             return _Marked.apply(x, "all_gather", "reduce_scatter", self.group)
         if self.kind == "etp_scatter":  # reduce-scatter forward, all-gather backward
             return _Marked.apply(x, "reduce_scatter", "all_gather", self.group)
+        if self.kind == "relayout":
+            return _Relayout.apply(x, self.out_shape)
         return _AllToAll.apply(x, self.out_shape, self.group, self.shard)
 
 
@@ -241,10 +257,15 @@ class _SwiGLU(Function):
     def backward(ctx, dy):
         (gu,) = ctx.saved_tensors
         g, u = gu.float().chunk(2, dim=-1)
-        sg = torch.sigmoid(g)
-        dg = dy.float() * u * sg * (1 + g * (1 - sg))
-        du = dy.float() * g * sg
-        return torch.cat([dg, du], dim=-1).to(gu.dtype)
+        return _swiglu_grad(g, u, dy).to(gu.dtype)
+
+
+def _swiglu_grad(g, u, dy):
+    """d(silu(g) * u) for fp32 g, u; each use of dy reads it (an unfused dy is read twice)."""
+    sg = torch.sigmoid(g)
+    dg = dy * u * sg * (1 + g * (1 - sg))
+    du = dy * g * sg
+    return torch.cat([dg, du], dim=-1)
 
 
 def _rotate(x, cos, sin, sign: float):
@@ -294,11 +315,45 @@ class _GeGLU(Function):
     def backward(ctx, dy):
         (gu,) = ctx.saved_tensors
         g, u = gu.float().chunk(2, dim=-1)
-        th = torch.tanh(0.7978845608 * (g + 0.044715 * g ** 3))
-        dgelu = 0.5 * (1 + th) + 0.5 * g * (1 - th * th) * 0.7978845608 * (1 + 0.134145 * g * g)
-        dg = dy.float() * u * dgelu
-        du = dy.float() * 0.5 * g * (1 + th)
-        return torch.cat([dg, du], dim=-1).to(gu.dtype)
+        return _geglu_grad(g, u, dy).to(gu.dtype)
+
+
+def _geglu_grad(g, u, dy):
+    """d(gelu_tanh(g) * u) for fp32 g, u (as `_swiglu_grad`)."""
+    th = torch.tanh(0.7978845608 * (g + 0.044715 * g ** 3))
+    dgelu = 0.5 * (1 + th) + 0.5 * g * (1 - th * th) * 0.7978845608 * (1 + 0.134145 * g * g)
+    dg = dy * u * dgelu
+    du = dy * 0.5 * g * (1 + th)
+    return torch.cat([dg, du], dim=-1)
+
+
+class _WeightedGLU(Function):
+    """The experts' gated activation times each token copy's routing weight p, in one kernel,
+    as Megatron-Core (>= 0.13) applies the routing weights: TEGroupedMLP's bias_act_func calls
+    weighted_bias_swiglu_impl / weighted_bias_quick_geglu_impl, whose autograd functions
+    (megatron/core/fusions/fused_bias_swiglu.py, WeightedSwiGLUFunction) save the input and
+    the weights, not the output; backward forms dp = sum(act(gate) * up * dy) from the input.
+    The combine then sums the k copies of a token unweighted (token_dispatcher.py,
+    combine_postprocess: unpermute without probs), so no expert output is kept for the
+    weights' gradient."""
+
+    @staticmethod
+    def forward(ctx, gu, p, kind):
+        ctx.save_for_backward(gu, p)
+        ctx.kind = kind
+        g, u = gu.chunk(2, dim=-1)
+        act = F.silu(g) if kind == "swiglu" else F.gelu(g, approximate="tanh")
+        return (act * u * p).to(gu.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):  # one kernel: reads gu, dy and p once, writes d gu and d p
+        gu, p = ctx.saved_tensors
+        g, u = gu.float().chunk(2, dim=-1)
+        dyf = dy.float()
+        act = F.silu(g) if ctx.kind == "swiglu" else F.gelu(g, approximate="tanh")
+        dp = (act * u * dyf).sum(-1, keepdim=True)
+        grad = _swiglu_grad if ctx.kind == "swiglu" else _geglu_grad
+        return grad(g, u, dyf * p).to(gu.dtype), dp.to(p.dtype), None
 
 
 class _SoftCap(Function):
@@ -418,7 +473,9 @@ class Activation(nn.Module):
         super().__init__()
         self.op_name, self.kind = name, kind
 
-    def forward(self, x):
+    def forward(self, x, probs=None):
+        if probs is not None:  # the experts' activation, weighted by the routing weights
+            return _WeightedGLU.apply(x, probs, self.kind)
         if self.kind == "gelu":
             return F.gelu(x, approximate="tanh")
         if self.kind == "geglu":
@@ -671,28 +728,34 @@ class MoeRoute(nn.Module):
         w, idx = torch.topk(probs, self.k, dim=-1)
         w = (w / w.sum(-1, keepdim=True)).to(DTYPE)
         order = idx.flatten().argsort()  # balanced routing: E equal slices of T*k/E slots
-        return w, order // self.k, order.argsort()
+        return w, order, order.argsort()
 
 
 class MoePermute(nn.Module):
-    """Tokens in expert order as [E, cap, h]; when T*k is not a multiple of E, cap is rounded up
-    and the last slots are padding (at most E - 1 extra rows)."""
+    """Token copies in expert order as [E, cap, h], and their routing weights beside them as
+    [E, cap, 1] (Megatron-Core's permute carries the probs with the tokens: moe_utils.permute,
+    TE's moe_permute_with_probs); when T*k is not a multiple of E, cap is rounded up and the
+    last slots are padding (at most E - 1 extra rows, weight 0)."""
 
     op_kind = "memory"
 
-    def __init__(self, E, cap):
+    def __init__(self, E, cap, k):
         super().__init__()
-        self.op_name, self.E, self.cap = "moe_permute", E, cap
+        self.op_name, self.E, self.cap, self.k = "moe_permute", E, cap, k
 
-    def forward(self, x, src):
-        pad = self.E * self.cap - src.shape[0]
+    def forward(self, x, w, order):
+        src, probs = order // self.k, w.reshape(-1).index_select(0, order)
+        pad = self.E * self.cap - order.shape[0]
         if pad:
             src = torch.cat([src, src.new_zeros(pad)])
-        return x.index_select(0, src).view(self.E, self.cap, x.shape[-1])
+            probs = torch.cat([probs, probs.new_zeros(pad)])
+        y = x.index_select(0, src).view(self.E, self.cap, x.shape[-1])
+        return y, probs.view(self.E, self.cap, 1)
 
 
 class MoeCombine(nn.Module):
-    """Back to token order, weighted sum over the k experts of each token."""
+    """Back to token order, sum over the k expert outputs of each token (the routing weights
+    were applied in the experts' activation, `_WeightedGLU`)."""
 
     op_kind = "memory"
 
@@ -700,10 +763,9 @@ class MoeCombine(nn.Module):
         super().__init__()
         self.op_name, self.k = "moe_combine", k
 
-    def forward(self, y, inv, w):
+    def forward(self, y, inv):
         h = y.shape[-1]
-        y = y.reshape(-1, h).index_select(0, inv).view(-1, self.k, h)
-        return (y * w.unsqueeze(-1)).sum(1)
+        return y.reshape(-1, h).index_select(0, inv).view(-1, self.k, h).sum(1)
 
 
 class CrossEntropy(nn.Module):
@@ -782,7 +844,7 @@ class MoE(nn.Module):
         self.h = h
         self.router = Linear("router", h, E, m.linear_bias)
         self.route = MoeRoute(k)
-        self.permute = MoePermute(E, cap)
+        self.permute = MoePermute(E, cap, k)
         # Megatron-Core MoEAlltoAllTokenDispatcher (megatron/core/transformer/moe/
         # token_dispatcher.py): with sp a rank routes only its sequence shard, so token_dispatch
         # all-to-alls 1/t of the tokens over ep, dispatch_postprocess all-gathers what arrived
@@ -791,6 +853,11 @@ class MoE(nn.Module):
         etp = v.tp if v.sp and e > 1 else 1
         self.dispatch = Comm("all_to_all", "ep", e, out_shape=(E // e, e * cap, h),
                              shard=etp) if e > 1 else None
+        # token_dispatch all-to-alls the permuted probs beside the tokens (and
+        # dispatch_postprocess all-gathers them over etp): T k weights, h / 2 times fewer bytes
+        # than the tokens'; a shape stand-in that records no collective
+        self.dispatch_probs = Comm("relayout", "ep", e, out_shape=(E // e, e * cap, 1)) \
+            if e > 1 else None
         self.etp_gather = Comm("etp_gather", "tp", etp) if etp > 1 else None
         self.experts_gate_up = ExpertLinear("expert_gate_up", E // e, h, 2 * f, m.linear_bias)
         self.experts_act = Activation(f"expert_{m.ffn_type}", m.ffn_type)
@@ -807,18 +874,19 @@ class MoE(nn.Module):
 
     def forward(self, x):
         flat = x.view(-1, self.h)
-        w, src, inv = self.route(self.router(flat))
-        y = self.permute(flat, src)
+        w, order, inv = self.route(self.router(flat))
+        y, probs = self.permute(flat, w, order)
         if self.dispatch is not None:
             y = self.dispatch(y)
+            probs = self.dispatch_probs(probs)
         if self.etp_gather is not None:
             y = self.etp_gather(y)
-        y = self.experts_down(self.experts_act(self.experts_gate_up(y)))
+        y = self.experts_down(self.experts_act(self.experts_gate_up(y), probs))
         if self.etp_scatter is not None:
             y = self.etp_scatter(y)
         if self.undispatch is not None:
             y = self.undispatch(y)
-        out = self.combine(y, inv, w)
+        out = self.combine(y, inv)
         if self.shared is not None:
             gate = self.shared_gate(flat) if self.shared_gate is not None else None
             out = self.shared_add(out, self.shared(flat), gate)
