@@ -85,21 +85,31 @@ class LayerTimes:
 
 def layer_times(hw: HardwareSpec, cost: LayerCost,
                 profile: ProfileSet | None = None, compute: str = "bf16",
-                dispatcher: str = "alltoall") -> LayerTimes:
+                dispatcher: str = "alltoall", moe_imbalance: float = 1.0,
+                moe_padded: bool = False) -> LayerTimes:
     """Forward, backward and recompute seconds of one layer; from `profile` where it covers,
     else (or with profile None) the roofline; compute: the training's compute dtype
     (nest.spec.precision: "fp8" runs the linear layers' GEMMs in FP8); dispatcher: the MoE
-    token dispatcher (TrainingSettings.moe_dispatcher; `FUSED_INTO_DISPATCH`)."""
+    token dispatcher (TrainingSettings.moe_dispatcher; `FUSED_INTO_DISPATCH`); moe_imbalance:
+    the busiest expert-parallel rank's tokens over the mean (`busiest_rank_ops`); moe_padded:
+    expert inputs padded to capacity (no device-to-host sync; `dispatch_sync_queued`)."""
     fused = FUSED_INTO_DISPATCH.get(dispatcher, ())
     ops = (*(op for op in cost.ops if op.name not in fused), *moe_local_sort_op(cost))
     priced = {op.name: price_op(hw, op, profile, compute) for op in ops}
+    busiest = busiest_rank_ops(cost, ops) if moe_imbalance != 1.0 else ()
+    priced = {name: replace(t, fwd_s=t.fwd_s * moe_imbalance, bwd_s=t.bwd_s * moe_imbalance)
+              if name in busiest else t for name, t in priced.items()}
     per_op = {name: (t.fwd_s, t.bwd_s) for name, t in priced.items()}
     srcs = {name: t.fwd_source if t.fwd_source == t.bwd_source else "mixed"
             for name, t in priced.items()}
     calls = {op.name: op.count for op in ops}  # operator calls the host issues
     # host floor: the GPU cannot run a layer faster than the host issues its operators (per
-    # layer; nest.profiling.host measures the per-operator time)
-    fwd = max(sum(f for f, _ in per_op.values()), hw.host_fwd_s_per_op * sum(calls.values()))
+    # layer; nest.profiling.host measures the per-operator time); a dropless MoE layer's
+    # forward waits once for the device (`synced_forward_s`)
+    queued = None if moe_padded else dispatch_sync_queued(ops, dispatcher)
+    fwd = max(sum(f for f, _ in per_op.values()) if queued is None else
+              launch_queue_s(synced_segment(ops, per_op), hw.host_fwd_s_per_op, queued),
+              hw.host_fwd_s_per_op * sum(calls.values()))
     bwd = max(sum(b for _, b in per_op.values()), hw.host_bwd_s_per_op * sum(calls.values()))
     rec = {mode: max(sum(per_op[name][0] for name in names),
                      hw.host_fwd_s_per_op * sum(calls[name] for name in names))
@@ -155,6 +165,17 @@ def moe_local_sort_op(cost: LayerCost) -> tuple[Op, ...]:
     return (Op(MOE_SORT, "memory", 0.0, 0.0, per["fwd"], per["bwd"], (), n),)
 
 
+def busiest_rank_ops(cost: LayerCost, ops) -> tuple[str, ...]:
+    """The operators that run on the tokens an expert-parallel rank receives: the experts (GEMMs
+    and activation) and the local-expert sort; () without an expert-parallel all-to-all. Their
+    times scale with the tokens, so on the busiest rank by the routing imbalance
+    (TrainingSettings.moe_routing_imbalance, as its all-to-all bytes in
+    nest.costs.groups.ep_a2a_bytes), and every rank waits for it at the combine all-to-all."""
+    if not any(c.kind == "all_to_all" and c.group == "ep" for c in cost.collectives):
+        return ()
+    return tuple(op.name for op in ops if op.name.startswith("expert_") or op.name == MOE_SORT)
+
+
 def _recomputed(cost: LayerCost, mode: str, per_op: Mapping) -> tuple[str, ...]:
     """Op names a recompute mode re-runs (those priced: a dispatcher's fused ops are not); the
     local-expert sort with the graph's moe_permute (or when the mode re-runs every op)."""
@@ -162,6 +183,78 @@ def _recomputed(cost: LayerCost, mode: str, per_op: Mapping) -> tuple[str, ...]:
     every = bool(names) and set(names) >= {op.name for op in cost.ops}
     sort = MOE_SORT in per_op and ("moe_permute" in names or every)
     return tuple(n for n in names if n in per_op) + ((MOE_SORT,) if sort else ())
+
+
+# ---- the dropless dispatcher's device-to-host synchronisation --------------------------------
+# Megatron-Core's dropless token dispatchers need the routing counts on the host (split sizes of
+# the all-to-all, the output buffer's size): once per MoE layer forward the host waits for the
+# device. MoEAlltoAllTokenDispatcher (alltoall): the counts are copied on a side stream at
+# `cuda_dtoh_point` "before_permutation_1" and the host waits at `cuda_sync_point`
+# "before_ep_alltoall" (preprocess / _maybe_dtoh_and_synchronize), after it has issued the
+# permutation 1 kernel, which the GPU runs while the host waits; HybridEP (flex dispatcher):
+# HybridEPDispatch.forward calls dispatch_with_permute with non_blocking = False when the
+# number of permuted tokens is unknown (dropless), nothing queued behind the wait (fused_a2a.py).
+# With the expert inputs padded to capacity (--moe-pad-expert-input-to-capacity) both know the
+# sizes on the host and do not wait (drop_and_pad). megatron-core 0.16 (the 26.02.01 container's
+# Megatron-LM 9ed8b0c) and 0.18.0rc (26.04.01's 4415119): token_dispatcher.py, fused_a2a.py;
+# only the alltoall dispatcher's backward knows its split sizes already (saved), so backward
+# does not wait. A layer's backward and a layer without a wait keep the per-layer host floor.
+# the graph's operators that decide the routing; the wait follows the last of them (the
+# closed-form graph has the router GEMM only, the torch.fx graph also its top-k `moe_route`)
+SYNC_AFTER = ("router", "moe_route")
+
+
+def _sync_index(names: list[str]) -> int | None:
+    """Position just after the routing (the wait's place in the layer), None without it."""
+    at = [i for i, n in enumerate(names) if n in SYNC_AFTER]
+    return at[-1] + 1 if at else None
+
+
+def dispatch_sync_queued(ops, dispatcher: str) -> int | None:
+    """None if the layer has no routed experts (no wait), else the operator calls issued after
+    the device-to-host copy and before the wait, which the GPU runs while the host waits: the
+    alltoall dispatcher's permutation 1 (the graph's moe_permute, 1 call), none under HybridEP
+    (the permutation runs inside its dispatch, after the wait)."""
+    names = [op.name for op in ops]
+    if _sync_index(names) is None or not any(n.startswith("expert_") for n in names):
+        return None
+    return 1 if dispatcher == "alltoall" and "moe_permute" in names else 0
+
+
+def synced_segment(ops, per_op: Mapping) -> list[tuple[float, int]]:
+    """(forward seconds, calls) of the operators between one wait and the next, in the order the
+    host issues them: those after the routing (SYNC_AFTER), then (the next layer, alike) those up to it. The
+    local-expert sort's two calls go before the first expert GEMM and after the last."""
+    names = [op.name for op in ops if op.name != MOE_SORT]
+    calls = {op.name: op.count for op in ops}
+    k = _sync_index(names)
+    order = names[k:] + names[:k]
+    out = []
+    for name in order:
+        if MOE_SORT in per_op and name == "expert_gate_up":
+            out.append((per_op[MOE_SORT][0] / 2, 1))
+        out.append((per_op[name][0], calls[name]))
+        if MOE_SORT in per_op and name == "expert_down":
+            out.append((per_op[MOE_SORT][0] / 2, 1))
+    return out
+
+
+def launch_queue_s(segment: list[tuple[float, int]], host_s: float, queued: int = 0) -> float:
+    """Seconds from the end of a wait to the GPU's end of `segment` ((seconds, calls) per
+    operator, in issue order; each call of an operator runs seconds / calls) when the host issues
+    a call every host_s and the GPU runs them in order (a stream is a FIFO): the first `queued`
+    calls were issued before the wait and run at once. Call i (1-based) cannot start before the
+    host issues it, (i - queued) host_s after the wait, so the end is the largest of
+    (i - queued) host_s + the GPU seconds of calls i.. (and the GPU seconds of them all).
+    A stack of layers that each wait once runs a layer per max(this, calls x host_s): a host
+    that arrives at the wait after the device has no wait (tests/test_moe_sync.py simulates
+    it call by call)."""
+    g = [s / n for s, n in segment for _ in range(n)]
+    end, tail = 0.0, 0.0
+    for i in range(len(g), 0, -1):
+        tail += g[i - 1]
+        end = max(end, tail + max(0, i - queued) * host_s)
+    return end
 
 
 MAIN_GRAD_EXTRA_BYTES = 6  # FP32 read + write of main_grad, less the BF16 write a GEMM prices
@@ -200,19 +293,25 @@ class CostTable:
     scale: every time multiplied by it (the training settings' cost_scale.compute, applied by
     nest.problem.problem.Problem.build; the one point where compute time enters every planner's costs).
     dispatcher: the MoE token dispatcher (TrainingSettings.moe_dispatcher; FUSED_INTO_DISPATCH).
+    moe_imbalance: the busiest expert-parallel rank's tokens over the mean
+    (TrainingSettings.moe_routing_imbalance; `busiest_rank_ops`); moe_padded: expert inputs
+    padded to capacity (TrainingSettings.moe_pad_to_capacity; `dispatch_sync_queued`).
     """
 
-    __slots__ = ("graph", "hw", "compute", "scale", "profile", "dispatcher")
+    __slots__ = ("graph", "hw", "compute", "scale", "profile", "dispatcher", "moe_imbalance",
+                 "moe_padded")
 
     def __init__(self, graph: LayerGraph, hw: HardwareSpec,
                  profile: ProfileSet | None | str = AUTO, compute: str = "bf16",
-                 scale: float = 1.0, dispatcher: str = "alltoall"):
+                 scale: float = 1.0, dispatcher: str = "alltoall", moe_imbalance: float = 1.0,
+                 moe_padded: bool = False):
         if isinstance(profile, str):
             if profile != AUTO:
                 raise ValueError(f"CostTable: profile must be a ProfileSet, None or {AUTO!r}")
             profile = profile_for(hw)
         for name, value in (("graph", graph), ("hw", hw), ("compute", compute),
-                            ("scale", scale), ("profile", profile), ("dispatcher", dispatcher)):
+                            ("scale", scale), ("profile", profile), ("dispatcher", dispatcher),
+                            ("moe_imbalance", moe_imbalance), ("moe_padded", moe_padded)):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name, value):
@@ -220,7 +319,8 @@ class CostTable:
 
     def times_of(self, cost: LayerCost) -> LayerTimes:
         """One layer's times (any LayerCost of this table's graph)."""
-        t = layer_times(self.hw, cost, self.profile, self.compute, self.dispatcher)
+        t = layer_times(self.hw, cost, self.profile, self.compute, self.dispatcher,
+                        self.moe_imbalance, self.moe_padded)
         if self.scale != 1.0:
             k = self.scale
             t = replace(t, fwd_s=t.fwd_s * k, bwd_s=t.bwd_s * k,

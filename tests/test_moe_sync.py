@@ -1,0 +1,133 @@
+"""The dropless MoE dispatcher's device-to-host wait (nest.costs.table.launch_queue_s,
+dispatch_sync_queued) and the busiest expert-parallel rank's expert compute
+(busiest_rank_ops), each checked another way: an event-by-event simulation of a host issuing
+calls to a FIFO GPU stream over a stack of layers, and hand-computed sums."""
+
+from dataclasses import replace
+
+import pytest
+
+from nest.costs.profiled import price_op
+from nest.costs.table import (MOE_SORT, SYNC_AFTER, busiest_rank_ops, dispatch_sync_queued,
+                              launch_queue_s, layer_times, moe_local_sort_op)
+from nest.graph.closed_form import block_cost
+from nest.graph.layer_graph import Variant
+from nest.spec.catalog import load_hardware, load_model
+
+
+@pytest.fixture(scope="module")
+def mixtral_ep4():
+    """Mixtral 8x7B's block at ep 4 from the torch.fx graph (its routing, permutation and
+    combine operators: the closed-form graph has the router GEMM only)."""
+    from nest.graph.fx_extract import build_layer_graph_fx
+
+    g = build_layer_graph_fx(load_model("mixtral_mini"), 1, [Variant(ep=4)])
+    return next(la.costs[Variant(ep=4).key] for la in g.layers
+                if any(op.name == "moe_route" for op in la.costs[Variant(ep=4).key].ops))
+
+
+def _calls(cost, hw):
+    """One layer's forward GPU seconds per call in the order Megatron-Core issues them (by hand:
+    the graph's order, the local-expert sort's two calls around the expert GEMMs), and the index
+    of the last call before the device-to-host copy (the routing's)."""
+    ops = (*cost.ops, *moe_local_sort_op(cost))
+    f = {op.name: price_op(hw, op, None).fwd_s for op in ops}
+    out, copy_at = [], None
+    for op in cost.ops:
+        if op.name == "expert_gate_up":
+            out.append(f[MOE_SORT] / 2)
+        out += [f[op.name] / op.count] * op.count
+        if op.name == "expert_down":
+            out.append(f[MOE_SORT] / 2)
+        if op.name in SYNC_AFTER:  # the last of them
+            copy_at = len(out) - 1
+    return out, copy_at
+
+
+def _simulate_stack(calls, copy_at, queued, host_s, layers):
+    """A host issuing one call every host_s to a GPU that runs its stream in order; in every
+    layer, after issuing the call at copy_at and `queued` more, the host waits until the GPU
+    has finished the call at copy_at (the routing counts copied to the host). The GPU's end."""
+    host = gpu = 0.0
+    for _ in range(layers):
+        done_copy = None
+        for i, g in enumerate(calls):
+            host += host_s
+            gpu = max(gpu, host) + g
+            if i == copy_at:
+                done_copy = gpu
+            if i == copy_at + queued:
+                host = max(host, done_copy)
+    return gpu
+
+
+@pytest.mark.parametrize("host_us", [16.7, 150.0, 900.0])
+@pytest.mark.parametrize("dispatcher", ["alltoall", "hybridep"])
+def test_synced_forward_is_the_simulated_stack_per_layer(mixtral_ep4, host_us, dispatcher):
+    """Steady state of a stack of identical layers, simulated call by call, against the layer's
+    priced forward: GPU-bound (16.7 us per call: the measured H100 host), partly and wholly
+    host-bound (150 and 900 us)."""
+    hw = replace(load_hardware("h100_sxm"), host_fwd_s_per_op=host_us * 1e-6)
+    cost = mixtral_ep4
+    if dispatcher == "hybridep":  # the sender-side permutations run inside HybridEP's kernels
+        cost = replace(cost, ops=tuple(op for op in cost.ops
+                                       if op.name not in ("moe_permute", "moe_combine")))
+    queued = 1 if dispatcher == "alltoall" else 0
+    calls, copy_at = _calls(cost, hw)
+    per_layer = (_simulate_stack(calls, copy_at, queued, hw.host_fwd_s_per_op, 12)
+                 - _simulate_stack(calls, copy_at, queued, hw.host_fwd_s_per_op, 4)) / 8
+    got = layer_times(hw, cost, None, dispatcher=dispatcher).fwd_s
+    assert got == pytest.approx(per_layer, rel=1e-9)
+
+
+def test_wait_costs_one_host_call_when_nothing_is_queued(mixtral_ep4):
+    """GPU-bound layer (a 2 us host call: mixtral_mini's small layer is near host-bound at the
+    measured 16.7 us): under HybridEP the GPU idles for the one call the host issues after the
+    wait; under the alltoall dispatcher the queued permutation (longer than a call) covers it;
+    padded to capacity there is no wait."""
+    hw = replace(load_hardware("h100_sxm"), host_fwd_s_per_op=2e-6)
+    bare = replace(mixtral_ep4, ops=tuple(op for op in mixtral_ep4.ops
+                                          if op.name not in ("moe_permute", "moe_combine")))
+    padded = layer_times(hw, bare, None, dispatcher="hybridep", moe_padded=True).fwd_s
+    synced = layer_times(hw, bare, None, dispatcher="hybridep").fwd_s
+    assert synced - padded == pytest.approx(hw.host_fwd_s_per_op, rel=1e-6)
+    a2a_padded = layer_times(hw, mixtral_ep4, None, moe_padded=True).fwd_s
+    assert layer_times(hw, mixtral_ep4, None).fwd_s == pytest.approx(a2a_padded, rel=1e-12)
+
+
+def test_launch_queue_closed_forms():
+    """GPU-bound: one host call then the GPU's sum; host-bound: every call issued, then the
+    last one's GPU time; calls already queued start at once."""
+    seg = [(10.0, 1), (6.0, 3), (1.0, 1)]  # 5 calls: 10, 2, 2, 2, 1
+    assert launch_queue_s(seg, 0.5) == pytest.approx(0.5 + 17.0)
+    assert launch_queue_s(seg, 100.0) == pytest.approx(5 * 100.0 + 1.0)
+    assert launch_queue_s(seg, 0.5, queued=1) == pytest.approx(17.0)
+    assert launch_queue_s(seg, 4.0, queued=1) == pytest.approx(max(17.0, 4 * 4.0 + 1.0,
+                                                                   1 * 4.0 + 7.0))
+
+
+def test_no_wait_without_routed_experts():
+    hw = load_hardware("h100_sxm")
+    dense = block_cost(load_model("gpt3_175b", seq_len=2048), 1, Variant())
+    assert dispatch_sync_queued(dense.ops, "alltoall") is None
+    assert layer_times(hw, dense, None) == layer_times(hw, dense, None, moe_padded=True)
+
+
+def test_busiest_rank_scales_the_expert_side_only(mixtral_ep4):
+    """Imbalance r: the expert GEMMs, activation and local sort times by r (their sum by hand),
+    every other operator unchanged; without an expert-parallel all-to-all, nothing scales (no
+    host floor: mixtral_mini's small layer is host-bound at the measured H100 host)."""
+    hw, r = replace(load_hardware("h100_sxm"), host_fwd_s_per_op=0.0, host_bwd_s_per_op=0.0), 1.25
+    ops = (*mixtral_ep4.ops, *moe_local_sort_op(mixtral_ep4))
+    names = busiest_rank_ops(mixtral_ep4, ops)
+    assert set(names) == {"expert_gate_up", "expert_swiglu", "expert_down", MOE_SORT} & set(
+        op.name for op in ops) and MOE_SORT in names
+    side = sum(price_op(hw, op, None).bwd_s for op in ops if op.name in names)
+    base = layer_times(hw, mixtral_ep4, None, moe_padded=True)
+    imb = layer_times(hw, mixtral_ep4, None, moe_imbalance=r, moe_padded=True)
+    assert imb.bwd_s - base.bwd_s == pytest.approx((r - 1) * side, rel=1e-9)
+    side_f = sum(price_op(hw, op, None).fwd_s for op in ops if op.name in names)
+    assert imb.fwd_s - base.fwd_s == pytest.approx((r - 1) * side_f, rel=1e-9)
+    no_ep = block_cost(load_model("mixtral_8x7b", seq_len=4096), 1, Variant())
+    assert busiest_rank_ops(no_ep, no_ep.ops) == ()
+    assert layer_times(hw, no_ep, None, moe_imbalance=r) == layer_times(hw, no_ep, None)
