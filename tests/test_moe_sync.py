@@ -131,3 +131,25 @@ def test_busiest_rank_scales_the_expert_side_only(mixtral_ep4):
     no_ep = block_cost(load_model("mixtral_8x7b", seq_len=4096), 1, Variant())
     assert busiest_rank_ops(no_ep, no_ep.ops) == ()
     assert layer_times(hw, no_ep, None, moe_imbalance=r) == layer_times(hw, no_ep, None)
+
+
+def test_expert_bias_loop_closed_form(mixtral_ep4):
+    """Megatron-Core's _apply_bias on E = 2 local experts of mixtral_mini (h 1,024, seq 1,024,
+    top-2, ep 4: 2,048 received tokens of h values): 2 E + 1 = 5 calls moving 12 bytes per
+    output element, forward and backward; the layer grows by their roofline (no host floor);
+    absent without biases."""
+    from nest.costs.roofline import elementwise_efficiency
+    from nest.costs.table import EXPERT_BIAS, moe_expert_bias_op
+
+    assert moe_expert_bias_op(mixtral_ep4, False) == ()
+    op, = moe_expert_bias_op(mixtral_ep4, True)
+    assert op.name == EXPERT_BIAS and op.kind == "memory" and op.count == 5
+    assert op.count * op.fwd_bytes == op.count * op.bwd_bytes == pytest.approx(
+        12 * 2048 * 1024)
+    hw = replace(load_hardware("h100_sxm"), host_fwd_s_per_op=0.0, host_bwd_s_per_op=0.0)
+    one = 12 * 2048 * 1024 / (hw.hbm_bytes_per_s * elementwise_efficiency(hw))
+    plain = layer_times(hw, mixtral_ep4, None, moe_padded=True)
+    biased = layer_times(hw, mixtral_ep4, None, moe_padded=True, expert_bias=True)
+    for phase in ("fwd_s", "bwd_s"):
+        assert getattr(biased, phase) - getattr(plain, phase) == pytest.approx(
+            one + 5 * hw.kernel_overhead_s, rel=1e-9)

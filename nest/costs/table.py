@@ -86,15 +86,17 @@ class LayerTimes:
 def layer_times(hw: HardwareSpec, cost: LayerCost,
                 profile: ProfileSet | None = None, compute: str = "bf16",
                 dispatcher: str = "alltoall", moe_imbalance: float = 1.0,
-                moe_padded: bool = False) -> LayerTimes:
+                moe_padded: bool = False, expert_bias: bool = False) -> LayerTimes:
     """Forward, backward and recompute seconds of one layer; from `profile` where it covers,
     else (or with profile None) the roofline; compute: the training's compute dtype
     (nest.spec.precision: "fp8" runs the linear layers' GEMMs in FP8); dispatcher: the MoE
     token dispatcher (TrainingSettings.moe_dispatcher; `FUSED_INTO_DISPATCH`); moe_imbalance:
     the busiest expert-parallel rank's tokens over the mean (`busiest_rank_ops`); moe_padded:
-    expert inputs padded to capacity (no device-to-host sync; `dispatch_sync_queued`)."""
+    expert inputs padded to capacity (no device-to-host sync; `dispatch_sync_queued`);
+    expert_bias: the experts have biases (`moe_expert_bias_op`)."""
     fused = FUSED_INTO_DISPATCH.get(dispatcher, ())
-    ops = (*(op for op in cost.ops if op.name not in fused), *moe_local_sort_op(cost))
+    ops = (*(op for op in cost.ops if op.name not in fused), *moe_local_sort_op(cost),
+           *moe_expert_bias_op(cost, expert_bias))
     priced = {op.name: price_op(hw, op, profile, compute) for op in ops}
     busiest = busiest_rank_ops(cost, ops) if moe_imbalance != 1.0 else ()
     priced = {name: replace(t, fwd_s=t.fwd_s * moe_imbalance, bwd_s=t.bwd_s * moe_imbalance)
@@ -165,6 +167,33 @@ def moe_local_sort_op(cost: LayerCost) -> tuple[Op, ...]:
     return (Op(MOE_SORT, "memory", 0.0, 0.0, per["fwd"], per["bwd"], (), n),)
 
 
+EXPERT_BIAS = "expert_bias"
+# bytes per element of the experts' output that the bias loop moves, forward and backward alike
+# (BF16; the router's dtype, moe_router_dtype unset in the gpt-oss recipes, for the probs):
+# forward b * p writes 2, t + b p reads 4 and writes 2, torch.cat reads 2 and writes 2 (the
+# final .to() is a no-op in the same dtype); backward the two products' adjoints g p and g b
+# each write 2 and their reductions (to the bias, to the probs) read them again with g: 12
+EXPERT_BIAS_BYTES = 12.0
+
+
+def moe_expert_bias_op(cost: LayerCost, expert_bias: bool) -> tuple[Op, ...]:
+    """The experts' output bias as Megatron-Core's TEGroupedMLP adds it (add_bias_linear: its
+    linear_fc2 is built with skip_bias_add = True, and `_apply_bias` adds each local expert's
+    bias weighted by the routing probabilities in a Python loop, then concatenates:
+    torch.cat([t + b * p for each expert]); experts.py in megatron-core 0.16 (9ed8b0c) and
+    0.18.0rc (4415119), the unfused path: Megatron-Bridge's perf overrides turn the TE op fuser
+    off). () without expert biases (ModelSpec.linear_bias) or experts; else one memory-bound
+    op of 2 E + 1 calls (E local experts: a multiply and an add each, one concatenation)
+    moving EXPERT_BIAS_BYTES per output element (the expert_down GEMM's m n E) each phase."""
+    down = [op for op in cost.ops if op.name == "expert_down"]
+    if not expert_bias or not down:
+        return ()
+    d = down[0]
+    calls = 2 * d.count + 1
+    per_call = EXPERT_BIAS_BYTES * d.shape[0] * d.shape[1] * d.count / calls
+    return (Op(EXPERT_BIAS, "memory", 0.0, 0.0, per_call, per_call, (), calls),)
+
+
 def busiest_rank_ops(cost: LayerCost, ops) -> tuple[str, ...]:
     """The operators that run on the tokens an expert-parallel rank receives: the experts (GEMMs
     and activation) and the local-expert sort; () without an expert-parallel all-to-all. Their
@@ -178,11 +207,14 @@ def busiest_rank_ops(cost: LayerCost, ops) -> tuple[str, ...]:
 
 def _recomputed(cost: LayerCost, mode: str, per_op: Mapping) -> tuple[str, ...]:
     """Op names a recompute mode re-runs (those priced: a dispatcher's fused ops are not); the
-    local-expert sort with the graph's moe_permute (or when the mode re-runs every op)."""
+    local-expert sort with the graph's moe_permute, the expert bias with expert_down (or when
+    the mode re-runs every op)."""
     names = tuple(cost.recompute_ops.get(mode, ()))
     every = bool(names) and set(names) >= {op.name for op in cost.ops}
     sort = MOE_SORT in per_op and ("moe_permute" in names or every)
-    return tuple(n for n in names if n in per_op) + ((MOE_SORT,) if sort else ())
+    bias = EXPERT_BIAS in per_op and ("expert_down" in names or every)
+    return (tuple(n for n in names if n in per_op) + ((MOE_SORT,) if sort else ())
+            + ((EXPERT_BIAS,) if bias else ()))
 
 
 # ---- the dropless dispatcher's device-to-host synchronisation --------------------------------
@@ -295,23 +327,25 @@ class CostTable:
     dispatcher: the MoE token dispatcher (TrainingSettings.moe_dispatcher; FUSED_INTO_DISPATCH).
     moe_imbalance: the busiest expert-parallel rank's tokens over the mean
     (TrainingSettings.moe_routing_imbalance; `busiest_rank_ops`); moe_padded: expert inputs
-    padded to capacity (TrainingSettings.moe_pad_to_capacity; `dispatch_sync_queued`).
+    padded to capacity (TrainingSettings.moe_pad_to_capacity; `dispatch_sync_queued`);
+    expert_bias: the model's experts have biases (ModelSpec.linear_bias; `moe_expert_bias_op`).
     """
 
     __slots__ = ("graph", "hw", "compute", "scale", "profile", "dispatcher", "moe_imbalance",
-                 "moe_padded")
+                 "moe_padded", "expert_bias")
 
     def __init__(self, graph: LayerGraph, hw: HardwareSpec,
                  profile: ProfileSet | None | str = AUTO, compute: str = "bf16",
                  scale: float = 1.0, dispatcher: str = "alltoall", moe_imbalance: float = 1.0,
-                 moe_padded: bool = False):
+                 moe_padded: bool = False, expert_bias: bool = False):
         if isinstance(profile, str):
             if profile != AUTO:
                 raise ValueError(f"CostTable: profile must be a ProfileSet, None or {AUTO!r}")
             profile = profile_for(hw)
         for name, value in (("graph", graph), ("hw", hw), ("compute", compute),
                             ("scale", scale), ("profile", profile), ("dispatcher", dispatcher),
-                            ("moe_imbalance", moe_imbalance), ("moe_padded", moe_padded)):
+                            ("moe_imbalance", moe_imbalance), ("moe_padded", moe_padded),
+                            ("expert_bias", expert_bias)):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name, value):
@@ -320,7 +354,7 @@ class CostTable:
     def times_of(self, cost: LayerCost) -> LayerTimes:
         """One layer's times (any LayerCost of this table's graph)."""
         t = layer_times(self.hw, cost, self.profile, self.compute, self.dispatcher,
-                        self.moe_imbalance, self.moe_padded)
+                        self.moe_imbalance, self.moe_padded, self.expert_bias)
         if self.scale != 1.0:
             k = self.scale
             t = replace(t, fwd_s=t.fwd_s * k, bwd_s=t.bwd_s * k,
