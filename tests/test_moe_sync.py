@@ -1,15 +1,17 @@
-"""The dropless MoE dispatcher's device-to-host wait (nest.costs.table.launch_queue_s,
-dispatch_sync_queued) and the busiest expert-parallel rank's expert compute
-(busiest_rank_ops), each checked another way: an event-by-event simulation of a host issuing
-calls to a FIFO GPU stream over a stack of layers, and hand-computed sums."""
+"""The MoE terms of nest.costs.moe_time: the dropless dispatcher's device-to-host wait
+(launch_queue_s, dispatch_sync_queued), the busiest expert-parallel rank's expert compute
+(busiest_rank_ops) and the experts' bias loop (moe_expert_bias_op), each checked another
+way: an event-by-event simulation of a host issuing calls to a FIFO GPU stream over a stack of
+layers, and hand-computed sums."""
 
 from dataclasses import replace
 
 import pytest
 
 from nest.costs.profiled import price_op
-from nest.costs.table import (MOE_SORT, SYNC_AFTER, busiest_rank_ops, dispatch_sync_queued,
-                              launch_queue_s, layer_times, moe_local_sort_op)
+from nest.costs.moe_time import (EXPERT_BIAS, MOE_SORT, SYNC_AFTER, busiest_rank_ops,
+                                 dispatch_sync_queued, launch_queue_s, moe_expert_bias_op)
+from nest.costs.table import layer_times, moe_local_sort_op
 from nest.graph.closed_form import block_cost
 from nest.graph.layer_graph import Variant
 from nest.spec.catalog import load_hardware, load_model
@@ -139,7 +141,6 @@ def test_expert_bias_loop_closed_form(mixtral_ep4):
     output element, forward and backward; the layer grows by their roofline (no host floor);
     absent without biases."""
     from nest.costs.roofline import elementwise_efficiency
-    from nest.costs.table import EXPERT_BIAS, moe_expert_bias_op
 
     assert moe_expert_bias_op(mixtral_ep4, False) == ()
     op, = moe_expert_bias_op(mixtral_ep4, True)
