@@ -78,16 +78,25 @@ def launch_queue_s(segment: list[tuple[float, int]], host_s: float, queued: int 
     a call every host_s and the GPU runs them in order (a stream is a FIFO): the first `queued`
     calls were issued before the wait and run at once. Call i (1-based) cannot start before the
     host issues it, (i - queued) host_s after the wait, so the end is the largest of
-    (i - queued) host_s + the GPU seconds of calls i.. (and the GPU seconds of them all).
+    (i - queued) host_s + the GPU seconds of calls i.. (and the GPU seconds of them all): the
+    GPU seconds plus `wait_idle_s`.
     A stack of layers that each wait once runs a layer per max(this, calls x host_s): a host
     that arrives at the wait after the device has no wait (tests/test_moe_sync.py simulates
     it call by call)."""
-    g = [s / n for s, n in segment for _ in range(n)]
-    end, tail = 0.0, 0.0
-    for i in range(len(g), 0, -1):
-        tail += g[i - 1]
-        end = max(end, tail + max(0, i - queued) * host_s)
-    return end
+    return sum(s for s, _ in segment) + wait_idle_s(segment, host_s, queued)
+
+
+def wait_idle_s(segment: list[tuple[float, int]], host_s: float, queued: int = 0) -> float:
+    """The GPU's idle seconds in `launch_queue_s`: the largest of (i - queued) host_s less the
+    GPU seconds of calls before i, and 0 (exactly 0 when the queued calls cover the host's
+    first call and the GPU stays ahead)."""
+    idle, before, i = 0.0, 0.0, 0
+    for s, n in segment:
+        for _ in range(n):
+            i += 1
+            idle = max(idle, (i - queued) * host_s - before)
+            before += s / n
+    return idle
 
 
 EXPERT_BIAS = "expert_bias"

@@ -43,7 +43,7 @@ moe_combine run inside the dispatch / combine kernels and are not priced (FUSED_
 the receiving side's sort stays (Hybrid-EP's permute kernel, "independent mode" by default).
 
 MoE terms the graph does not hold (nest.costs.moe_time): the dropless dispatcher's device-to-host
-wait in the forward (`launch_queue_s`), the busiest expert-parallel rank's expert compute
+wait in the forward (`launch_queue_s`, `wait_idle_s`), the busiest expert-parallel rank's expert compute
 (`busiest_rank_ops`) and the experts' output-bias loop (`moe_expert_bias_op`).
 
 Imports: roofline <- profiled <- table; moe_time <- table.
@@ -58,7 +58,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from nest.costs.moe_time import (EXPERT_BIAS, MOE_SORT, busiest_rank_ops, dispatch_sync_queued,
-                                 launch_queue_s, moe_expert_bias_op, synced_segment)
+                                 moe_expert_bias_op, synced_segment, wait_idle_s)
 from nest.costs.profiled import BYTES, ProfileSet, price_op, profile_for
 from nest.graph.layer_graph import RECOMPUTE_MODES, LayerCost, LayerGraph, Op
 from nest.spec.catalog import HardwareSpec, validate
@@ -115,8 +115,9 @@ def layer_times(hw: HardwareSpec, cost: LayerCost,
     # layer; nest.profiling.host measures the per-operator time); a dropless MoE layer's
     # forward waits once for the device (`synced_forward_s`)
     queued = None if moe_padded else dispatch_sync_queued(ops, dispatcher)
-    fwd = max(sum(f for f, _ in per_op.values()) if queued is None else
-              launch_queue_s(synced_segment(ops, per_op), hw.host_fwd_s_per_op, queued),
+    idle = (0.0 if queued is None else
+            wait_idle_s(synced_segment(ops, per_op), hw.host_fwd_s_per_op, queued))
+    fwd = max(sum(f for f, _ in per_op.values()) + idle,
               hw.host_fwd_s_per_op * sum(calls.values()))
     bwd = max(sum(b for _, b in per_op.values()), hw.host_bwd_s_per_op * sum(calls.values()))
     rec = {mode: max(sum(per_op[name][0] for name in names),
