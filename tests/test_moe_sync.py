@@ -154,3 +154,36 @@ def test_expert_bias_loop_closed_form(mixtral_ep4):
     for phase in ("fwd_s", "bwd_s"):
         assert getattr(biased, phase) - getattr(plain, phase) == pytest.approx(
             one + 5 * hw.kernel_overhead_s, rel=1e-9)
+
+
+def test_current_scaling_casts_read_twice_and_launch_three_kernels():
+    """FP8 current scaling (recipe tensorwise: Transformer Engine's amax, scale and quantize
+    kernels per tensor, per expert in a grouped linear): each cast reads its BF16 input once
+    more (2 bytes per element) and launches 3 kernels instead of delayed scaling's fused
+    cast_transpose (read 2, write 1 + 1, one launch); 16 experts of 2,048 x 2,048 inputs and
+    1,536-wide outputs, by hand."""
+    from nest.costs.profiled import fp8_cast_s
+    from nest.graph.layer_graph import Op
+
+    hw = load_hardware("h100_sxm")
+    m, n, k, e = 2048, 1536, 2048, 16
+    op = Op("expert_gate_up", "matmul", 2.0 * m * n * k * e, 4.0 * m * n * k * e, 0, 0,
+            (m, n, k), e)
+    bw = hw.hbm_bytes_per_s * hw.memory_efficiency
+    d = fp8_cast_s(hw, op, "delayed")
+    c = fp8_cast_s(hw, op, "tensorwise")
+    assert d == pytest.approx((e * (4 * m * k / bw + hw.kernel_overhead_s),
+                               e * (4 * m * n / bw + hw.kernel_overhead_s)))
+    assert c == pytest.approx((e * (6 * m * k / bw + 3 * hw.kernel_overhead_s),
+                               e * (6 * m * n / bw + 3 * hw.kernel_overhead_s)))
+    # the layer time carries it for every FP8 GEMM: the difference is the sum by hand
+    cost = block_cost(load_model("mixtral_8x7b", seq_len=4096), 1, Variant(ep=4))
+    bare = replace(hw, host_fwd_s_per_op=0.0, host_bwd_s_per_op=0.0)
+    from nest.costs.roofline import is_fp8_gemm
+
+    extra = sum(fp8_cast_s(bare, o, "tensorwise")[0] - fp8_cast_s(bare, o, "delayed")[0]
+                for o in cost.ops if is_fp8_gemm(o, "fp8"))
+    assert extra > 0
+    got = (layer_times(bare, cost, None, "fp8", fp8_recipe="tensorwise").fwd_s
+           - layer_times(bare, cost, None, "fp8").fwd_s)
+    assert got == pytest.approx(extra, rel=1e-9)

@@ -92,18 +92,20 @@ class LayerTimes:
 def layer_times(hw: HardwareSpec, cost: LayerCost,
                 profile: ProfileSet | None = None, compute: str = "bf16",
                 dispatcher: str = "alltoall", moe_imbalance: float = 1.0,
-                moe_padded: bool = False, expert_bias: bool = False) -> LayerTimes:
+                moe_padded: bool = False, expert_bias: bool = False,
+                fp8_recipe: str = "delayed") -> LayerTimes:
     """Forward, backward and recompute seconds of one layer; from `profile` where it covers,
     else (or with profile None) the roofline; compute: the training's compute dtype
     (nest.spec.precision: "fp8" runs the linear layers' GEMMs in FP8); dispatcher: the MoE
     token dispatcher (TrainingSettings.moe_dispatcher; `FUSED_INTO_DISPATCH`); moe_imbalance:
     the busiest expert-parallel rank's tokens over the mean (`busiest_rank_ops`); moe_padded:
     expert inputs padded to capacity (no device-to-host sync; `dispatch_sync_queued`);
-    expert_bias: the experts have biases (`moe_expert_bias_op`)."""
+    expert_bias: the experts have biases (`moe_expert_bias_op`); fp8_recipe: the FP8 scaling
+    recipe (nest.costs.profiled.fp8_cast_s)."""
     fused = FUSED_INTO_DISPATCH.get(dispatcher, ())
     ops = (*(op for op in cost.ops if op.name not in fused), *moe_local_sort_op(cost),
            *moe_expert_bias_op(cost, expert_bias))
-    priced = {op.name: price_op(hw, op, profile, compute) for op in ops}
+    priced = {op.name: price_op(hw, op, profile, compute, fp8_recipe) for op in ops}
     busiest = busiest_rank_ops(cost, ops) if moe_imbalance != 1.0 else ()
     priced = {name: replace(t, fwd_s=t.fwd_s * moe_imbalance, bwd_s=t.bwd_s * moe_imbalance)
               if name in busiest else t for name, t in priced.items()}
@@ -224,16 +226,18 @@ class CostTable:
     moe_imbalance: the busiest expert-parallel rank's tokens over the mean
     (TrainingSettings.moe_routing_imbalance; `busiest_rank_ops`); moe_padded: expert inputs
     padded to capacity (TrainingSettings.moe_pad_to_capacity; `dispatch_sync_queued`);
-    expert_bias: the model's experts have biases (ModelSpec.linear_bias; `moe_expert_bias_op`).
+    expert_bias: the model's experts have biases (ModelSpec.linear_bias; `moe_expert_bias_op`);
+    fp8_recipe: the FP8 scaling recipe (Precision.fp8_recipe; nest.costs.profiled.fp8_cast_s).
     """
 
     __slots__ = ("graph", "hw", "compute", "scale", "profile", "dispatcher", "moe_imbalance",
-                 "moe_padded", "expert_bias")
+                 "moe_padded", "expert_bias", "fp8_recipe")
 
     def __init__(self, graph: LayerGraph, hw: HardwareSpec,
                  profile: ProfileSet | None | str = AUTO, compute: str = "bf16",
                  scale: float = 1.0, dispatcher: str = "alltoall", moe_imbalance: float = 1.0,
-                 moe_padded: bool = False, expert_bias: bool = False):
+                 moe_padded: bool = False, expert_bias: bool = False,
+                 fp8_recipe: str = "delayed"):
         if isinstance(profile, str):
             if profile != AUTO:
                 raise ValueError(f"CostTable: profile must be a ProfileSet, None or {AUTO!r}")
@@ -241,7 +245,7 @@ class CostTable:
         for name, value in (("graph", graph), ("hw", hw), ("compute", compute),
                             ("scale", scale), ("profile", profile), ("dispatcher", dispatcher),
                             ("moe_imbalance", moe_imbalance), ("moe_padded", moe_padded),
-                            ("expert_bias", expert_bias)):
+                            ("expert_bias", expert_bias), ("fp8_recipe", fp8_recipe)):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name, value):
@@ -250,7 +254,8 @@ class CostTable:
     def times_of(self, cost: LayerCost) -> LayerTimes:
         """One layer's times (any LayerCost of this table's graph)."""
         t = layer_times(self.hw, cost, self.profile, self.compute, self.dispatcher,
-                        self.moe_imbalance, self.moe_padded, self.expert_bias)
+                        self.moe_imbalance, self.moe_padded, self.expert_bias,
+                        self.fp8_recipe)
         if self.scale != 1.0:
             k = self.scale
             t = replace(t, fwd_s=t.fwd_s * k, bwd_s=t.bwd_s * k,
