@@ -440,13 +440,17 @@ def fp8_cast_s(hw: HardwareSpec, op: Op, recipe: str = "delayed") -> tuple[float
     Current scaling (recipe "tensorwise", TE's Float8CurrentScalingQuantizer) computes each
     tensor's scale from its own amax first: Float8CurrentScalingQuantizer::quantize runs
     nvte_compute_amax_with_config (reads the tensor), nvte_compute_scale_from_amax and then
-    nvte_quantize_v2, so each cast reads its input once more and costs two more launches;
-    a grouped linear's per-expert inputs are quantized one by one (multi_tensor_quantize_impl:
-    "only have fused kernel for FP8 delayed scaling"). Transformer Engine v2.11,
-    transformer_engine/pytorch/csrc/quantizer.cpp and csrc/extensions/cast.cpp. The amax
-    all-reduce over the tensor-parallel group (sequence parallelism) is not priced.
+    nvte_quantize_v2, so a cast reads its input once more and costs two more launches. Priced
+    so for the experts' GEMMs (`expert_*`): a grouped linear quantizes each expert's input and
+    output gradient one by one through split_quantize (multi_tensor_quantize_impl: "only have
+    fused kernel for FP8 delayed scaling"), and those tensors come from the dispatcher and
+    Megatron's own fused activation, never from a TE norm or activation that could hand over
+    an amax. Transformer Engine v2.7 to v2.13, transformer_engine/pytorch/csrc/quantizer.cpp
+    and csrc/extensions/cast.cpp. The dense linears' casts keep one pass: which of them TE
+    fuses with a norm- or activation-amax was not established (docs/modeling.md).
     """
     m, n, k = op.shape[:3]
-    read, launches = (2.0, 3) if recipe == "tensorwise" else (0.0, 1)  # the amax pass
+    amax = recipe == "tensorwise" and op.name.startswith("expert_")
+    read, launches = (2.0, 3) if amax else (0.0, 1)  # the amax pass
     return ((streaming_s(hw, (4.0 + read) * m * k) + launches * hw.kernel_overhead_s) * op.count,
             (streaming_s(hw, (4.0 + read) * m * n) + launches * hw.kernel_overhead_s) * op.count)
