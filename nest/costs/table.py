@@ -42,7 +42,11 @@ HybridEP (TrainingSettings.moe_dispatcher "hybridep") the sender-side moe_permut
 moe_combine run inside the dispatch / combine kernels and are not priced (FUSED_INTO_DISPATCH);
 the receiving side's sort stays (Hybrid-EP's permute kernel, "independent mode" by default).
 
-Imports: roofline <- profiled <- table.
+MoE terms the graph does not hold (nest.costs.moe_time): the dropless dispatcher's device-to-host
+wait in the forward (`launch_queue_s`, `wait_idle_s`), the busiest expert-parallel rank's expert compute
+(`busiest_rank_ops`) and the experts' output-bias loop (`moe_expert_bias_op`).
+
+Imports: roofline <- profiled <- table; moe_time <- table.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
+from nest.costs.moe_time import (EXPERT_BIAS, MOE_SORT, busiest_rank_ops, dispatch_sync_queued,
+                                 moe_expert_bias_op, synced_segment, wait_idle_s)
 from nest.costs.profiled import BYTES, ProfileSet, price_op, profile_for
 from nest.graph.layer_graph import RECOMPUTE_MODES, LayerCost, LayerGraph, Op
 from nest.spec.catalog import HardwareSpec, validate
@@ -85,21 +91,36 @@ class LayerTimes:
 
 def layer_times(hw: HardwareSpec, cost: LayerCost,
                 profile: ProfileSet | None = None, compute: str = "bf16",
-                dispatcher: str = "alltoall") -> LayerTimes:
+                dispatcher: str = "alltoall", moe_imbalance: float = 1.0,
+                moe_padded: bool = False, expert_bias: bool = False,
+                fp8_recipe: str = "delayed") -> LayerTimes:
     """Forward, backward and recompute seconds of one layer; from `profile` where it covers,
     else (or with profile None) the roofline; compute: the training's compute dtype
     (nest.spec.precision: "fp8" runs the linear layers' GEMMs in FP8); dispatcher: the MoE
-    token dispatcher (TrainingSettings.moe_dispatcher; `FUSED_INTO_DISPATCH`)."""
+    token dispatcher (TrainingSettings.moe_dispatcher; `FUSED_INTO_DISPATCH`); moe_imbalance:
+    the busiest expert-parallel rank's tokens over the mean (`busiest_rank_ops`); moe_padded:
+    expert inputs padded to capacity (no device-to-host sync; `dispatch_sync_queued`);
+    expert_bias: the experts have biases (`moe_expert_bias_op`); fp8_recipe: the FP8 scaling
+    recipe (nest.costs.profiled.fp8_cast_s)."""
     fused = FUSED_INTO_DISPATCH.get(dispatcher, ())
-    ops = (*(op for op in cost.ops if op.name not in fused), *moe_local_sort_op(cost))
-    priced = {op.name: price_op(hw, op, profile, compute) for op in ops}
+    ops = (*(op for op in cost.ops if op.name not in fused), *moe_local_sort_op(cost),
+           *moe_expert_bias_op(cost, expert_bias))
+    priced = {op.name: price_op(hw, op, profile, compute, fp8_recipe) for op in ops}
+    busiest = busiest_rank_ops(cost, ops) if moe_imbalance != 1.0 else ()
+    priced = {name: replace(t, fwd_s=t.fwd_s * moe_imbalance, bwd_s=t.bwd_s * moe_imbalance)
+              if name in busiest else t for name, t in priced.items()}
     per_op = {name: (t.fwd_s, t.bwd_s) for name, t in priced.items()}
     srcs = {name: t.fwd_source if t.fwd_source == t.bwd_source else "mixed"
             for name, t in priced.items()}
     calls = {op.name: op.count for op in ops}  # operator calls the host issues
     # host floor: the GPU cannot run a layer faster than the host issues its operators (per
-    # layer; nest.profiling.host measures the per-operator time)
-    fwd = max(sum(f for f, _ in per_op.values()), hw.host_fwd_s_per_op * sum(calls.values()))
+    # layer; nest.profiling.host measures the per-operator time); a dropless MoE layer's
+    # forward waits once for the device (`synced_forward_s`)
+    queued = None if moe_padded else dispatch_sync_queued(ops, dispatcher)
+    idle = (0.0 if queued is None else
+            wait_idle_s(synced_segment(ops, per_op), hw.host_fwd_s_per_op, queued))
+    fwd = max(sum(f for f, _ in per_op.values()) + idle,
+              hw.host_fwd_s_per_op * sum(calls.values()))
     bwd = max(sum(b for _, b in per_op.values()), hw.host_bwd_s_per_op * sum(calls.values()))
     rec = {mode: max(sum(per_op[name][0] for name in names),
                      hw.host_fwd_s_per_op * sum(calls[name] for name in names))
@@ -122,7 +143,6 @@ ROW_PARALLEL = ("out_proj", "mlp_down")
 COLUMN_PARALLEL = ("qkv", "mlp_up", "mlp_gate_up")
 
 
-MOE_SORT = "moe_local_sort"
 # the sender-side MoE ops a dispatcher runs inside its communication kernels: HybridEP's
 # dispatch kernel reads each token once and writes its copies straight to the experts' ranks
 # (no gather into expert order first), and its combine kernel reduces a token's k weighted
@@ -157,11 +177,14 @@ def moe_local_sort_op(cost: LayerCost) -> tuple[Op, ...]:
 
 def _recomputed(cost: LayerCost, mode: str, per_op: Mapping) -> tuple[str, ...]:
     """Op names a recompute mode re-runs (those priced: a dispatcher's fused ops are not); the
-    local-expert sort with the graph's moe_permute (or when the mode re-runs every op)."""
+    local-expert sort with the graph's moe_permute, the expert bias with expert_down (or when
+    the mode re-runs every op)."""
     names = tuple(cost.recompute_ops.get(mode, ()))
     every = bool(names) and set(names) >= {op.name for op in cost.ops}
     sort = MOE_SORT in per_op and ("moe_permute" in names or every)
-    return tuple(n for n in names if n in per_op) + ((MOE_SORT,) if sort else ())
+    bias = EXPERT_BIAS in per_op and ("expert_down" in names or every)
+    return (tuple(n for n in names if n in per_op) + ((MOE_SORT,) if sort else ())
+            + ((EXPERT_BIAS,) if bias else ()))
 
 
 MAIN_GRAD_EXTRA_BYTES = 6  # FP32 read + write of main_grad, less the BF16 write a GEMM prices
@@ -200,19 +223,29 @@ class CostTable:
     scale: every time multiplied by it (the training settings' cost_scale.compute, applied by
     nest.problem.problem.Problem.build; the one point where compute time enters every planner's costs).
     dispatcher: the MoE token dispatcher (TrainingSettings.moe_dispatcher; FUSED_INTO_DISPATCH).
+    moe_imbalance: the busiest expert-parallel rank's tokens over the mean
+    (TrainingSettings.moe_routing_imbalance; `busiest_rank_ops`); moe_padded: expert inputs
+    padded to capacity (TrainingSettings.moe_pad_to_capacity; `dispatch_sync_queued`);
+    expert_bias: the model's experts have biases (ModelSpec.linear_bias; `moe_expert_bias_op`);
+    fp8_recipe: the FP8 scaling recipe (Precision.fp8_recipe; nest.costs.profiled.fp8_cast_s).
     """
 
-    __slots__ = ("graph", "hw", "compute", "scale", "profile", "dispatcher")
+    __slots__ = ("graph", "hw", "compute", "scale", "profile", "dispatcher", "moe_imbalance",
+                 "moe_padded", "expert_bias", "fp8_recipe")
 
     def __init__(self, graph: LayerGraph, hw: HardwareSpec,
                  profile: ProfileSet | None | str = AUTO, compute: str = "bf16",
-                 scale: float = 1.0, dispatcher: str = "alltoall"):
+                 scale: float = 1.0, dispatcher: str = "alltoall", moe_imbalance: float = 1.0,
+                 moe_padded: bool = False, expert_bias: bool = False,
+                 fp8_recipe: str = "delayed"):
         if isinstance(profile, str):
             if profile != AUTO:
                 raise ValueError(f"CostTable: profile must be a ProfileSet, None or {AUTO!r}")
             profile = profile_for(hw)
         for name, value in (("graph", graph), ("hw", hw), ("compute", compute),
-                            ("scale", scale), ("profile", profile), ("dispatcher", dispatcher)):
+                            ("scale", scale), ("profile", profile), ("dispatcher", dispatcher),
+                            ("moe_imbalance", moe_imbalance), ("moe_padded", moe_padded),
+                            ("expert_bias", expert_bias), ("fp8_recipe", fp8_recipe)):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name, value):
@@ -220,7 +253,9 @@ class CostTable:
 
     def times_of(self, cost: LayerCost) -> LayerTimes:
         """One layer's times (any LayerCost of this table's graph)."""
-        t = layer_times(self.hw, cost, self.profile, self.compute, self.dispatcher)
+        t = layer_times(self.hw, cost, self.profile, self.compute, self.dispatcher,
+                        self.moe_imbalance, self.moe_padded, self.expert_bias,
+                        self.fp8_recipe)
         if self.scale != 1.0:
             k = self.scale
             t = replace(t, fwd_s=t.fwd_s * k, bwd_s=t.bwd_s * k,

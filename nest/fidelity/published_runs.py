@@ -222,6 +222,8 @@ def training_for(row: dict):
             raise SpecError(f"{where}: key 'moe_dispatcher': '{row['moe_dispatcher']}' is none "
                             f"of {DISPATCHERS}")
         tr = tr.with_(moe_dispatcher=row["moe_dispatcher"])
+    if row.get("moe_pad_to_capacity"):  # token drop, padded: no device-to-host wait
+        tr = tr.with_(moe_pad_to_capacity=True)
     if row.get("moe_force_load_balancing"):  # random router logits: the busiest rank's excess
         from nest.costs.groups import forced_balance_imbalance
 

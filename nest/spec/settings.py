@@ -99,6 +99,10 @@ class TrainingSettings:
     # (Megatron-Core's NCCL all-to-all dispatcher) or "hybridep" (the flex dispatcher's
     # HybridEP: each token crosses the inter-node network once per remote NVLink domain)
     moe_dispatcher: str = "alltoall"
+    # expert inputs padded to capacity (Megatron-Core --moe-pad-expert-input-to-capacity with a
+    # capacity factor): the dispatcher knows every size on the host and never waits for the
+    # device; false: dropless, one wait per MoE layer forward (nest.costs.table)
+    moe_pad_to_capacity: bool = False
     # the distributed optimizer's (ZeRO-1 / 2) all-gather of the updated weights overlapped with
     # the next batch's first forward, bucket by bucket (Megatron-LM --overlap-param-gather, NeMo
     # `overlap_param_sync`): only dp_sync_exposed_s(all-gather, first forward, buckets) stays
