@@ -54,7 +54,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from nest.costs.profiled import BYTES, ProfileSet, price_op, profile_for
-from nest.graph.layer_graph import RECOMPUTE_MODES, LayerCost, LayerGraph, Op
+from nest.graph.layer_graph import RECOMPUTE_MODES, LayerCost, LayerGraph, Op, Variant
 from nest.spec.catalog import HardwareSpec, validate
 
 SCHEMA = "nest.cost_table/v1"
@@ -85,14 +85,18 @@ class LayerTimes:
 
 def layer_times(hw: HardwareSpec, cost: LayerCost,
                 profile: ProfileSet | None = None, compute: str = "bf16",
-                dispatcher: str = "alltoall") -> LayerTimes:
+                dispatcher: str = "alltoall", fp8_recipe: str = "delayed",
+                variant: Variant | None = None) -> LayerTimes:
     """Forward, backward and recompute seconds of one layer; from `profile` where it covers,
     else (or with profile None) the roofline; compute: the training's compute dtype
     (nest.spec.precision: "fp8" runs the linear layers' GEMMs in FP8); dispatcher: the MoE
-    token dispatcher (TrainingSettings.moe_dispatcher; `FUSED_INTO_DISPATCH`)."""
+    token dispatcher (TrainingSettings.moe_dispatcher; `FUSED_INTO_DISPATCH`); fp8_recipe and
+    variant (None: tp 1): Transformer Engine's FP8 quantization kernels
+    (nest.costs.fp8_quant)."""
+    v = variant or Variant()
     fused = FUSED_INTO_DISPATCH.get(dispatcher, ())
     ops = (*(op for op in cost.ops if op.name not in fused), *moe_local_sort_op(cost))
-    priced = {op.name: price_op(hw, op, profile, compute) for op in ops}
+    priced = {op.name: price_op(hw, op, profile, compute, fp8_recipe, v.tp, v.sp) for op in ops}
     per_op = {name: (t.fwd_s, t.bwd_s) for name, t in priced.items()}
     srcs = {name: t.fwd_source if t.fwd_source == t.bwd_source else "mixed"
             for name, t in priced.items()}
@@ -200,27 +204,30 @@ class CostTable:
     scale: every time multiplied by it (the training settings' cost_scale.compute, applied by
     nest.problem.problem.Problem.build; the one point where compute time enters every planner's costs).
     dispatcher: the MoE token dispatcher (TrainingSettings.moe_dispatcher; FUSED_INTO_DISPATCH).
+    fp8_recipe: the training's FP8 recipe (Precision.fp8_recipe; nest.costs.fp8_quant).
     """
 
-    __slots__ = ("graph", "hw", "compute", "scale", "profile", "dispatcher")
+    __slots__ = ("graph", "hw", "compute", "scale", "profile", "dispatcher", "fp8_recipe")
 
     def __init__(self, graph: LayerGraph, hw: HardwareSpec,
                  profile: ProfileSet | None | str = AUTO, compute: str = "bf16",
-                 scale: float = 1.0, dispatcher: str = "alltoall"):
+                 scale: float = 1.0, dispatcher: str = "alltoall", fp8_recipe: str = "delayed"):
         if isinstance(profile, str):
             if profile != AUTO:
                 raise ValueError(f"CostTable: profile must be a ProfileSet, None or {AUTO!r}")
             profile = profile_for(hw)
         for name, value in (("graph", graph), ("hw", hw), ("compute", compute),
-                            ("scale", scale), ("profile", profile), ("dispatcher", dispatcher)):
+                            ("scale", scale), ("profile", profile), ("dispatcher", dispatcher),
+                            ("fp8_recipe", fp8_recipe)):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name, value):
         raise AttributeError(f"CostTable is immutable: cannot set {name!r}")
 
-    def times_of(self, cost: LayerCost) -> LayerTimes:
-        """One layer's times (any LayerCost of this table's graph)."""
-        t = layer_times(self.hw, cost, self.profile, self.compute, self.dispatcher)
+    def times_of(self, cost: LayerCost, variant: Variant | None = None) -> LayerTimes:
+        """One layer's times (any LayerCost of this table's graph, of `variant`)."""
+        t = layer_times(self.hw, cost, self.profile, self.compute, self.dispatcher,
+                        self.fp8_recipe, variant)
         if self.scale != 1.0:
             k = self.scale
             t = replace(t, fwd_s=t.fwd_s * k, bwd_s=t.bwd_s * k,
@@ -231,7 +238,8 @@ class CostTable:
         return t
 
     def times(self, layer_index: int, variant_key: str) -> LayerTimes:
-        return self.times_of(self.graph.layers[layer_index].costs[variant_key])
+        return self.times_of(self.graph.layers[layer_index].costs[variant_key],
+                             Variant.from_key(variant_key))
 
     def to_dict(self) -> dict:
         rows = []

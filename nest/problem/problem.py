@@ -63,6 +63,7 @@ class Problem:
         if (self.costs.graph is not self.graph or self.costs.hw != self.cluster.hardware
                 or self.costs.compute != self.compute or self.costs.scale != cs.compute
                 or self.costs.dispatcher != self.training.moe_dispatcher
+                or self.costs.fp8_recipe != self.training.precision.fp8_recipe
                 or self.cluster.comm_scale != cs.communication):
             raise ValueError(f"{where}: cost table, cluster and training settings disagree: "
                              f"build problems with Problem.build")
@@ -92,7 +93,7 @@ class Problem:
         if cluster.comm_scale != cs.communication:
             cluster = cluster.with_comm_scale(cs.communication)
         costs = CostTable(g, cluster.hardware, profile, training.precision.compute, cs.compute,
-                          training.moe_dispatcher)
+                          training.moe_dispatcher, training.precision.fp8_recipe)
         return cls(model, cluster, g, costs, training, model_ref, cluster_ref, raw)
 
     def _rebuild(self, **changes) -> "Problem":
