@@ -15,6 +15,7 @@ import pickle
 
 import numpy as np
 
+from nest.costs.fp8_quant import amax_reductions
 from nest.network.collectives import coefficients_rows, patterns, span_level
 
 SYNC_KINDS = ("all_reduce", "reduce_scatter", "all_gather")
@@ -88,7 +89,8 @@ def priced_alike_keys(problem, lts, groups: dict) -> list[list[bytes]]:
     row computed in one pass, the lines priced once per distinct row; [per table][per stage]."""
     cluster = problem.cluster
     P = len(next(iter(groups.values())))
-    by_lt = [problem.cache.get(lt.store, ("kinds_by_group",), lambda lt=lt: _kinds_by_group(lt))
+    by_lt = [problem.cache.get(lt.store, ("kinds_by_group",),
+                               lambda lt=lt: _kinds_by_group(lt, problem.training.precision))
              for lt in lts]
     rows = {}  # per group name: (sorted groups, pattern rows, first of each, index, levels)
     for name in sorted({n for by in by_lt for n, _ in by}):
@@ -148,11 +150,16 @@ def _hybrid_lines(problem, group: np.ndarray) -> tuple:
     return (hybrid_all_to_all(problem.cluster, tuple(group.tolist()), m.num_experts, m.top_k),)
 
 
-def _kinds_by_group(lt) -> tuple:
-    """((group name, (collective kinds run on it, sorted)), ...) of the variant's collectives
+def _kinds_by_group(lt, precision=None) -> tuple:
+    """((group name, (collective kinds run on it, sorted)), ...) of the variant's collectives,
+    the FP8 amax all-reduces on tp (nest.costs.fp8_quant.amax_reductions, under `precision`)
     and the data-parallel sync (`SYNC_KINDS` on dp_dense and dp_expert), sorted by name."""
     kinds: dict[str, set] = {"dp_dense": set(SYNC_KINDS), "dp_expert": set(SYNC_KINDS)}
+    v = lt.variant
     for c in {id(c): c for c in lt.costs}.values():
         for col in c.collectives:
             kinds.setdefault(col.group, set()).add(col.kind)
+        if (precision is not None and precision.fp8
+                and any(amax_reductions(c, precision.fp8_recipe, v.tp, v.sp))):
+            kinds.setdefault("tp", set()).add("all_reduce")
     return tuple((n, tuple(sorted(k))) for n, k in sorted(kinds.items()))

@@ -20,6 +20,7 @@ from nest.costs.alike import (SYNC_KINDS, inner_groups, level_name, priced_alike
                               priced_alike_keys, sits_alike)
 from nest.common.errors import SpecError
 from nest.costs.cache import read_only
+from nest.costs.fp8_quant import AMAX_BYTES, amax_reductions
 from nest.costs.layers import LayerTable, prefix
 from nest.costs.roofline import streaming_s
 from nest.network.collectives import group_lines, group_lines_by_kind, lines_time
@@ -127,6 +128,7 @@ def _group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
                 names.append(name)
                 fwd.append(col.phase == "fwd")
             row.append((k, x))
+        row += amax_terms(problem, c, v, groups, time, names, fwd, col_of)
         rows[id(c)] = row
     L, K = lt.num_layers, len(names)
     x_LK = np.zeros((L, K))
@@ -135,7 +137,8 @@ def _group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
             x_LK[li, k] += x
     fwd_K = np.array(fwd, dtype=bool)
     if problem.training.tp_comm_overlap and v.sp and v.tp > 1:
-        x_LK = tp_overlapped(x_LK, fwd_K, np.array([n.startswith("tp_") for n in names]),
+        tp_K = np.array([n.startswith("tp_") and not n.startswith(AMAX) for n in names])
+        x_LK = tp_overlapped(x_LK, fwd_K, tp_K,
                              np.array([n.startswith("tp_reduce_scatter.") for n in names]), lt,
                              problem.training, cl.hardware)
     full_R = np.array([r == "full" for r in lt.modes])
@@ -145,6 +148,35 @@ def _group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
     dp, dp_level = dp_lines(problem, lt, ids, d, groups)
     return GroupTerms(tuple(names), read_only(fwd_K), read_only(prefix(x_LK)),
                       read_only(prefix(tot_LR)), dp, dp_level, read_only(tot_LR), read_only(fwd_L))
+
+
+AMAX = "tp_amax_all_reduce"  # the FP8 current-scaling amax all-reduces' term (amax_terms)
+
+
+def amax_terms(problem, c, v, groups, time, names, fwd, col_of) -> list[tuple[int, float]]:
+    """Transformer Engine's amax all-reduces of one layer under FP8 current scaling
+    (nest.costs.fp8_quant.amax_reductions: one fp32 amax over the tp group per sequence-parallel
+    FP8 input in forward and output gradient in backward), each an all-reduce of AMAX_BYTES on
+    the tp group's lines; term AMAX.<level>, appended to names / fwd / col_of as the variant's
+    collectives are. Not overlapped by userbuffers: TE waits on it before the scale kernel
+    (quantizer.cpp, `allreduce(...)->wait()`)."""
+    pr = problem.training.precision
+    if not pr.fp8:
+        return []
+    counts = amax_reductions(c, pr.fp8_recipe, v.tp, v.sp)
+    if not any(counts):
+        return []
+    one = time("all_reduce", "tp", AMAX_BYTES)
+    name = f"{AMAX}.{level_name(problem.cluster, groups['tp'][0])}"
+    out = []
+    for is_fwd, n in zip((True, False), counts):
+        if n and one:
+            k = col_of.setdefault((name, is_fwd), len(names))
+            if k == len(names):
+                names.append(name)
+                fwd.append(is_fwd)
+            out.append((k, one * n))
+    return out
 
 
 def ep_lines(problem, groups) -> list:

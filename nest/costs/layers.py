@@ -78,7 +78,7 @@ def _build(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
         raise KeyError(f"the problem's layer graph has no variant {v.key}: "
                        f"use problem.with_variants([...]) first")
     costs = tuple(la.costs[v.key] for la in g.layers)
-    times = problem.cache.get("layer_times", v, lambda: _times(problem, costs))
+    times = problem.cache.get("layer_times", v, lambda: _times(problem, costs, v))
     L = g.num_layers
     fwd_L, bwd_L = np.array([t.fwd_s for t in times]), np.array([t.bwd_s for t in times])
     rec_LR = np.array([[t.recompute_s[r] for r in modes] for t in times])
@@ -112,13 +112,13 @@ def _build(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
         cum=read_only({"fwd_L": prefix(fwd_L), "bwd_L": prefix(bwd_L), "rec_LR": prefix(rec_LR)}))
 
 
-def _times(problem, costs) -> tuple[LayerTimes, ...]:
+def _times(problem, costs, v: Variant) -> tuple[LayerTimes, ...]:
     """Each layer's times; kept per variant in the problem's cache apart from the tables (one
     per variant and modes), which need them again for every set of modes."""
     priced: dict[int, LayerTimes] = {}  # identical blocks share one cost object: priced once
     for c in costs:
         if id(c) not in priced:
-            priced[id(c)] = problem.costs.times_of(c)
+            priced[id(c)] = problem.costs.times_of(c, v)
     return tuple(priced[id(c)] for c in costs)
 
 

@@ -52,7 +52,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
-from nest.costs.roofline import is_fp8_gemm, streaming_s
+from nest.costs.fp8_quant import fp8_cast_s
+from nest.costs.roofline import is_fp8_gemm
 from nest.costs.roofline import op_times as roofline_op_times
 from nest.common.errors import SpecError
 from nest.graph.layer_graph import Op
@@ -414,43 +415,19 @@ def profile_for(hw: HardwareSpec) -> ProfileSet | None:
 
 
 def price_op(hw: HardwareSpec, op: Op, profile: ProfileSet | None,
-             compute: str = "bf16", fp8_recipe: str = "delayed") -> OpTime:
+             compute: str = "bf16", fp8_recipe: str = "delayed", tp: int = 1,
+             sp: bool = False) -> OpTime:
     """One operator: measured where the profile covers it, else the roofline. Under FP8 compute
     the FP8 GEMMs (nest.spec.precision.FP8_GEMMS) come from the profile's matmul_fp8.csv
     (torch._scaled_mm) where it covers them, else the FP8 roofline, plus Transformer Engine's
-    casts for the recipe (`fp8_cast_s`)."""
+    quantization kernels under `fp8_recipe` on a (tp, sp) variant
+    (nest.costs.fp8_quant.fp8_cast_s)."""
     if profile is None:
         f, b = roofline_op_times(hw, op, compute)
         out = OpTime(f, b, "roofline", "roofline")
     else:
         out = profile.price(hw, op, compute)
     if is_fp8_gemm(op, compute):
-        f, b = fp8_cast_s(hw, op, fp8_recipe)
+        f, b = fp8_cast_s(hw, op, fp8_recipe, tp, sp)
         out = replace(out, fwd_s=out.fwd_s + f, bwd_s=out.bwd_s + b)
     return out
-
-
-def fp8_cast_s(hw: HardwareSpec, op: Op, recipe: str = "delayed") -> tuple[float, float]:
-    """Transformer Engine's casts around one FP8 GEMM X[m,k] W[n,k]^T (all `count` instances):
-    the BF16 input is cast to FP8 with its transpose for the weight-gradient GEMM, one fused
-    kernel (cast_transpose: read 2 m k, write m k + m k bytes), and in backward the output
-    gradient likewise (4 m n bytes); the weights' FP8 copies are cached across micro-batches
-    (nest.spec.precision.FP8_CACHE_BYTES), so their cast is once per step and not counted here.
-    Bandwidth-bound, at the streaming efficiency, one launch each.
-    Current scaling (recipe "tensorwise", TE's Float8CurrentScalingQuantizer) computes each
-    tensor's scale from its own amax first: Float8CurrentScalingQuantizer::quantize runs
-    nvte_compute_amax_with_config (reads the tensor), nvte_compute_scale_from_amax and then
-    nvte_quantize_v2, so a cast reads its input once more and costs two more launches. Priced
-    so for the experts' GEMMs (`expert_*`): a grouped linear quantizes each expert's input and
-    output gradient one by one through split_quantize (multi_tensor_quantize_impl: "only have
-    fused kernel for FP8 delayed scaling"), and those tensors come from the dispatcher and
-    Megatron's own fused activation, never from a TE norm or activation that could hand over
-    an amax. Transformer Engine v2.7 to v2.13, transformer_engine/pytorch/csrc/quantizer.cpp
-    and csrc/extensions/cast.cpp. The dense linears' casts keep one pass: which of them TE
-    fuses with a norm- or activation-amax was not established (docs/modeling.md).
-    """
-    m, n, k = op.shape[:3]
-    amax = recipe == "tensorwise" and op.name.startswith("expert_")
-    read, launches = (2.0, 3) if amax else (0.0, 1)  # the amax pass
-    return ((streaming_s(hw, (4.0 + read) * m * k) + launches * hw.kernel_overhead_s) * op.count,
-            (streaming_s(hw, (4.0 + read) * m * n) + launches * hw.kernel_overhead_s) * op.count)

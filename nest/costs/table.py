@@ -60,7 +60,7 @@ from types import MappingProxyType
 from nest.costs.moe_time import (EXPERT_BIAS, MOE_SORT, busiest_rank_ops, dispatch_sync_queued,
                                  moe_expert_bias_op, synced_segment, wait_idle_s)
 from nest.costs.profiled import BYTES, ProfileSet, price_op, profile_for
-from nest.graph.layer_graph import RECOMPUTE_MODES, LayerCost, LayerGraph, Op
+from nest.graph.layer_graph import RECOMPUTE_MODES, LayerCost, LayerGraph, Op, Variant
 from nest.spec.catalog import HardwareSpec, validate
 
 SCHEMA = "nest.cost_table/v1"
@@ -93,19 +93,20 @@ def layer_times(hw: HardwareSpec, cost: LayerCost,
                 profile: ProfileSet | None = None, compute: str = "bf16",
                 dispatcher: str = "alltoall", moe_imbalance: float = 1.0,
                 moe_padded: bool = False, expert_bias: bool = False,
-                fp8_recipe: str = "delayed") -> LayerTimes:
+                fp8_recipe: str = "delayed", variant: Variant | None = None) -> LayerTimes:
     """Forward, backward and recompute seconds of one layer; from `profile` where it covers,
     else (or with profile None) the roofline; compute: the training's compute dtype
     (nest.spec.precision: "fp8" runs the linear layers' GEMMs in FP8); dispatcher: the MoE
     token dispatcher (TrainingSettings.moe_dispatcher; `FUSED_INTO_DISPATCH`); moe_imbalance:
     the busiest expert-parallel rank's tokens over the mean (`busiest_rank_ops`); moe_padded:
     expert inputs padded to capacity (no device-to-host sync; `dispatch_sync_queued`);
-    expert_bias: the experts have biases (`moe_expert_bias_op`); fp8_recipe: the FP8 scaling
-    recipe (nest.costs.profiled.fp8_cast_s)."""
+    expert_bias: the experts have biases (`moe_expert_bias_op`); fp8_recipe and variant (None:
+    tp 1): Transformer Engine's FP8 quantization kernels (nest.costs.fp8_quant)."""
+    v = variant or Variant()
     fused = FUSED_INTO_DISPATCH.get(dispatcher, ())
     ops = (*(op for op in cost.ops if op.name not in fused), *moe_local_sort_op(cost),
            *moe_expert_bias_op(cost, expert_bias))
-    priced = {op.name: price_op(hw, op, profile, compute, fp8_recipe) for op in ops}
+    priced = {op.name: price_op(hw, op, profile, compute, fp8_recipe, v.tp, v.sp) for op in ops}
     busiest = busiest_rank_ops(cost, ops) if moe_imbalance != 1.0 else ()
     priced = {name: replace(t, fwd_s=t.fwd_s * moe_imbalance, bwd_s=t.bwd_s * moe_imbalance)
               if name in busiest else t for name, t in priced.items()}
@@ -227,7 +228,7 @@ class CostTable:
     (TrainingSettings.moe_routing_imbalance; `busiest_rank_ops`); moe_padded: expert inputs
     padded to capacity (TrainingSettings.moe_pad_to_capacity; `dispatch_sync_queued`);
     expert_bias: the model's experts have biases (ModelSpec.linear_bias; `moe_expert_bias_op`);
-    fp8_recipe: the FP8 scaling recipe (Precision.fp8_recipe; nest.costs.profiled.fp8_cast_s).
+    fp8_recipe: the FP8 scaling recipe (Precision.fp8_recipe; nest.costs.fp8_quant).
     """
 
     __slots__ = ("graph", "hw", "compute", "scale", "profile", "dispatcher", "moe_imbalance",
@@ -251,11 +252,11 @@ class CostTable:
     def __setattr__(self, name, value):
         raise AttributeError(f"CostTable is immutable: cannot set {name!r}")
 
-    def times_of(self, cost: LayerCost) -> LayerTimes:
-        """One layer's times (any LayerCost of this table's graph)."""
+    def times_of(self, cost: LayerCost, variant: Variant | None = None) -> LayerTimes:
+        """One layer's times (any LayerCost of this table's graph, of `variant`)."""
         t = layer_times(self.hw, cost, self.profile, self.compute, self.dispatcher,
                         self.moe_imbalance, self.moe_padded, self.expert_bias,
-                        self.fp8_recipe)
+                        self.fp8_recipe, variant)
         if self.scale != 1.0:
             k = self.scale
             t = replace(t, fwd_s=t.fwd_s * k, bwd_s=t.bwd_s * k,
@@ -266,7 +267,8 @@ class CostTable:
         return t
 
     def times(self, layer_index: int, variant_key: str) -> LayerTimes:
-        return self.times_of(self.graph.layers[layer_index].costs[variant_key])
+        return self.times_of(self.graph.layers[layer_index].costs[variant_key],
+                             Variant.from_key(variant_key))
 
     def to_dict(self) -> dict:
         rows = []
