@@ -121,24 +121,56 @@ def memory_aware_bound(problem: Problem, space: SearchSpace, lts, p: int,
     and any d. Relaxation: stage j's time is at least its floor (`floor_LR` + `p2p_floor`) with
     the cheapest recomputation mode that fits at its position under the most favourable d (the
     largest: the most ZeRO sharding and the fewest micro-batches to stash; fewer replicas only
-    need more memory) and the most favourable ZeRO stage; a min-max DP over the cuts."""
+    need more memory) and the most favourable ZeRO stage; a min-max DP over the cuts
+    (`minmax_bands`: every stage's band of cells at once)."""
     v, L = lts[0].variant, lts[0].num_layers
     d = largest_dp(problem, v, p)
     m = problem.num_microbatches(d, v.ep)
-    bands = [_band(j, p, L) for j in range(p)]  # the cells a cut can give each stage
-    A = np.concatenate([a for a, _ in bands])
-    B = np.concatenate([b for _, b in bands])
     # the most any variant of the class can stash, per mode, under its best ZeRO stage
     cap = functools.reduce(np.maximum, [problem.cache.get(lt.store, (
         "max_stash_R", d, space.zero_stages), lambda lt=lt: read_only(
-            _max_stash(problem, space, lt, d).max(axis=2)))[B, A] for lt in lts])
-    s = np.repeat([stash(p, j, m) for j in range(p)], [len(a) for a, _ in bands])
-    fl = floor_LLR[B, A]
-    x = functools.reduce(np.minimum, [np.where(cap[:, r] >= s, fl[:, r], np.inf)
-                                      for r in range(fl.shape[1])])
-    ends = np.cumsum([len(a) for a, _ in bands])[:-1]
-    rows = [(b, a, c) for (a, b), c in zip(bands, np.split(x, ends))]
-    return minmax_cells(rows, L, *send_floors)
+            _max_stash(problem, space, lt, d).max(axis=2))) for lt in lts])
+    n = L - p + 1
+    s = np.array([stash(p, j, m) for j in range(p)])[:, None, None]
+    fl, cp = band_view(floor_LLR, p, n), band_view(cap, p, n)
+    x = functools.reduce(np.minimum, [np.where(cp[..., r] >= s, fl[..., r], np.inf)
+                                      for r in range(fl.shape[-1])])
+    return minmax_bands(x, *send_floors)
+
+
+def band_view(x: np.ndarray, p: int, n: int) -> np.ndarray:
+    """[j, b', a', ...] = x[j + b', j + a', ...] for j < p, b', a' < n = L - p + 1: stage j's
+    cells of a cut into p stages (`_band`: j <= a <= b <= L - p + j) at (b - j, a - j), as one
+    read-only strided view (no copy); x: [L, L, ...]; a 1-D x gives [j, i] = x[j + i]."""
+    st = x.strides
+    if x.ndim == 1:
+        return np.lib.stride_tricks.as_strided(x, (p, n), (st[0], st[0]), writeable=False)
+    return np.lib.stride_tricks.as_strided(x, (p, n, n) + x.shape[2:],
+                                           (st[0] + st[1],) + st, writeable=False)
+
+
+def minmax_bands(x_JBA: np.ndarray, send_fwd_L=None, send_bwd_L=None) -> float:
+    """`nest.solver.positions.minmax_cells` on the full bands: x_JBA[j, b', a'] the cost of stage
+    j of p = len(x_JBA) covering layers j + a' .. j + b' (`band_view`; a' > b' is no cell, stage
+    0 starts at layer 0 and the last stage ends at layer L - 1), plus the forward send of its
+    last layer (but the last stage's) and the backward send of its first (but the first's),
+    added in that order as minmax_cells adds them. g[b'] = min over a' <= b' of max(cost[b',
+    a'], g_prev[a']) stage by stage (stage j - 1 ends at j - 1 + a'); min and max are exact, so
+    the same float as minmax_cells (tests/test_fast_bounds.py)."""
+    p, n = x_JBA.shape[:2]
+    x = x_JBA.copy()
+    if p > 1:
+        if send_fwd_L is not None:
+            x[:-1] += band_view(np.ascontiguousarray(send_fwd_L), p, n)[:-1, :, None]
+        if send_bwd_L is not None:
+            x[1:] += band_view(np.ascontiguousarray(send_bwd_L), p, n)[1:, None, :]
+    x[:, ~np.tri(n, dtype=bool)] = np.inf  # a' > b': no cell
+    g, buf = x[0, :, 0], np.empty((n, n))
+    for j in range(1, p - 1):
+        g = np.minimum.reduce(np.maximum(x[j], g, out=buf), axis=1)
+    if p > 1:
+        g = np.maximum(x[p - 1, n - 1], g).min(keepdims=True)
+    return float(g[-1])
 
 
 def compute_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
