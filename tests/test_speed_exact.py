@@ -156,3 +156,33 @@ def test_jax_bottleneck_is_the_loop_on_solver_sizes(J, L, O):
             got = bottleneck(prim, sec, ok, cap)
             ref = bottleneck_reference(prim.tolist(), sec.tolist(), ok.tolist(), cap)
             assert got[0] == ref[0] and got[1] == ref[1]
+
+
+@pytest.mark.parametrize("grad_reduce", ["fp32", "bf16"])
+def test_interleaved_group0_floor_is_the_exact_total_up_to_rounding(tmp_path, grad_reduce):
+    """nest.solver.interleaved_screen.Fits.floor0 (the pre-screen on device group 0) is the
+    evaluator's group-0 total (stage_memories, then device_memory, summed) within a relative
+    1e-12, far inside the screen's 1e-9 margin: it never drops a knob that fits."""
+    from nest.costs.pipeline import chunks_of
+    from nest.costs.stage import stage_memories
+    from nest.problem.evaluate import device_memory, make_problem
+    from nest.problem.space import declare
+    from nest.solver.interleaved_screen import MARGIN, fits
+    from nest.spec.settings import TrainingSettings
+    from tests.test_launchable import tiny8
+
+    tr = TrainingSettings(global_batch=32).with_precision({"grad_reduce": grad_reduce})
+    pr = make_problem(tiny8(tmp_path, 16), "tiny_cluster", 8, training=tr)
+    space = declare(pr, {"zero_stages": [0, 1, 2, 3], "max_pp": 4,
+                         "recompute_modes": ["none", "selective", "full"],
+                         "heterogeneous_stages": False})
+    hw, n = pr.cluster.hardware, 0
+    for var, p, d, v, z, r, cuts, _ in interleaved_plans(pr, space):
+        f = fits(pr, var, p, d, v, [(z, r)], cuts)
+        ks = list(chunks_of(0, p, len(cuts)))
+        mems = stage_memories(pr, f.lt, d, z, r, [f.held[k] for k in ks],
+                              [cuts[k][0] for k in ks], [cuts[k][1] for k in ks])
+        exact = sum(device_memory(mems, p, f.m, 0, f.held[0], hw).values())
+        assert abs(f.floor0(z, r) - exact) <= 1e-12 * exact < MARGIN * exact
+        n += 1
+    assert n > 100
