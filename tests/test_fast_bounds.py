@@ -210,7 +210,8 @@ def test_minmax_bands_is_the_full_grid_dp(seed):
     for p in range(1, L + 1):
         # a stage-dependent cost, as the stash makes it: cells above a threshold drop out
         cost_J = [np.where(cost_LL <= 1 - 0.05 * j, cost_LL, np.inf) for j in range(p)]
-        x = np.array([bounds.band_view(c, p, L - p + 1)[j] for j, c in enumerate(cost_J)])
+        x = np.array([bounds.band_view(np.where(np.tri(L, dtype=bool), c, np.inf),
+                                       p, L - p + 1)[j] for j, c in enumerate(cost_J)])
         rows = [(b, a, cost_J[j][b, a]) for j, (a, b) in
                 ((j, bounds._band(j, p, L)) for j in range(p))]
         for s in ((None, None), sends):

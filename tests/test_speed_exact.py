@@ -186,3 +186,37 @@ def test_interleaved_group0_floor_is_the_exact_total_up_to_rounding(tmp_path, gr
         assert abs(f.floor0(z, r) - exact) <= 1e-12 * exact < MARGIN * exact
         n += 1
     assert n > 100
+
+
+@pytest.mark.parametrize("model,cluster,n", [("tiny_moe", "dgx_h100_superpod", 16),
+                                             ("tiny_llama", "gb200_nvl72", 144)])
+def test_tables_of_some_modes_are_the_columns_of_all_modes(model, cluster, n):
+    """nest.costs.layers.layer_table of a proper subset of ALL_MODES (its columns of the
+    ALL_MODES table) equals the table built for those modes alone, array for array, and so does
+    its collective floor (nest.solver.bounds.collective_floor_LR, every mode order)."""
+    from dataclasses import fields
+    from itertools import permutations
+
+    from nest.costs.layers import ALL_MODES, _build, layer_table
+    from nest.problem.problem import make_problem
+    from nest.problem.space import declare
+    from nest.solver.bounds import (_collective_floor_LR, collective_floor_LR,
+                                    replica_blocks_aligned)
+
+    pr = make_problem(model, cluster, n)
+    space = declare(pr, {"heterogeneous_stages": True})
+    subsets = [m for k in (1, 2) for m in permutations(ALL_MODES, k)]
+    for v in space.variants[::3]:
+        for modes in subsets:
+            got, want = layer_table(pr, v, modes), _build(pr, v, modes)
+            for f in fields(want):
+                a, b = getattr(got, f.name), getattr(want, f.name)
+                if isinstance(b, np.ndarray):
+                    assert a.shape == b.shape and np.array_equal(a, b), (v.key, modes, f.name)
+                elif f.name == "cum":
+                    assert all(np.array_equal(a[k], b[k]) for k in b), (v.key, modes)
+                else:
+                    assert a == b, (v.key, modes, f.name)
+            floor = collective_floor_LR(pr, got, space)
+            aligned = replica_blocks_aligned(space)
+            assert np.array_equal(floor, _collective_floor_LR(pr, want, aligned)), (v.key, modes)
