@@ -220,3 +220,19 @@ def test_tables_of_some_modes_are_the_columns_of_all_modes(model, cluster, n):
             floor = collective_floor_LR(pr, got, space)
             aligned = replica_blocks_aligned(space)
             assert np.array_equal(floor, _collective_floor_LR(pr, want, aligned)), (v.key, modes)
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (63,), (63, 3), (10, 4, 2)])
+def test_range_max_is_the_running_max_from_each_first_layer(shape):
+    """nest.costs.layers.range_max (one running max down masked columns) equals accumulating
+    from each first layer a, cell for cell (zeros where a > b), integer inputs included."""
+    from nest.costs.layers import range_max
+
+    rng = np.random.default_rng(len(shape))
+    for x in (rng.random(shape) * 1e9, rng.integers(0, 10**6, shape)):
+        n = x.shape[0]
+        want = np.zeros((n, n) + x.shape[1:])
+        for a in range(n):
+            want[a:, a] = np.maximum.accumulate(x[a:], axis=0)
+        got = range_max(x)
+        assert got.dtype == want.dtype and np.array_equal(got, want)

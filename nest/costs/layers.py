@@ -170,7 +170,9 @@ def range_sum(x_L: np.ndarray) -> np.ndarray:
 def range_max(x_L: np.ndarray) -> np.ndarray:
     """M[b, a] = max x[a..b] (valid for a <= b); x may carry trailing axes."""
     n = x_L.shape[0]
-    out = np.zeros((n, n) + x_L.shape[1:])  # a > b cells are masked later; values >= 0
-    for a in range(n):
-        out[a:, a] = np.maximum.accumulate(x_L[a:], axis=0)
-    return out
+    tail = (1,) * (x_L.ndim - 1)
+    b_ge_a = np.tri(n, dtype=bool).reshape((n, n) + tail)  # [b, a]
+    # column a: x[b] for b >= a, -inf above (never the max of a non-empty range), then the
+    # running max down each column: max x[a..b], the same floats as accumulating from each a
+    run = np.maximum.accumulate(np.where(b_ge_a, x_L[:, None], -np.inf), axis=0)
+    return np.where(b_ge_a, run, 0.0)  # a > b cells are masked later; values >= 0
