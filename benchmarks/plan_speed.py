@@ -201,7 +201,10 @@ kernels on the first trace: their type-promotion wrapper imports it on first cal
 1 s to importing JAX for the solver's DP. Exact: the `nest plan` files and printed plans of the
 three models (sequence 4096) and of Llama-3-70B at global batch 128, sequence 8192, BF16
 gradient reduce on 64 and 256 GPUs (interleaved), and DeepSeek-V3's Alpa-E plan, equal before
-and after but for the solve time. What changed, each exact and tested:
+and after but for the solve time; `python benchmarks/recipes.py` prints the same plans and times
+for its eight recipes (those of docs/planning.md), its planning wall seconds 225.8 before and
+157.4 after in all (run one after the other at load 8-9: docs/planning.md's column, measured
+quieter, is left as it was). What changed, each exact and tested:
 
 * the memory-aware bound's min-max DP over every stage's band at once (nest.solver.bounds:
   band_view, one strided view of the floor and stash tables per p; minmax_bands, one dense
