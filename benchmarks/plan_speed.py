@@ -194,8 +194,9 @@ the graph's most: its code did not change; read before against after):
 
 and, alternated three times at load 6-8, DeepSeek-V3 first in the process (`--no-compare
 deepseek_v3 mixtral_8x22b`): its solve 9.2, 11.4, 12.5 before, 7.2, 8.4, 8.1 after. One
-process per `nest plan --planner nest` (imports included, user s, load 2-5): llama3_70b 11.95
--> 10.27, mixtral_8x22b 15.29 -> 14.39, deepseek_v3 18.87 -> 17.56; of DeepSeek-V3's about
+process per `nest plan --planner nest` (imports included, user s; before at load 1.5, after at
+load 2-5): llama3_70b 11.95 -> 10.27, mixtral_8x22b 15.29 -> 14.39, deepseek_v3 18.87 -> 17.56
+(the before code right after, at load 5-8: 12.10, 17.95, 23.76); of DeepSeek-V3's about
 4.7 s go to importing torch and torch._dynamo (the second pulled in by torch's own Python meta
 kernels on the first trace: their type-promotion wrapper imports it on first call) and about
 1 s to importing JAX for the solver's DP. Exact: the `nest plan` files and printed plans of the
