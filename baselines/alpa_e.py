@@ -184,13 +184,13 @@ def _dp(T_XKIS, units, U, cap, combine, backtrack=False):
             i_KJ = np.arange(kmax + 1)[:, None] + np.arange(lo, hi + 1)[None, :]
             inside = (i_KJ >= 0) & (i_KJ <= kmax)
             i_KJ = np.where(inside, i_KJ, kmax + 1)
-            A_KJ = np.where(inside, np.take_along_axis(A, np.clip(i_KJ, 0, kmax), axis=1),
-                            np.inf)
+            rows = np.arange(kmax + 1)[:, None]  # gathers by index (take_along_axis's values)
+            A_KJ = np.where(inside, A[rows, np.clip(i_KJ, 0, kmax)], np.inf)
             cand = combine(A_KJ[:, None, :], G[i_KJ].transpose(0, 2, 1))  # [k, d, j]
             if backtrack:
                 j_best = cand.argmin(axis=-1)
-                v = np.take_along_axis(cand, j_best[..., None], axis=-1)[..., 0]
-                i_best = np.take_along_axis(i_KJ, j_best, axis=1)
+                v = cand[rows, np.arange(len(d))[None, :], j_best]
+                i_best = i_KJ[rows, j_best]
             else:
                 v = cand.min(axis=-1)
             better = v < F[: kmax + 1, dlo: dhi + 1]

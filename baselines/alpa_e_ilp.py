@@ -381,19 +381,20 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
                 cand = f[:i, :, None] + R[:, rep][None]  # [k, a, distinct column]
                 a_c = cand.argmin(axis=1)
                 a = a_c[:, cls]  # [k, b]
+                rows = np.arange(i)[:, None]  # gathers by index (take_along_axis's values)
 
-                def take(arr, i=i, a=a):
-                    return np.take_along_axis(arr[:i], a, axis=1)
+                def take(arr, i=i, a=a, rows=rows):
+                    return arr[:i][rows, a]
 
-                f[:i] = (np.take_along_axis(cand, a_c[:, None, :], axis=1)[:, 0][:, cls]
+                f[:i] = (cand[rows, a_c, np.arange(a_c.shape[1])[None, :]][:, cls]
                          + node_LV[i])
                 t[:i] = take(t) + R[a, cols] + time_LV[i]
                 st[:i], ac[:i] = take(st) + st_LV[i], take(ac) + act_LV[i]
                 fw[:i] = take(fw) + fwd_LV[i]
                 wk[:i], first[:i] = np.maximum(take(wk), work_LV[i]), take(first)
                 pm[:i] = np.maximum(take(pm), tab.params_LV[i])
-                pd[:i] = np.take_along_axis(pd[:i], a[..., None], axis=1) + eye * tab.dense_LV[i]
-                pe[:i] = np.take_along_axis(pe[:i], a[..., None], axis=1) + eye * tab.expert_LV[i]
+                pd[:i] = take(pd) + eye * tab.dense_LV[i]
+                pe[:i] = take(pe) + eye * tab.expert_LV[i]
                 ptrs.append(a)
             f[i], t[i], st[i], ac[i], wk[i], fw[i] = (node_LV[i], time_LV[i], st_LV[i],
                                                       act_LV[i], work_LV[i], fwd_LV[i])

@@ -177,6 +177,63 @@ deepseek_v3 first (so it pays torch._dynamo's import and JAX's first compile): d
 Mixtral-8x22B in run 2 (11.0). A whole fresh `nest plan` process (imports included, user s):
 deepseek_v3 on 256 GPUs 21.8, llama3_70b 11.2, mixtral_8x22b 12.5. DeepSeek-V3's plan calls
 the JAX DP 8 times at one shape, 0.48 s in all with the compile.
+
+Fourth pass (hspeed, 2026-11-27), this script, before (main at 9d42eea) and after run back to
+back on the same shared machine, CPU s (graph / solve / compare); the other helpers' jobs kept
+the load at 2-3 on the two cores (so against the idle figures above every number is inflated,
+the graph's most: its code did not change; read before against after):
+
+    order             model          before              after
+    default           llama3_70b     1.8 / 6.6 / 10.8    2.5 / 7.4 / 12.4
+                      mixtral_8x22b  1.4 / 7.7 / 13.6    2.5 / 6.6 / 10.9
+                      deepseek_v3    3.2 / 8.9 / 31.4    3.4 / 4.6 / 21.6
+    deepseek_v3 first deepseek_v3    4.8 / 7.3 / 23.8    5.2 / 6.5 / 23.6
+                      mixtral_8x22b  1.6 / 6.3 / 10.8    1.0 / 5.5 / 10.3
+                      llama3_70b     0.5 / 4.6 / 10.1    0.4 / 4.0 /  9.0
+    mixtral first     mixtral_8x22b  2.5 / 9.2 / -       2.8 / 6.6 / -    (load 5)
+
+and, alternated three times at load 6-8, DeepSeek-V3 first in the process (`--no-compare
+deepseek_v3 mixtral_8x22b`): its solve 9.2, 11.4, 12.5 before, 7.2, 8.4, 8.1 after. One
+process per `nest plan --planner nest` (imports included, user s; before at load 1.5, after at
+load 2-5): llama3_70b 11.95 -> 10.27, mixtral_8x22b 15.29 -> 14.39, deepseek_v3 18.87 -> 17.56
+(the before code right after, at load 5-8: 12.10, 17.95, 23.76); of DeepSeek-V3's about
+4.7 s go to importing torch and torch._dynamo (the second pulled in by torch's own Python meta
+kernels on the first trace: their type-promotion wrapper imports it on first call) and about
+1 s to importing JAX for the solver's DP. Exact: the `nest plan` files and printed plans of the
+three models (sequence 4096) and of Llama-3-70B at global batch 128, sequence 8192, BF16
+gradient reduce on 64 and 256 GPUs (interleaved), and DeepSeek-V3's Alpa-E plan, equal before
+and after but for the solve time; `python benchmarks/recipes.py` prints the same plans and times
+for its eight recipes (those of docs/planning.md), its planning wall seconds 225.8 before and
+157.4 after in all (run one after the other at load 8-9: docs/planning.md's column, measured
+quieter, is left as it was). What changed, each exact and tested:
+
+* the memory-aware bound's min-max DP over every stage's band at once (nest.solver.bounds:
+  band_view, one strided view of the floor and stash tables per p; minmax_bands, one dense
+  [b', a'] step per stage instead of np.minimum.at on listed cells): the same floats as
+  minmax_cells and the full-grid DP (tests/test_fast_bounds.py); DeepSeek-V3's 4,523 bounds
+  ~3.4 -> ~1.5 CPU s;
+* the interleaved memory screen tries device group 0 first from the same memory functions
+  (nest.solver.interleaved_screen.Fits.floor0: the exact total up to rounding, 1e-12 in
+  tests/test_speed_exact.py; a knob above HBM by a relative 1e-9 is out), its state parts per
+  ZeRO stage and activations per mode kept for the candidate's other knobs; 98 % of the screened
+  knobs are out of memory there. Mixtral-8x22B's screen 3.3 -> 1.0 CPU s;
+* a layer table of some recomputation modes is the columns of the all-modes table, and so is
+  its collective floor (nest.costs.layers.mode_columns: every per-mode array is computed column
+  by column; tests/test_speed_exact.py compares them array for array with tables built alone):
+  the 12 (ZeRO, recomputation) 1F1B searches and the interleaved search build each variant's
+  table and collective floors once instead of four times;
+* Alpa-E gathers by index where it called np.take_along_axis (192,216 calls for DeepSeek-V3),
+  and range_max (nest.costs.layers) is one running max down masked columns instead of one per
+  first layer (the same values, tests/test_speed_exact.py).
+
+Tried and dropped: the stash capacities of all (ZeRO, recomputation) pairs from one [b, a, 4,
+3] table per (variant, d) (a search visits too few of the same d to pay for it: the bounds took
+twice as long). Targets: under this load graph + solve stays under 10 s for every model in the
+default order and for Mixtral-8x22B first, and DeepSeek-V3's compare under 25 s; with
+DeepSeek-V3 first it is 11.7 (5.2 + 6.5), the graph carrying the torch._dynamo import and the
+solve JAX's import and first compiles (about 2.5 s together under this load). Not done: the
+torch._dynamo import (it would take patching torch's internals), Alpa-E's chain DP and range
+tables (~15 CPU s of DeepSeek-V3's compare), MCMC's per-move stage pricing (~7 s).
 """
 
 from __future__ import annotations

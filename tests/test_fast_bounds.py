@@ -194,3 +194,27 @@ def test_class_arrays_are_the_kernel_stacked():
             npt.assert_array_equal(arr.t_JLLO, np.stack(ts))
             npt.assert_array_equal(arr.u_JLLZ, np.stack(us))
             npt.assert_array_equal(arr.ok_JLLO, np.stack(oks))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_minmax_bands_is_the_full_grid_dp(seed):
+    """The memory-aware bound's band DP (bounds.minmax_bands on bounds.band_view) against the
+    full-grid DP above and against nest.solver.positions.minmax_cells on the band cells, on
+    random costs with unreachable cells (inf), with and without sends, every p from 1 to L."""
+    from nest.solver.positions import minmax_cells
+
+    rng = np.random.default_rng(seed)
+    L = int(rng.integers(1, 12))
+    cost_LL = np.where(rng.random((L, L)) < 0.2, np.inf, rng.random((L, L)))
+    sends = (rng.random(L) * 0.1, rng.random(L) * 0.1)
+    for p in range(1, L + 1):
+        # a stage-dependent cost, as the stash makes it: cells above a threshold drop out
+        cost_J = [np.where(cost_LL <= 1 - 0.05 * j, cost_LL, np.inf) for j in range(p)]
+        x = np.array([bounds.band_view(np.where(np.tri(L, dtype=bool), c, np.inf),
+                                       p, L - p + 1)[j] for j, c in enumerate(cost_J)])
+        rows = [(b, a, cost_J[j][b, a]) for j, (a, b) in
+                ((j, bounds._band(j, p, L)) for j in range(p))]
+        for s in ((None, None), sends):
+            want = minmax_over_full_grid(cost_J.__getitem__, p, L,
+                                         *(np.zeros(L) if x_ is None else x_ for x_ in s))
+            assert bounds.minmax_bands(x, *s) == want == minmax_cells(rows, L, *s), (p, s)

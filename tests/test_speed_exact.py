@@ -156,3 +156,83 @@ def test_jax_bottleneck_is_the_loop_on_solver_sizes(J, L, O):
             got = bottleneck(prim, sec, ok, cap)
             ref = bottleneck_reference(prim.tolist(), sec.tolist(), ok.tolist(), cap)
             assert got[0] == ref[0] and got[1] == ref[1]
+
+
+@pytest.mark.parametrize("grad_reduce", ["fp32", "bf16"])
+def test_interleaved_group0_floor_is_the_exact_total_up_to_rounding(tmp_path, grad_reduce):
+    """nest.solver.interleaved_screen.Fits.floor0 (the pre-screen on device group 0) is the
+    evaluator's group-0 total (stage_memories, then device_memory, summed) within a relative
+    1e-12, far inside the screen's 1e-9 margin: it never drops a knob that fits."""
+    from nest.costs.pipeline import chunks_of
+    from nest.costs.stage import stage_memories
+    from nest.problem.evaluate import device_memory, make_problem
+    from nest.problem.space import declare
+    from nest.solver.interleaved_screen import MARGIN, fits
+    from nest.spec.settings import TrainingSettings
+    from tests.test_launchable import tiny8
+
+    tr = TrainingSettings(global_batch=32).with_precision({"grad_reduce": grad_reduce})
+    pr = make_problem(tiny8(tmp_path, 16), "tiny_cluster", 8, training=tr)
+    space = declare(pr, {"zero_stages": [0, 1, 2, 3], "max_pp": 4,
+                         "recompute_modes": ["none", "selective", "full"],
+                         "heterogeneous_stages": False})
+    hw, n = pr.cluster.hardware, 0
+    for var, p, d, v, z, r, cuts, _ in interleaved_plans(pr, space):
+        f = fits(pr, var, p, d, v, [(z, r)], cuts)
+        ks = list(chunks_of(0, p, len(cuts)))
+        mems = stage_memories(pr, f.lt, d, z, r, [f.held[k] for k in ks],
+                              [cuts[k][0] for k in ks], [cuts[k][1] for k in ks])
+        exact = sum(device_memory(mems, p, f.m, 0, f.held[0], hw).values())
+        assert abs(f.floor0(z, r) - exact) <= 1e-12 * exact < MARGIN * exact
+        n += 1
+    assert n > 100
+
+
+@pytest.mark.parametrize("model,cluster,n", [("tiny_moe", "dgx_h100_superpod", 16),
+                                             ("tiny_llama", "gb200_nvl72", 144)])
+def test_tables_of_some_modes_are_the_columns_of_all_modes(model, cluster, n):
+    """nest.costs.layers.layer_table of a proper subset of ALL_MODES (its columns of the
+    ALL_MODES table) equals the table built for those modes alone, array for array, and so does
+    its collective floor (nest.solver.bounds.collective_floor_LR, every mode order)."""
+    from dataclasses import fields
+    from itertools import permutations
+
+    from nest.costs.layers import ALL_MODES, _build, layer_table
+    from nest.problem.problem import make_problem
+    from nest.problem.space import declare
+    from nest.solver.bounds import (_collective_floor_LR, collective_floor_LR,
+                                    replica_blocks_aligned)
+
+    pr = make_problem(model, cluster, n)
+    space = declare(pr, {"heterogeneous_stages": True})
+    subsets = [m for k in (1, 2) for m in permutations(ALL_MODES, k)]
+    for v in space.variants[::3]:
+        for modes in subsets:
+            got, want = layer_table(pr, v, modes), _build(pr, v, modes)
+            for f in fields(want):
+                a, b = getattr(got, f.name), getattr(want, f.name)
+                if isinstance(b, np.ndarray):
+                    assert a.shape == b.shape and np.array_equal(a, b), (v.key, modes, f.name)
+                elif f.name == "cum":
+                    assert all(np.array_equal(a[k], b[k]) for k in b), (v.key, modes)
+                else:
+                    assert a == b, (v.key, modes, f.name)
+            floor = collective_floor_LR(pr, got, space)
+            aligned = replica_blocks_aligned(space)
+            assert np.array_equal(floor, _collective_floor_LR(pr, want, aligned)), (v.key, modes)
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (63,), (63, 3), (10, 4, 2)])
+def test_range_max_is_the_running_max_from_each_first_layer(shape):
+    """nest.costs.layers.range_max (one running max down masked columns) equals accumulating
+    from each first layer a, cell for cell (zeros where a > b), integer inputs included."""
+    from nest.costs.layers import range_max
+
+    rng = np.random.default_rng(len(shape))
+    for x in (rng.random(shape) * 1e9, rng.integers(0, 10**6, shape)):
+        n = x.shape[0]
+        want = np.zeros((n, n) + x.shape[1:])
+        for a in range(n):
+            want[a:, a] = np.maximum.accumulate(x[a:], axis=0)
+        got = range_max(x)
+        assert got.dtype == want.dtype and np.array_equal(got, want)

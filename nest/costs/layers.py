@@ -9,7 +9,7 @@ boundary bytes, and their range sums / maxima over every stage a..b, indexed [b,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -65,11 +65,46 @@ class LayerTable:
         return ("derived", self.variant, self.modes)
 
 
+ALL_MODES = ("none", "selective", "full")  # the evaluator's table (nest.problem.evaluate)
+
+
 def layer_table(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
     """The variant's table (kept in the problem's cache, one store per modes: a search that
-    walks every variant once per mode keeps them all; the problem must hold the variant)."""
+    walks every variant once per mode keeps them all; the problem must hold the variant). A
+    subset of ALL_MODES is the columns of the ALL_MODES table (`mode_columns`)."""
     modes = tuple(modes)
-    return problem.cache.get(("layer_tables", modes), v, lambda: _build(problem, v, modes))
+    return problem.cache.get(("layer_tables", modes), v, lambda: _table(problem, v, modes))
+
+
+def subset_of_all(modes: tuple[str, ...]) -> list[int] | None:
+    """Column indices of `modes` in ALL_MODES when they are a proper subset of it (no
+    repeats), else None."""
+    if modes == ALL_MODES or len(set(modes)) != len(modes) or not set(modes) <= set(ALL_MODES):
+        return None
+    return [ALL_MODES.index(r) for r in modes]
+
+
+def _table(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
+    idx = subset_of_all(modes)
+    if idx is None:
+        return _build(problem, v, modes)
+    return mode_columns(layer_table(problem, v, ALL_MODES), modes)
+
+
+def mode_columns(lt: LayerTable, modes: tuple[str, ...]) -> LayerTable:
+    """The table of `modes` (a subset of lt.modes) from lt: its per-mode columns taken, the rest
+    shared. Every per-mode array of `_build` is computed column by column (elementwise, and
+    cumulative sums and maxima along the layer axis), so these are the floats `_build` would
+    give for `modes` (tests/test_speed_exact.py)."""
+    idx = [lt.modes.index(r) for r in modes]
+
+    def col(x):
+        return read_only(x[..., idx])
+
+    return replace(lt, modes=modes, rec_LR=col(lt.rec_LR), act_LR=col(lt.act_LR),
+                   work_LR=col(lt.work_LR), comp_LLR=col(lt.comp_LLR), act_LLR=col(lt.act_LLR),
+                   work_LLR=col(lt.work_LLR),
+                   cum=read_only({**lt.cum, "rec_LR": col(lt.cum["rec_LR"])}))
 
 
 def _build(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
@@ -135,7 +170,9 @@ def range_sum(x_L: np.ndarray) -> np.ndarray:
 def range_max(x_L: np.ndarray) -> np.ndarray:
     """M[b, a] = max x[a..b] (valid for a <= b); x may carry trailing axes."""
     n = x_L.shape[0]
-    out = np.zeros((n, n) + x_L.shape[1:])  # a > b cells are masked later; values >= 0
-    for a in range(n):
-        out[a:, a] = np.maximum.accumulate(x_L[a:], axis=0)
-    return out
+    tail = (1,) * (x_L.ndim - 1)
+    b_ge_a = np.tri(n, dtype=bool).reshape((n, n) + tail)  # [b, a]
+    # column a: x[b] for b >= a, -inf above (never the max of a non-empty range), then the
+    # running max down each column: max x[a..b], the same floats as accumulating from each a
+    run = np.maximum.accumulate(np.where(b_ge_a, x_L[:, None], -np.inf), axis=0)
+    return np.where(b_ge_a, run, 0.0)  # a > b cells are masked later; values >= 0

@@ -20,7 +20,7 @@ import numpy as np
 
 from nest.costs.cache import read_only
 from nest.costs.groups import group_terms
-from nest.costs.layers import LayerTable, range_sum
+from nest.costs.layers import ALL_MODES, LayerTable, layer_table, range_sum, subset_of_all
 from nest.costs.pipeline import bottleneck_weight, solver_form, stash, stash_capacity
 from nest.costs.stage import Options, fixed_bytes
 from nest.graph.layer_graph import Variant
@@ -49,10 +49,19 @@ def collective_floor_LR(problem: Problem, lt: LayerTable, space: SearchSpace) ->
     so the cheapest block (over its distinct shapes) bounds every stage, whatever the level
     costs do (flattened clusters: a cross-node group can be faster than an intra-node one).
     Without aligned replicas: 0 (no floor). Kept in the table's derived store (it reads only
-    the table, the cluster and whether the space's replicas are aligned)."""
+    the table, the cluster and whether the space's replicas are aligned); a table of some of
+    ALL_MODES takes its columns of the ALL_MODES table's (group terms are per mode column by
+    column, nest.costs.groups)."""
     aligned = replica_blocks_aligned(space)
-    return problem.cache.get(lt.store, ("collective_floor_LR", aligned), lambda: read_only(
-        _collective_floor_LR(problem, lt, aligned)))
+
+    def make():
+        idx = subset_of_all(lt.modes)  # a table of ALL_MODES' columns: the columns of its floor
+        if idx is not None:
+            full = layer_table(problem, lt.variant, ALL_MODES)
+            return read_only(collective_floor_LR(problem, full, space)[:, idx])
+        return read_only(_collective_floor_LR(problem, lt, aligned))
+
+    return problem.cache.get(lt.store, ("collective_floor_LR", aligned), make)
 
 
 def _collective_floor_LR(problem: Problem, lt: LayerTable, aligned: bool) -> np.ndarray:
@@ -121,29 +130,65 @@ def memory_aware_bound(problem: Problem, space: SearchSpace, lts, p: int,
     and any d. Relaxation: stage j's time is at least its floor (`floor_LR` + `p2p_floor`) with
     the cheapest recomputation mode that fits at its position under the most favourable d (the
     largest: the most ZeRO sharding and the fewest micro-batches to stash; fewer replicas only
-    need more memory) and the most favourable ZeRO stage; a min-max DP over the cuts."""
+    need more memory) and the most favourable ZeRO stage; a min-max DP over the cuts
+    (`minmax_bands`: every stage's band of cells at once)."""
     v, L = lts[0].variant, lts[0].num_layers
     d = largest_dp(problem, v, p)
     m = problem.num_microbatches(d, v.ep)
-    bands = [_band(j, p, L) for j in range(p)]  # the cells a cut can give each stage
-    A = np.concatenate([a for a, _ in bands])
-    B = np.concatenate([b for _, b in bands])
     # the most any variant of the class can stash, per mode, under its best ZeRO stage
     cap = functools.reduce(np.maximum, [problem.cache.get(lt.store, (
         "max_stash_R", d, space.zero_stages), lambda lt=lt: read_only(
-            _max_stash(problem, space, lt, d).max(axis=2)))[B, A] for lt in lts])
-    s = np.repeat([stash(p, j, m) for j in range(p)], [len(a) for a, _ in bands])
-    fl = floor_LLR[B, A]
-    x = functools.reduce(np.minimum, [np.where(cap[:, r] >= s, fl[:, r], np.inf)
-                                      for r in range(fl.shape[1])])
-    ends = np.cumsum([len(a) for a, _ in bands])[:-1]
-    rows = [(b, a, c) for (a, b), c in zip(bands, np.split(x, ends))]
-    return minmax_cells(rows, L, *send_floors)
+            _max_stash(problem, space, lt, d).max(axis=2))) for lt in lts])
+    n = L - p + 1
+    s = np.array([stash(p, j, m) for j in range(p)])[:, None, None]
+    fl, cp = band_view(floor_LLR, p, n), band_view(cap, p, n)
+    x = functools.reduce(np.minimum, [np.where(cp[..., r] >= s, fl[..., r], np.inf)
+                                      for r in range(fl.shape[-1])])
+    return minmax_bands(x, *send_floors)
+
+
+def band_view(x: np.ndarray, p: int, n: int) -> np.ndarray:
+    """[j, b', a', ...] = x[j + b', j + a', ...] for j < p, b', a' < n = L - p + 1: stage j's
+    cells of a cut into p stages (`_band`: j <= a <= b <= L - p + j) at (b - j, a - j), as one
+    read-only strided view (no copy); x: [L, L, ...]; a 1-D x gives [j, i] = x[j + i]."""
+    st = x.strides
+    shape, strides = ((p, n), (st[0], st[0])) if x.ndim == 1 else (
+        (p, n, n) + x.shape[2:], (st[0] + st[1],) + st)
+    if x.flags.c_contiguous:  # the buffer itself (as_strided's generic path is slower)
+        out = np.ndarray(shape, x.dtype, buffer=x, strides=strides)
+        out.flags.writeable = False
+        return out
+    return np.lib.stride_tricks.as_strided(x, shape, strides, writeable=False)
+
+
+def minmax_bands(x_JBA: np.ndarray, send_fwd_L=None, send_bwd_L=None) -> float:
+    """`nest.solver.positions.minmax_cells` on the full bands: x_JBA[j, b', a'] the cost of stage
+    j of p = len(x_JBA) covering layers j + a' .. j + b' (`band_view`; a' > b' is no cell and
+    must be inf, stage 0 starts at layer 0 and the last stage ends at layer L - 1), plus the
+    forward send of its last layer (but the last stage's) and the backward send of its first
+    (but the first's), added in that order as minmax_cells adds them. g[b'] = min over a' <= b'
+    of max(cost[b', a'], g_prev[a']) stage by stage (stage j - 1 ends at j - 1 + a'); min and
+    max are exact, so the same float as minmax_cells (tests/test_fast_bounds.py)."""
+    p, n = x_JBA.shape[:2]
+    x = x_JBA
+    if p > 1 and (send_fwd_L is not None or send_bwd_L is not None):
+        x = x.copy()
+        if send_fwd_L is not None:
+            x[:-1] += band_view(np.ascontiguousarray(send_fwd_L), p, n)[:-1, :, None]
+        if send_bwd_L is not None:
+            x[1:] += band_view(np.ascontiguousarray(send_bwd_L), p, n)[1:, None, :]
+    g, buf = x[0, :, 0], np.empty((n, n))
+    for j in range(1, p - 1):
+        g = np.minimum.reduce(np.maximum(x[j], g, out=buf), axis=1)
+    if p > 1:
+        g = np.maximum(x[p - 1, n - 1], g).min(keepdims=True)
+    return float(g[-1])
 
 
 def compute_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
     """X_lb[p] for every p from the floors alone (no memory): min over cuts into p stages of the
-    largest stage floor (index 0 unused); and the floor table [b, a, r] for refinements. Kept in
+    largest stage floor (index 0 unused); and the floor table [b, a, r] (inf where a > b) for
+    refinements. Kept in
     the problem's cache (one store per modes), by what they read of the space: whether its
     replicas are aligned blocks (`floor_LR`), not its ZeRO stages (searches per ZeRO stage
     share them)."""
@@ -151,7 +196,9 @@ def compute_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
 
     def make():
         floor = floor_LR(problem, lts, space)
-        return read_only((lower_bounds(range_sum(floor.min(axis=1)), max_pp), range_sum(floor)))
+        L = floor.shape[0]  # the table's a > b cells: inf (no stage; `minmax_bands` needs it)
+        table = np.where(np.tri(L, dtype=bool)[..., None], range_sum(floor), np.inf)
+        return read_only((lower_bounds(range_sum(floor.min(axis=1)), max_pp), table))
 
     key = (tuple(lt.variant for lt in lts), replica_blocks_aligned(space), max_pp)
     return problem.cache.get(("compute_bounds", lts[0].modes), key, make)

@@ -15,13 +15,25 @@ knobs that cannot win, exactly:
   d, v) tells, for every (z, r), whether the evaluator would find the plan out of memory on some
   device group, with the evaluator's own functions on the same inputs: the same bytes, bit for
   bit (nest.costs.stage.stage_memories: a device group's chunks at once). A plan out of memory is infeasible: skipping it changes nothing the search returns.
+
+Nearly every knob screened is out of memory on device group 0 (the longest warm-up, the
+embedding), so before that exact pass a knob is tried on group 0's floor (`Fits.floor0`): the
+same parts from the same functions (nest.costs.memory.state_bytes, working_bytes, peak;
+nest.costs.pipeline.interleaved_peak_activations), each chunk's activations read from the
+layer table instead of through its stash (x held / held), summed in another order; its state
+parts per ZeRO stage and its activations per mode are kept for the candidate's other knobs.
+It differs from the exact total by rounding alone (a few ulps), so a knob whose floor exceeds
+HBM by a relative 1e-9 is out of memory; any other goes through the exact pass.
 """
 
 from __future__ import annotations
 
 
+import numpy as np
+
 from nest.costs.layers import layer_table
-from nest.costs.pipeline import chunks_of, device_group, stash
+from nest.costs.memory import peak, state_bytes, working_bytes
+from nest.costs.pipeline import chunks_of, device_group, interleaved_peak_activations, stash
 from nest.costs.stage import stage_memories
 from nest.problem.evaluate import device_memory
 from nest.problem.plan_spec import block_cuts
@@ -29,6 +41,7 @@ from nest.problem.problem import Problem
 from nest.problem.space import SearchSpace
 
 MODES = ("none", "selective", "full")  # the evaluator's layer table (nest.problem.evaluate._stage)
+MARGIN = 1e-9  # relative: far above the rounding between `Fits.floor0` and the exact total
 
 
 def live_knobs(space: SearchSpace, bound_R, best_T: float) -> list[tuple[int, str]]:
@@ -55,6 +68,25 @@ class Fits:
                      for j in range(len(self.cuts))]
         self.lt = layer_table(problem, var, MODES)
         self._known: dict = {}
+        self._states0: dict = {}  # z -> group 0's state bytes (summed over its chunks)
+        self._act0: dict = {}  # r -> group 0's peak activations
+
+    def floor0(self, z: int, r: str) -> float:
+        """Device group 0's peak bytes under (z, r) up to rounding (module docstring)."""
+        lt, tr, p = self.lt, self.problem.training, self.p
+        ks = list(chunks_of(0, p, len(self.cuts)))
+        a = np.array([self.cuts[k][0] for k in ks])
+        b = np.array([self.cuts[k][1] for k in ks])
+        ri = lt.modes.index(r)
+        if z not in self._states0:
+            v = lt.variant
+            parts = state_bytes(lt.pd_LL[b, a], lt.pe_LL[b, a], self.d, v.ep, v.cp, z, tr,
+                                lt.fp8_LL[b, a])
+            self._states0[z] = float(sum(np.sum(x) for x in parts.values()))
+        if r not in self._act0:
+            self._act0[r] = interleaved_peak_activations(lt.act_LLR[b, a, ri], p, self.m, 0)
+        work = float(np.max(working_bytes(lt.work_LLR[b, a, ri], lt.maxpar_LL[b, a], z, tr)))
+        return peak(self._states0[z] + self._act0[r] + work, self.problem.cluster.hardware)
 
     def __getitem__(self, knob) -> bool:
         if knob not in self._known:
@@ -70,6 +102,8 @@ class Fits:
     def _fits(self, z: int, r: str) -> bool:
         pr, p, n = self.problem, self.p, len(self.cuts)
         hw = pr.cluster.hardware
+        if self.floor0(z, r) > hw.hbm_bytes * (1 + MARGIN):
+            return False
         for g in range(p):
             ks = list(chunks_of(g, p, n))
             mems = stage_memories(pr, self.lt, self.d, z, r, [self.held[k] for k in ks],
