@@ -127,3 +127,24 @@ def test_qwen3_30b_row_fits_with_the_copy_as_a_step_transient():
         assert s.peak_memory_bytes <= hw.hbm_bytes
         old.append(peak(resident + run + m[STEP_KEY], hw))
     assert max(old) > hw.hbm_bytes  # the over-count this replaces
+
+
+@pytest.mark.parametrize("model", ["tiny_moe", "tiny_gpt"])
+def test_solver_equals_exhaustive_with_the_copy(model):
+    """BF16 reduce, no ZeRO, full recomputation (a tiny model's copy, 4 B per parameter, exceeds
+    its recomputed activations: the optimizer step sets the peak): NEST's optimum is the
+    exhaustive one (the evaluator scores every plan), with HBM set to the optimum's peak, just
+    under it, and 10% under it."""
+    from exactness import assert_solver_equals_exhaustive
+    from nest.planners.registry import run_planner
+
+    tr = TrainingSettings(global_batch=8,
+                          precision=precision_from_dict({"grad_reduce": "bf16"}, "test"))
+    pr0 = make_problem(model, "tiny_cluster", 4, training=tr).with_hardware(hbm_bytes=4e9)
+    space = {"zero_stages": [0], "recompute_modes": ["full"]}
+    ex = run_planner("exhaustive", pr0, {"space": space, "max_plans": 400_000})
+    stages = ex.evaluation.stages
+    assert any(s.memory_bytes[REUSE_KEY] > -s.memory_bytes[STEP_KEY] for s in stages)
+    peak0 = max(s.peak_memory_bytes for s in stages)
+    for hbm in (peak0, peak0 * (1 - 1e-6), peak0 * 0.9):
+        assert_solver_equals_exhaustive(pr0.with_hardware(hbm_bytes=hbm), space)
