@@ -148,3 +148,15 @@ def test_solver_equals_exhaustive_with_the_copy(model):
     peak0 = max(s.peak_memory_bytes for s in stages)
     for hbm in (peak0, peak0 * (1 - 1e-6), peak0 * 0.9):
         assert_solver_equals_exhaustive(pr0.with_hardware(hbm_bytes=hbm), space)
+
+
+def test_memory_picture_draws_the_copy_net_of_its_reuse():
+    """The stacked bars (nest.reports.plan_views.memory_picture) draw the copy net of the
+    freed activations it reuses: every bar non-negative, the stack still the allocated sum."""
+    from nest.reports.plan_views import _net_step
+
+    m = {"weights": 1.0, "activations": 3.0, STEP_KEY: 5.0, REUSE_KEY: -3.0}
+    net = _net_step(m)
+    assert net == {"weights": 1.0, "activations": 3.0, STEP_KEY: 2.0}
+    assert sum(net.values()) == sum(m.values())
+    assert _net_step({"weights": 1.0}) == {"weights": 1.0}
