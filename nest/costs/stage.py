@@ -31,8 +31,7 @@ from nest.costs.cache import read_only
 from nest.costs.groups import GroupTerms, group_terms
 from nest.costs.layers import LayerTable
 from nest.costs.memory import (optimizer_step_for, peak, resident_and_step, state_bytes,
-                               with_overheads,
-                               working_bytes)
+                               with_overheads, working_bytes)
 from nest.costs.pipeline import held_bytes
 from nest.network.collectives import lines_time, pair_ids, send_time, worst
 from nest.costs.pipeline import dp_sync_exposed_s
