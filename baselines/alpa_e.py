@@ -142,7 +142,8 @@ def stage_times(rt, problem: Problem, B: int, smax: int):
     hw = problem.cluster.hardware
     # a stage with s stages from it to the end sits at position p - s of p (nest.costs.pipeline)
     num_stashed = np.array([stash(s, 0, B) for s in range(1, smax + 1)], dtype=float)
-    alloc = held_bytes(rt.fixed_OKI[..., None], num_stashed, rt.act_OKI[..., None])
+    step = 0.0 if rt.step_OKI is None else rt.step_OKI[..., None]  # the optimizer's copy
+    alloc = held_bytes(rt.fixed_OKI[..., None], num_stashed, rt.act_OKI[..., None], step)
     with np.errstate(invalid="ignore"):
         fits = peak(alloc, hw) <= hw.hbm_bytes
     t = np.where(fits, rt.time_OKI[..., None], np.inf)

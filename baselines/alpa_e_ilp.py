@@ -45,7 +45,7 @@ from scipy.sparse import coo_matrix
 
 from nest.costs.groups import SYNC_KINDS, group_terms
 from nest.costs.layers import layer_table, range_max, range_sum
-from nest.costs.memory import optimizer_step_for, state_bytes, working_bytes
+from nest.costs.memory import optimizer_step_for, resident_and_step, state_bytes, working_bytes
 from nest.costs.stage import bytes_per_param, zero_costs, zero_schedule
 from nest.network.collectives import lines_time
 from nest.problem.problem import Problem
@@ -165,7 +165,7 @@ class ShardingTable:
     fwd_LVO: np.ndarray  # the forward part of compute + collectives (param_gather_overlap)
     dense_LV: np.ndarray  # parameters per device, replicated over the D * cp dense group
     expert_LV: np.ndarray  # expert parameters per device
-    states_LVO: np.ndarray  # weights + gradients + optimizer states held, bytes
+    states_LVO: np.ndarray  # weights + gradients + optimizer states held, bytes (resident)
     act_LVO: np.ndarray  # activations stashed per micro-batch, bytes
     work_LVO: np.ndarray  # working set of a recomputed layer, bytes
     params_LV: np.ndarray  # a layer's parameters per device (ZeRO-3 gathers one layer at a time)
@@ -176,6 +176,10 @@ class ShardingTable:
     dp_lines: list  # per option: the kernel's data-parallel lines (GroupTerms.dp_lines)
     training: object = None  # the training settings (bytes per parameter, overlaps)
     hw: object = None  # the hardware (optimizer step)
+    # the optimizer step's transient FP32 gradient copy (BF16 reduce; nest.costs.memory.
+    # allocated: held with the states only, after the activations are freed); None: no copy
+    copy_LVO: np.ndarray | None = None
+    tied_copy_VO: np.ndarray | None = None
 
 
 def slope(lines: list) -> float:
@@ -220,6 +224,7 @@ def sharding_table(problem: Problem, mesh: ClusterSpec, D: int, x: int,
     comm, coll, comp, fwd, states, act, work = (np.zeros(shape) for _ in range(7))
     dense, expert, params = np.zeros((L, V)), np.zeros((L, V)), np.zeros((L, V))
     tied, tied_states, tied_step = np.zeros(V), np.zeros((V, O)), np.zeros((V, O))
+    copy, tcopy = np.zeros(shape), np.zeros((V, O))
     all_lines = []
     for vi, v in enumerate(variants):
         d = D // v.ep
@@ -248,11 +253,13 @@ def sharding_table(problem: Problem, mesh: ClusterSpec, D: int, x: int,
                                + sum(sync.values(), 0.0) / B)
             comp[:, vi, oi] = lt.comp_LR[:, ri] + step(lt.dense_L, lt.expert_L, z) / B
             fwd[:, vi, oi] = lt.fwd_L + gt.fwd_L
-            states[:, vi, oi] = sum(state_bytes(lt.dense_L, lt.expert_L, d, v.ep, v.cp, z, tr,
-                                                fp8_L).values())
+            res, stp = resident_and_step(state_bytes(lt.dense_L, lt.expert_L, d, v.ep, v.cp, z,
+                                                     tr, fp8_L))
+            states[:, vi, oi], copy[:, vi, oi] = res, stp - res
             act[:, vi, oi] = lt.act_LR[:, ri]
             work[:, vi, oi] = lt.work_LR[:, ri]
-            tied_states[vi, oi] = sum(state_bytes(lt.tied, 0.0, d, v.ep, v.cp, z, tr).values())
+            res, stp = resident_and_step(state_bytes(lt.tied, 0.0, d, v.ep, v.cp, z, tr))
+            tied_states[vi, oi], tcopy[vi, oi] = res, stp - res
             tied_step[vi, oi] = step(lt.tied, 0.0, z) / B
     resh = np.zeros((max(L - 1, 0), V, V))
     # resharding_time reads only the two options' (tp, cp, sp) and the bytes: each distinct call
@@ -269,13 +276,19 @@ def sharding_table(problem: Problem, mesh: ClusterSpec, D: int, x: int,
                 resh[li, a, b] = seen[key]
     return ShardingTable(D, x, B, tuple(variants), tuple(knobs), comm, coll, comp, fwd, dense,
                          expert, states, act, work, params, resh, tied, tied_states, tied_step,
-                         all_lines, tr, hw)
+                         all_lines, tr, hw, *((copy, tcopy) if copy.any() else ()))
 
 
 def held(tab: ShardingTable, o: int, states, work, max_params):
     """Memory of a stage not scaling with its stash: states, the working set of one recomputed
     layer and ZeRO-3's gathered layer (nest.costs.memory.working_bytes)."""
     return states + working_bytes(work, max_params, tab.knobs[o][0], tab.training)
+
+
+def tied_copy(tab: ShardingTable, vi: int, o: int) -> float:
+    """The optimizer step's copy of the tied embedding's gradient a stage holding both ends
+    does not hold twice (0 without a copy)."""
+    return 0.0 if tab.tied_copy_VO is None else tab.tied_copy_VO[vi, o]
 
 
 def untied(tab: ShardingTable, vi: int, o: int):
@@ -338,11 +351,15 @@ class RangeTables:
     uniform_OKI: np.ndarray  # bitmask of the single options that reach the ILP optimum
     last_OKI: np.ndarray  # the option of the range's last layer
     ptr: list = field(default_factory=list)  # per o: back-pointers to recover the sharding
+    # what the optimizer step holds (states + its FP32 gradient copy), bytes; None: no copy
+    # (allocated: nest.costs.pipeline.held_bytes(fixed, stash, act, step))
+    step_OKI: np.ndarray | None = None
 
 
-def _empty(O: int, L: int) -> RangeTables:
+def _empty(O: int, L: int, copy: bool = False) -> RangeTables:
     return RangeTables(*(np.full((O, L, L), np.inf) for _ in range(4)),
-                       np.zeros((O, L, L), dtype=np.int64), np.zeros((O, L, L), dtype=np.int64))
+                       np.zeros((O, L, L), dtype=np.int64), np.zeros((O, L, L), dtype=np.int64),
+                       step_OKI=np.full((O, L, L), np.inf) if copy else None)
 
 
 def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -> RangeTables:
@@ -357,7 +374,7 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
     if per_stage or V == 1:
         return _per_stage_tables(tab, tiebreak)
     valid = np.triu(np.ones((L, L), dtype=bool))
-    out = _empty(O, L)
+    out = _empty(O, L, tab.copy_LVO is not None)
     cols = np.arange(V)
     eye = np.eye(V)
     # options b whose resharding column R[:, b] is the same (the same tp, cp, sp: ep only
@@ -370,7 +387,8 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
         st_LV, act_LV, work_LV, fwd_LV = (tab.states_LVO[:, :, o], tab.act_LVO[:, :, o],
                                           tab.work_LVO[:, :, o], tab.fwd_LVO[:, :, o])
         # path state per (first layer k, option b of the current layer i); rows k <= i live
-        f, t, st, ac, wk, pm, first, fw = (np.full((L, V), np.inf) for _ in range(8))
+        f, t, st, ac, wk, pm, first, fw, cp = (np.full((L, V), np.inf) for _ in range(9))
+        cp_LV = tab.copy_LVO[:, :, o] if tab.copy_LVO is not None else np.zeros((L, V))
         pd, pe = np.zeros((L, V, V)), np.zeros((L, V, V))  # [k, b, option]: parameter sums
         ptrs = []
         pd_KIV, pe_KIV, fw_KI = np.zeros((L, L, V)), np.zeros((L, L, V)), np.zeros((L, L))
@@ -390,6 +408,7 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
                          + node_LV[i])
                 t[:i] = take(t) + R[a, cols] + time_LV[i]
                 st[:i], ac[:i] = take(st) + st_LV[i], take(ac) + act_LV[i]
+                cp[:i] = take(cp) + cp_LV[i]
                 fw[:i] = take(fw) + fwd_LV[i]
                 wk[:i], first[:i] = np.maximum(take(wk), work_LV[i]), take(first)
                 pm[:i] = np.maximum(take(pm), tab.params_LV[i])
@@ -398,23 +417,28 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
                 ptrs.append(a)
             f[i], t[i], st[i], ac[i], wk[i], fw[i] = (node_LV[i], time_LV[i], st_LV[i],
                                                       act_LV[i], work_LV[i], fwd_LV[i])
+            cp[i] = cp_LV[i]
             first[i], pd[i], pe[i] = cols, eye * tab.dense_LV[i], eye * tab.expert_LV[i]
             pm[i] = tab.params_LV[i]
             b = f[:i + 1].argmin(axis=1)  # [k]
             k = np.arange(i + 1)
             pd_kV, pe_kV = pd[k, b].copy(), pe[k, b].copy()
             fixed = held(tab, o, st[k, b], wk[k, b], pm[k, b])
+            step = st[k, b] + cp[k, b]
             tk = t[k, b]
             if i == L - 1:  # one stage holding embedding and head keeps one tied copy
                 e = int(first[0, b[0]])
                 tied_params, tied_states, tied_step = untied(tab, e, o)
                 pd_kV[0, e] -= tied_params
                 fixed[0] -= tied_states
+                step[0] -= tied_states + tied_copy(tab, e, o)
                 tk[0] -= tied_step
             out.obj_OKI[o, :i + 1, i] = f[k, b]
             out.time_OKI[o, :i + 1, i] = tk
             pd_KIV[:i + 1, i], pe_KIV[:i + 1, i], fw_KI[:i + 1, i] = pd_kV, pe_kV, fw[k, b]
             out.fixed_OKI[o, :i + 1, i] = fixed
+            if out.step_OKI is not None:
+                out.step_OKI[o, :i + 1, i] = step
             out.act_OKI[o, :i + 1, i] = ac[k, b]
             out.last_OKI[o, :i + 1, i] = b
         out.ptr.append(ptrs)
@@ -443,13 +467,13 @@ def _per_stage_tables(tab: ShardingTable, tiebreak: float) -> RangeTables:
     least objective (lowest index on ties)."""
     L, V, O = tab.comm_LVO.shape
     valid = np.triu(np.ones((L, L), dtype=bool))
-    out = _empty(O, L)
+    out = _empty(O, L, tab.copy_LVO is not None)
     for o in range(O):
         node_LV = tab.comm_LVO[:, :, o] + tiebreak * tab.comp_LVO[:, :, o]
         obj = np.stack([np.where(valid, range_sum(node_LV[:, v]).T, np.inf) for v in range(V)])
         best = obj.argmin(axis=0)
         out.obj_OKI[o] = obj.min(axis=0)
-        per_v = {"time": [], "fixed": [], "act": []}
+        per_v = {"time": [], "fixed": [], "act": [], "step": []}
         for v in range(V):
             # [k, i] = the kernel's [b, a] range tables (nest.costs.layers) transposed
             tied_params, tied_states, tied_step = untied(tab, v, o)
@@ -465,7 +489,14 @@ def _per_stage_tables(tab: ShardingTable, tiebreak: float) -> RangeTables:
             per_v["time"].append(tv)
             per_v["fixed"].append(fixed)
             per_v["act"].append(range_sum(tab.act_LVO[:, v, o]).T)
-        for key, arr in (("time", out.time_OKI), ("fixed", out.fixed_OKI), ("act", out.act_OKI)):
+            if out.step_OKI is not None:
+                step = range_sum(tab.states_LVO[:, v, o] + tab.copy_LVO[:, v, o]).T
+                step[0, L - 1] -= tied_states + tied_copy(tab, v, o)
+                per_v["step"].append(step)
+        for key, arr in (("time", out.time_OKI), ("fixed", out.fixed_OKI), ("act", out.act_OKI),
+                         ("step", out.step_OKI)):
+            if arr is None:
+                continue
             arr[o] = np.where(valid, np.take_along_axis(np.stack(per_v[key]), best[None],
                                                         axis=0)[0], np.inf)
         out.last_OKI[o] = best

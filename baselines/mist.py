@@ -73,7 +73,7 @@ from nest.problem.problem import Problem
 from nest.network.collectives import flattened
 from nest.planners.registry import NoPlan, merged_settings
 from nest.costs.layers import layer_table
-from nest.costs.stage import Options, fixed_bytes
+from nest.costs.stage import Options, fixed_and_step_bytes
 from nest.solver.arrays import stage_arrays
 from nest.solver.dp import lower_bounds
 from nest.problem.space import SearchSpace, declare, make_plan, pp_dp_options
@@ -160,7 +160,9 @@ def stage_table(flat: Problem, space: SearchSpace, la, v, p: int, d: int) -> Sta
     R = len(space.recompute_modes)
     arr = stage_arrays(flat, space, la, v, p, d, PLACEMENT)
     m = arr.num_microbatches
-    fixed_LLO = fixed_bytes(flat, la, d, Options(space.zero_stages, la.modes)).reshape(L, L, -1)
+    fixed_LLO, step_LLZ = fixed_and_step_bytes(flat, la, d, Options(space.zero_stages, la.modes))
+    fixed_LLO = fixed_LLO.reshape(L, L, -1)
+    step_LLO = np.repeat(step_LLZ[..., 0], len(la.modes), axis=-1)  # o = z R + r
     act_LLO = np.tile(la.act_LLR, (1, 1, len(space.zero_stages)))
     O = fixed_LLO.shape[-1]
     zi_O = np.arange(O) // R
@@ -173,7 +175,8 @@ def stage_table(flat: Problem, space: SearchSpace, la, v, p: int, d: int) -> Sta
         ns = np.array(count_range(j, p, nb))
         ab = np.array([canonical_range(j, p, n, nb) for n in ns])
         a, b = ab[:, 0], ab[:, 1]
-        mem = peak(held_bytes(fixed_LLO[b, a], stash(p, j, m), act_LLO[b, a]), hw)  # [n, O]
+        mem = peak(held_bytes(fixed_LLO[b, a], stash(p, j, m), act_LLO[b, a], step_LLO[b, a]),
+                   hw)  # [n, O]
         assert np.array_equal(mem <= hw.hbm_bytes, arr.ok_JLLO[j, b, a])
         out.n.append(np.repeat(ns, O))
         out.o.append(np.tile(np.arange(O), len(ns)))

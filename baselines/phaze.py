@@ -73,10 +73,10 @@ import time
 import numpy as np
 
 from nest.common.errors import SpecError
-from nest.costs.memory import peak, state_bytes
+from nest.costs.memory import peak, resident_and_step, state_bytes
 from nest.costs.pipeline import held_bytes, stash
 from nest.costs.layers import layer_table
-from nest.costs.stage import Options, fixed_bytes
+from nest.costs.stage import Options, fixed_and_step_bytes
 from nest.problem.problem import Problem
 from nest.network.collectives import flattened
 from nest.problem.plan import PLACEMENTS
@@ -162,15 +162,17 @@ def _infeasibility_reason(problem: Problem, space: SearchSpace) -> str:
             continue
         la = layer_table(problem, v, space.recompute_modes)
         i = np.arange(la.num_layers)
-        alloc = fixed_bytes(problem, la, 1, Options((0,), la.modes), (i, i))[:, 0, :]
-        mem = peak(held_bytes(alloc, last_stash, la.act_LLR[i, i]), hw).min(axis=1)
+        alloc, step = fixed_and_step_bytes(problem, la, 1, Options((0,), la.modes), (i, i))
+        mem = peak(held_bytes(alloc[:, 0, :], last_stash, la.act_LLR[i, i], step[:, 0, :]),
+                   hw).min(axis=1)
         need = mem if need is None else np.minimum(need, mem)
     if need is None:
         return (f"every Phaze variant ({[v.key for v in space.variants]}) needs more than the "
                 f"{problem.num_devices} devices")
     i = int(np.argmax(need))
     if need[i] <= hw.hbm_bytes:
-        states = sum(state_bytes(la.dense_L.sum(), la.expert_L.sum(), 1, 1, 1, 0, tr).values())
+        states = resident_and_step(state_bytes(la.dense_L.sum(), la.expert_L.sum(), 1, 1, 1,
+                                               0, tr))[0]
         return (f"no plan of Phaze's space (no ZeRO, recomputation "
                 f"{list(space.recompute_modes)}) fits in {hw.hbm_bytes / 1e9:.2f} GB per device: "
                 f"every layer fits alone, but one copy of the weights, gradients and optimizer "

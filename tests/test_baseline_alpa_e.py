@@ -238,6 +238,8 @@ def _check_estimates(pr, plan):
         o = knobs.index((s.zero_stage, s.recompute))
         a, b = s.first_layer, s.last_layer
         alloc = rt.fixed_OKI[o, a, b] + min(plan.pp - j, B) * rt.act_OKI[o, a, b]
+        if rt.step_OKI is not None:  # BF16 reduce: the optimizer step's copy (allocated)
+            alloc = max(alloc, rt.step_OKI[o, a, b])
         mem = alloc + alloc * hw.memory_fragmentation + hw.memory_overhead_bytes
         assert math.isclose(mem, ev.stages[j].peak_memory_bytes, rel_tol=1e-9)
         sm = ev_mesh.stages[j]
@@ -267,6 +269,24 @@ def test_plans_are_valid_feasible_and_use_every_device(model, n):
     _check_estimates(pr, p)
     again = run_planner("alpa_e", make_problem(model, "tiny_cluster", n, training=TINY))
     assert again.plan.stages == p.stages and again.plan.variant_key == p.variant_key
+
+
+@pytest.mark.parametrize("model", ["tiny_gpt", "tiny_moe"])
+def test_bf16_reduce_memory_is_the_evaluators(model):
+    """BF16 gradient reduce (the optimizer step's FP32 copy, nest.costs.memory.allocated): the
+    range tables carry what the step holds, and the memory check is still the evaluator's, on
+    plans whose optimizer step sets some stage's peak (no ZeRO, full recomputation)."""
+    from nest.costs.memory import REUSE_KEY, STEP_KEY
+    from nest.spec.precision import precision_from_dict
+
+    tr = TrainingSettings(global_batch=8,
+                          precision=precision_from_dict({"grad_reduce": "bf16"}, "test"))
+    pr = make_problem(model, "tiny_cluster", 4, training=tr)
+    out = run_planner("alpa_e", pr, {"zero_stages": [0], "recompute_modes": ["full"]})
+    assert out.evaluation.feasible
+    assert any(s.memory_bytes[REUSE_KEY] > -s.memory_bytes[STEP_KEY]
+               for s in out.evaluation.stages)
+    _check_estimates(pr, out.plan)
 
 
 def test_fixed_number_of_microbatches(gpt8):

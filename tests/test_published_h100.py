@@ -90,8 +90,8 @@ def test_bad_kernel_names_the_row():
 def test_nemo2407_rows_hold_apex_distributed_fused_adam_state():
     """NeMo 24.07's distributed_fused_adam (Apex, store_param_remainders): per parameter at the
     activation peak 2 (BF16 weights) + 2 (BF16 gradient buffer) + (2 remainders + 4 + 4 moments)
-    / d, where Megatron-Core's distributed optimizer with a BF16 buffer holds 2 + 2 + (4 FP32
-    gradient-shard copy + 12) / d. Computed here from the bytes, checked against the memory
+    / d, where Megatron-Core's distributed optimizer with a BF16 buffer holds 2 + 2 + 12 / d
+    and, during its step only, a 4 / d FP32 gradient-shard copy. Computed here from the bytes, checked against the memory
     model's state_bytes on the Llama-3-8B row (dp 4 x cp 2 = 8 shards)."""
     from nest.costs.memory import state_bytes
 
@@ -109,4 +109,5 @@ def test_nemo2407_rows_hold_apex_distributed_fused_adam_state():
     megatron = tr.with_precision({"main_grads": "fp32"})
     old = state_bytes(n, 0.0, row["dp"], row["ep"], row["cp"], row["zero_stage"], megatron)
     assert old["weights"] + old["gradients"] + old["optimizer_states"] == pytest.approx(
-        n * (2 + 2 + (4 + 12) / d))
+        n * (2 + 2 + 12 / d))
+    assert old["step_transient"] == pytest.approx(n * 4 / d)

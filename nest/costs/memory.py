@@ -4,16 +4,26 @@ Peak memory of a stage (Rajbhandari et al. 2020 for the ZeRO sharding; Narayanan
 for the 1F1B stash; Korthikanti et al. 2022 for activations and recomputation):
     weights            w * P / shards(z >= 3)         w bytes per parameter (BF16: 2)
     gradients          g * P / shards(z >= 2)         g: the gradient buffer's (reduce) dtype
-                       + c * P / shards(z >= 1)       c: the optimizer's fp32 copy of its shard
-                                                      when the buffer is BF16 (else 0)
     optimizer_states   o * P / shards(z >= 1)         master + moments; Adam FP32: 12
     fp8_weights        f * P8 (z < 3)                 FP8: Transformer Engine's cached FP8 weight
                                                       + transpose of the P8 FP8-GEMM parameters
     activations        stash * act                    micro-batches held at the peak
     working            max layer (act(none) - act(r)) + (z == 3: one layer's gathered weights
                                                         and their FP8 cache)
-    allocated          the sum of the above
+    step_transient     c * P / shards(z >= 1)         c: the optimizer's fp32 copy of its
+                                                      gradient shard when the buffer is BF16
+                                                      (else 0); lives from the optimizer step to
+                                                      the next step's zero_grad only
+    allocated          states + max(activations + working, step_transient)       (`allocated`)
+                       where states = weights + gradients + optimizer_states + fp8_weights
     peak               allocated * (1 + fragmentation) + framework reserve    (hardware file)
+The copy is made by the optimizer step (Megatron-Core DistributedOptimizer.
+_copy_model_grads_to_main_grads: shard_main_param.grad = shard_model_grad.float(); at z = 0
+Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads: main_param.grad =
+model_param.main_grad.float(), unsharded) and freed by optimizer.zero_grad(set_to_none=True),
+which train_step (megatron/training/training.py; Megatron-Bridge's training/train.py alike) calls
+with the grad buffers' zero_grad_buffer() before the first forward of the next step: it never
+coexists with stashed activations or the working set, which are all freed by then.
 w, g, c, o, f follow the training's precision (nest.spec.precision); with the defaults (BF16 weights,
 FP32 gradients and Adam states) weights + gradients + optimizer_states are Megatron-LM's
 18 B per parameter, 6 + 12 / d with the distributed optimizer (z = 1;
@@ -29,6 +39,8 @@ from __future__ import annotations
 import numpy as np
 
 MEMORY_KEYS = ("weights", "gradients", "optimizer_states", "activations", "working")
+STEP_KEY = "step_transient"  # the optimizer step's fp32 gradient copy (`state_bytes`)
+REUSE_KEY = "step_reuse"  # <= 0: the part of it that fits in the freed activations (`with_overheads`)
 
 
 def shard_sizes(dp: int, ep: int, cp: int) -> tuple[int, int]:
@@ -50,18 +62,38 @@ def state_bytes(p_dense, p_expert, dp: int, ep: int, cp: int, z: int, training,
                 p_fp8=0.0) -> dict:
     """Weights, gradients and optimizer states per device under ZeRO stage z; p_fp8: the
     stage's parameters in FP8 GEMMs per device (nest.costs.layers, LayerTable.fp8_LL), whose
-    FP8 weight cache counts under FP8 compute (the key is present only then)."""
+    FP8 weight cache counts under FP8 compute (the key is present only then). STEP_KEY (present
+    only when the optimizer copies BF16 gradients to FP32): the copy, which exists during the
+    optimizer step only, so it is not resident (`resident_and_step`, `allocated`)."""
     def sh(on: bool):
         return per_device(p_dense, p_expert, dp, ep, cp, on)
 
     pr = training.precision
     out = {"weights": training.weight_bytes_per_param * sh(z >= 3),
-           "gradients": training.grad_bytes_per_param * sh(z >= 2)
-           + pr.main_grad_copy_bytes * sh(z >= 1),
+           "gradients": training.grad_bytes_per_param * sh(z >= 2),
            "optimizer_states": training.optimizer_state_bytes * sh(z >= 1)}
+    if pr.main_grad_copy_bytes:
+        out[STEP_KEY] = pr.main_grad_copy_bytes * sh(z >= 1)
     if pr.fp8:  # z = 3: cached per gathered layer only (`working_bytes`)
         out["fp8_weights"] = pr.fp8_cache_bytes() * p_fp8 * (z < 3)
     return out
+
+
+def resident_and_step(states: dict):
+    """(resident, step) bytes of a `state_bytes` record: what stays allocated through the whole
+    step, and what the optimizer step holds (resident + its transient copy)."""
+    resident = sum(x for k, x in states.items() if k != STEP_KEY)
+    return resident, resident + states.get(STEP_KEY, 0.0)
+
+
+def allocated(held, step):
+    """The allocated bytes at a stage's peak, the one rule: the larger of what forward and
+    backward hold (held = resident states + activations + working set) and what the optimizer
+    step holds (step = resident states + its transient copy; `resident_and_step`): the copy is
+    made after the last backward freed the activations and freed before the next forward
+    (module docstring). Scalars or broadcasting arrays; without a copy, step <= held and this
+    is held itself."""
+    return np.maximum(held, step)
 
 
 def working_bytes(work, max_layer_params, z: int, training):
@@ -119,9 +151,17 @@ def peak(allocated, hw):
 
 
 def with_overheads(parts: dict, hw) -> dict:
-    """The allocated parts of `peak` plus its two overhead terms, named: their sum is the peak."""
-    allocated = sum(parts.values())
-    return {**parts, "fragmentation": allocated * hw.memory_fragmentation,
+    """The allocated parts of `peak` plus its two overhead terms, named: their sum is the peak.
+    With a STEP_KEY part, REUSE_KEY (<= 0) takes back what of it fits in the activations and
+    working set freed before the optimizer step (`allocated`; an input REUSE_KEY is ignored and
+    recomputed, so a device's summed chunk records may be passed back in)."""
+    parts = {k: x for k, x in parts.items() if k != REUSE_KEY}
+    if STEP_KEY in parts:
+        step = sum(x for k, x in parts.items() if k not in ("activations", "working"))
+        held = sum(x for k, x in parts.items() if k != STEP_KEY)
+        parts[REUSE_KEY] = allocated(held, step) - held - parts[STEP_KEY]
+    total = sum(parts.values())
+    return {**parts, "fragmentation": total * hw.memory_fragmentation,
             "framework_overhead": hw.memory_overhead_bytes}
 
 

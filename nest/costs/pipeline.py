@@ -20,8 +20,8 @@ memory peak (`stash`), in units of one micro-batch through the whole stage:
                  Megatron-LM before November 2024 (commit 4295be1, "tunable schedule") also made
                  every forward of every device a warm-up one when m == p; the current code does
                  not, and for m == p it holds fewer on the last devices (d > p / 2 - 1)
-and a stage's allocated bytes are fixed + stash x activations (`held_bytes`; nest.costs.memory
-turns them into the peak).
+and a stage's allocated bytes are fixed + stash x activations, or its optimizer step's bytes if
+more (`held_bytes`; nest.costs.memory turns them into the peak).
 
 Time per batch. Legend: F_j / B_j forward / backward time of stage j for one micro-batch (B_j
 includes the recomputed forward), sf_j / sb_j its blocking sends (sf_{p-1} = sb_0 = 0),
@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nest.costs.memory import allocatable
+from nest.costs.memory import allocatable, allocated
 
 FORMS = ("paper", "dapple", "critical_path", "simulated")
 OVERLAPS = ("none", "stage", "bucketed")
@@ -109,20 +109,23 @@ def links(ids, j: int) -> dict:
             "tied_partner": ids[last - j] if last > 0 and j in (0, last) else None}
 
 
-def held_bytes(fixed, num_stashed, act):
-    """Allocated bytes of a stage: its position-free part plus its stash of activations
-    (scalars or broadcasting arrays)."""
-    return fixed + num_stashed * act
+def held_bytes(fixed, num_stashed, act, step):
+    """Allocated bytes of a stage: its position-free part plus its stash of activations, or
+    what its optimizer step holds if more (step: nest.costs.stage.step_bytes;
+    nest.costs.memory.allocated). Scalars or broadcasting arrays."""
+    return allocated(fixed + num_stashed * act, step)
 
 
-def stash_capacity(fixed, act, hw):
+def stash_capacity(fixed, act, hw, step):
     """The most micro-batches a stage can stash and still fit (the inverse of `held_bytes`
     under nest.costs.memory.peak): floor((allocatable - fixed) / act), inf without activations,
-    -1 where even the fixed part does not fit."""
-    room = allocatable(hw) * (1 + 1e-9) - fixed
+    -1 where even the fixed part, or what the optimizer step holds, does not fit (the step's
+    bytes do not depend on the stash: max(fixed + s act, step) <= cap iff both are)."""
+    cap = allocatable(hw) * (1 + 1e-9)
+    room = cap - fixed
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         n = np.floor(room / act)
-    return np.where(room >= 0, np.where(np.isnan(n), np.inf, n), -1)
+    return np.where((room >= 0) & (step <= cap), np.where(np.isnan(n), np.inf, n), -1)
 
 
 # --------------------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ import numpy as np
 from nest.costs.cache import read_only
 from nest.costs.groups import GroupTerms, group_terms
 from nest.costs.layers import LayerTable
-from nest.costs.memory import (optimizer_step_for, peak, state_bytes, with_overheads,
-                               working_bytes)
+from nest.costs.memory import (optimizer_step_for, peak, resident_and_step, state_bytes,
+                               with_overheads, working_bytes)
 from nest.costs.pipeline import held_bytes
 from nest.network.collectives import lines_time, pair_ids, send_time, worst
 from nest.costs.pipeline import dp_sync_exposed_s
@@ -181,12 +181,12 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
     elif from_grid:  # the cells' entries of the grid: the same elementwise arithmetic
         assert not detail, "a breakdown is for one cell, priced directly"
         a, b = cell
-        base_R, per_mb_Z, sync_Z, fixed_ZR, act_R, _, ov = terms  # parts: for a breakdown only
-        terms = _cells((base_R, per_mb_Z, sync_Z, fixed_ZR, act_R, None, ov), L, b, a)
+        base_R, per_mb_Z, sync_Z, fixed_ZR, act_R, _, ov, step_Z = terms  # parts: breakdown only
+        terms = _cells((base_R, per_mb_Z, sync_Z, fixed_ZR, act_R, None, ov, step_Z), L, b, a)
     else:
         a, b = cell
         terms = _terms(problem, lt, gt, d, opts, (b, a))
-    base_R, per_mb_Z, sync_Z, fixed_ZR, act_R, parts, ov = terms
+    base_R, per_mb_Z, sync_Z, fixed_ZR, act_R, parts, ov, step_Z = terms
     send = 0.0
     send_fwd = send_bwd = 0.0
     if next_ids is not None:
@@ -200,7 +200,7 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
     t = base_R[..., None, :] + per_mb_Z[..., None] + np.asarray(send)[..., None, None]
     u = sync_Z + tied
     stash = np.asarray(stash, dtype=float)
-    mem = peak(held_bytes(fixed_ZR, stash[..., None, None], act_R[..., None, :]), hw)
+    mem = peak(held_bytes(fixed_ZR, stash[..., None, None], act_R[..., None, :], step_Z), hw)
     out = StageCost(t, u, mem)
     if ov is not None:
         out.tail, out.drain = overlap_terms(problem, ov, base_R, per_mb_Z, send_bwd, tied)
@@ -213,7 +213,7 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
 
 def grid_terms(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options) -> tuple:
     """The position-free terms of a stage on the whole [b, a] grid (base_R, per_mb_Z, sync_Z,
-    fixed_ZR, act_R, parts, overlap terms or None: `_terms`), cached per (d, group terms'
+    fixed_ZR, act_R, parts, overlap terms or None, step_Z1: `_terms`), cached per (d, group terms'
     content, options): every stage whose group terms are equal shares them."""
     return problem.cache.get(lt.store, ("grid", d, gt.content, opts),
                              lambda: read_only(_terms(problem, lt, gt, d, opts, None)))
@@ -235,16 +235,27 @@ def _cells(terms, L: int, b, a):
 
 def fixed_bytes(problem, lt: LayerTable, d: int, opts: Options, cell=None):
     """Memory of a stage that does not depend on its pipeline position, allocated bytes per
-    [..., z, r]: ZeRO-sharded states and the recomputation working set (nest.costs.memory)."""
+    [..., z, r]: resident ZeRO-sharded states and the recomputation working set
+    (nest.costs.memory)."""
+    return fixed_and_step_bytes(problem, lt, d, opts, cell)[0]
+
+
+def fixed_and_step_bytes(problem, lt: LayerTable, d: int, opts: Options, cell=None):
+    """(`fixed_bytes` [..., z, r], step [..., z, 1]): step is what the stage's optimizer step
+    holds, its resident states plus the transient FP32 gradient copy
+    (nest.costs.memory.resident_and_step); a stage allocates
+    nest.costs.pipeline.held_bytes(fixed, stash, act, step)."""
     tr, v = problem.training, lt.variant
     take, ri = _indexer(lt, opts, cell)
     pd, pe = take(lt.pd_LL), take(lt.pe_LL)
-    rows = []
+    rows, steps = [], []
     for z in opts.zero_stages:
-        states = sum(state_bytes(pd, pe, d, v.ep, v.cp, z, tr, take(lt.fp8_LL)).values())
+        states, step = resident_and_step(state_bytes(pd, pe, d, v.ep, v.cp, z, tr,
+                                                     take(lt.fp8_LL)))
         work = working_bytes(take(lt.work_LLR)[..., ri], take(lt.maxpar_LL)[..., None], z, tr)
         rows.append(np.asarray(states)[..., None] + work)
-    return np.stack(rows, axis=-2)
+        steps.append(np.asarray(step, dtype=float)[..., None])
+    return np.stack(rows, axis=-2), np.stack(steps, axis=-2)
 
 
 def _indexer(lt: LayerTable, opts: Options, cell):
@@ -281,9 +292,9 @@ def _terms(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options, cell)
         per_mb_Z.append(sum(pm.values(), zero))
         sync_Z.append(sum(sy.values(), zero)
                       + optimizer_step_for(pd, pe, d, v.ep, v.cp, z, tr, hw))
-    fixed = (fixed_bytes(problem, lt, d, opts, cell) if cell is not None else  # position-free
-             problem.cache.get(lt.store, ("fixed", d, opts),
-                               lambda: read_only(fixed_bytes(problem, lt, d, opts))))
+    fixed, step = (fixed_and_step_bytes(problem, lt, d, opts, cell) if cell is not None else
+                   problem.cache.get(lt.store, ("fixed", d, opts), lambda: read_only(  # position-
+                       fixed_and_step_bytes(problem, lt, d, opts))))  # free
     ov = None
     if tr.dp_overlap != "none":  # the parts the overlapped tail needs (`overlap_terms`)
         fcoll = forward_collectives_s(gt, a, b)
@@ -298,7 +309,7 @@ def _terms(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options, cell)
               "buckets": buckets(pd + pe, tr)}
         ov["after_Z"] = np.stack(sync_Z, axis=-1) - ov["grad_Z"]  # optimizer + all-gather
     return (base_R, np.stack(per_mb_Z, axis=-1), np.stack(sync_Z, axis=-1), fixed,
-            take(lt.act_LLR)[..., ri], parts, ov)
+            take(lt.act_LLR)[..., ri], parts, ov, step)
 
 
 def overlap_terms(problem, ov: dict, base_R, per_mb_Z, send_bwd, tied):

@@ -196,10 +196,22 @@ def memory_table(plan, ev, hbm_bytes: float) -> str:
     return "\n".join(lines)
 
 
+def _net_step(m: dict) -> dict:
+    """A record with the optimizer step's copy net of what of it fits in the freed activations
+    (nest.costs.memory.with_overheads: step_reuse <= 0), so that every bar is non-negative."""
+    from nest.costs.memory import REUSE_KEY, STEP_KEY
+
+    if REUSE_KEY not in m:
+        return m
+    out = {k: x for k, x in m.items() if k != REUSE_KEY}
+    out[STEP_KEY] = m[STEP_KEY] + m[REUSE_KEY]
+    return out
+
+
 def memory_picture(plan, ev, hbm_bytes: float, path=None):
     """Stacked bars of memory_bytes per stage, the HBM capacity as a line."""
     plt = _pyplot()
-    rows = memory_rows(plan, ev)
+    rows = [(lab, _net_step(m), pk) for lab, m, pk in memory_rows(plan, ev)]
     fig, ax = plt.subplots(figsize=(min(max(7.5, 3.5 + 0.3 * len(rows)), 16), 4.5))
     x = range(len(rows))
     bottom = [0.0] * len(rows)

@@ -61,7 +61,7 @@ import numpy as np
 from nest.costs.memory import peak
 from nest.costs.layers import layer_table
 from nest.costs.pipeline import bottleneck_weight, held_bytes, paper_1f1b, solver_form, stash
-from nest.costs.stage import Options, fixed_bytes
+from nest.costs.stage import Options, fixed_and_step_bytes
 from nest.graph.layer_graph import Variant
 from nest.problem.problem import Problem, with_mbs
 from nest.common.errors import SpecError
@@ -333,8 +333,9 @@ def infeasibility_reason(problem: Problem, space: SearchSpace, even_cuts: bool =
         d = problem.num_devices // v.width
         lt = layer_table(problem, v, ("full",))
         i = np.arange(lt.num_layers)
-        alloc = fixed_bytes(problem, lt, d, Options((3,), ("full",)), (i, i))[:, 0, 0]
-        mem = peak(held_bytes(alloc, stash(2, 1, 1), lt.act_LLR[i, i, 0]), hw)  # last stage
+        alloc, step = fixed_and_step_bytes(problem, lt, d, Options((3,), ("full",)), (i, i))
+        mem = peak(held_bytes(alloc[:, 0, 0], stash(2, 1, 1), lt.act_LLR[i, i, 0],
+                              step[:, 0, 0]), hw)  # last stage
         need = mem if need is None else np.minimum(need, mem)
     if need is None:
         if not space.variants:

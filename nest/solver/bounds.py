@@ -22,7 +22,7 @@ from nest.costs.cache import read_only
 from nest.costs.groups import group_terms
 from nest.costs.layers import ALL_MODES, LayerTable, layer_table, range_sum, subset_of_all
 from nest.costs.pipeline import bottleneck_weight, solver_form, stash, stash_capacity
-from nest.costs.stage import Options, fixed_bytes
+from nest.costs.stage import Options, fixed_and_step_bytes
 from nest.graph.layer_graph import Variant
 from nest.network.collectives import path_bandwidth
 from nest.problem.plan import place
@@ -267,6 +267,8 @@ def _band_cells(j: int, p: int, L: int) -> tuple[np.ndarray, np.ndarray]:
 def _max_stash(problem: Problem, space: SearchSpace, lt: LayerTable, d: int) -> np.ndarray:
     """Micro-batches a stage a..b can stash with (z, r) and d replicas and still fit (-1: none),
     [b, a, z, r] (the kernel's memory model; cached per table and d)."""
-    return problem.cache.get(lt.store, ("max_stash", d, space.zero_stages), lambda: read_only(
-        stash_capacity(fixed_bytes(problem, lt, d, Options(space.zero_stages, lt.modes)),
-                       lt.act_LLR[:, :, None, :], problem.cluster.hardware)))
+    def make():
+        fixed, step = fixed_and_step_bytes(problem, lt, d, Options(space.zero_stages, lt.modes))
+        return read_only(stash_capacity(fixed, lt.act_LLR[:, :, None, :],
+                                        problem.cluster.hardware, step))
+    return problem.cache.get(lt.store, ("max_stash", d, space.zero_stages), make)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from nest.costs.layers import layer_table
-from nest.costs.memory import peak, state_bytes, working_bytes
+from nest.costs.memory import allocated, peak, resident_and_step, state_bytes, working_bytes
 from nest.costs.pipeline import chunks_of, device_group, interleaved_peak_activations, stash
 from nest.costs.stage import stage_memories
 from nest.problem.evaluate import device_memory
@@ -68,7 +68,7 @@ class Fits:
                      for j in range(len(self.cuts))]
         self.lt = layer_table(problem, var, MODES)
         self._known: dict = {}
-        self._states0: dict = {}  # z -> group 0's state bytes (summed over its chunks)
+        self._states0: dict = {}  # z -> group 0's (resident, step) state bytes over its chunks
         self._act0: dict = {}  # r -> group 0's peak activations
 
     def floor0(self, z: int, r: str) -> float:
@@ -82,11 +82,12 @@ class Fits:
             v = lt.variant
             parts = state_bytes(lt.pd_LL[b, a], lt.pe_LL[b, a], self.d, v.ep, v.cp, z, tr,
                                 lt.fp8_LL[b, a])
-            self._states0[z] = float(sum(np.sum(x) for x in parts.values()))
+            self._states0[z] = resident_and_step({k: float(np.sum(x)) for k, x in parts.items()})
         if r not in self._act0:
             self._act0[r] = interleaved_peak_activations(lt.act_LLR[b, a, ri], p, self.m, 0)
         work = float(np.max(working_bytes(lt.work_LLR[b, a, ri], lt.maxpar_LL[b, a], z, tr)))
-        return peak(self._states0[z] + self._act0[r] + work, self.problem.cluster.hardware)
+        resident, step = self._states0[z]
+        return peak(allocated(resident + self._act0[r] + work, step), self.problem.cluster.hardware)
 
     def __getitem__(self, knob) -> bool:
         if knob not in self._known:

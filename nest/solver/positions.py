@@ -158,22 +158,23 @@ def _send(problem, lt, src, dst, levels, direction: str, nbytes_L):
 
 def fit_capacity(problem, lt, d: int, opts, terms) -> np.ndarray:
     """[b, a, z, r]: the most micro-batches (0..L) a stage of layers a..b can stash with (z, r)
-    and fit, exactly as the kernel decides it: stash s fits iff peak(fixed + s act) <= HBM
+    and fit, exactly as the kernel decides it: stash s fits iff peak(held_bytes) <= HBM
     (nest.costs.stage.stage_cost), non-decreasing in s (act >= 0, and every IEEE operation of
     held_bytes and peak is monotone), so the stashes that fit are 0..capacity. Found from
     nest.costs.pipeline.stash_capacity's estimate and moved until the kernel's own test holds
     at the capacity and fails one above it; position-free (terms: any position's grid terms
     for d and opts), cached per (d, options)."""
-    fixed_ZR, act_R = terms[3], terms[4][..., None, :]
+    fixed_ZR, act_R, step_Z = terms[3], terms[4][..., None, :], terms[7]
     hw, smax = problem.cluster.hardware, lt.num_layers
     valid = np.tril(np.ones((smax, smax), dtype=bool))[..., None, None]  # a <= b (else: 0)
     assert (act_R >= 0)[np.broadcast_to(valid, act_R.shape)].all()
 
     def fits(s):
-        return valid & (peak(held_bytes(fixed_ZR, s, act_R), hw) <= hw.hbm_bytes)
+        return valid & (peak(held_bytes(fixed_ZR, s, act_R, step_Z), hw) <= hw.hbm_bytes)
 
     def make():
-        est = np.nan_to_num(stash_capacity(fixed_ZR, act_R, hw), posinf=smax, neginf=0)
+        est = np.nan_to_num(stash_capacity(fixed_ZR, act_R, hw, step_Z), posinf=smax,
+                            neginf=0)
         cap = np.where(valid, np.clip(est, 0, smax), 0)
         while True:
             up = (cap < smax) & fits(cap + 1)
