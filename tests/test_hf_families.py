@@ -74,8 +74,8 @@ GEMMA2_9B = {
     "architectures": ["Gemma2ForCausalLM"], "hidden_size": 3584, "intermediate_size": 14336,
     "num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8,
     "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192,
-    "sliding_window": 4096, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
-    "query_pre_attn_scalar": 256, "hidden_act": "gelu_pytorch_tanh",
+    "sliding_window": 4096, "sliding_window_size": 4096, "attn_logit_softcapping": 50.0,
+    "final_logit_softcapping": 30.0, "query_pre_attn_scalar": 256, "hidden_act": "gelu_pytorch_tanh",
     "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
     "attention_bias": False, "attention_dropout": 0.0, "cache_implementation": "hybrid",
     "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0}
@@ -253,6 +253,18 @@ def test_sliding_window_prices_the_band():
         (w * w / 2 + (s - w) * w) / (s * s / 2))
     assert win.act_bytes["none"] < full.act_bytes["none"]
     assert win.act_bytes["selective"] == full.act_bytes["selective"]  # scores not kept
+
+
+def test_gemma2_published_window_repeat_accepted_only_when_equal():
+    """google/gemma-2-9b's config.json states the window twice (`sliding_window` and
+    `sliding_window_size`, 4096 both); the published file plans with the window on the even
+    blocks, and a repeat that disagrees is refused by name rather than one of them dropped."""
+    spec = model_spec_from_hf_config(GEMMA2_9B, seq_len=8192)
+    assert spec.sliding_window == 4096 and list(spec.window_layers) == list(range(0, 42, 2))
+    with pytest.raises(SpecError, match="key 'sliding_window_size': 2048"):
+        model_spec_from_hf_config({**GEMMA2_9B, "sliding_window_size": 2048}, seq_len=8192)
+    with pytest.raises(SpecError, match="key 'sliding_window_size'"):
+        model_spec_from_hf_config({**QWEN3_8B, "sliding_window_size": 4096}, seq_len=4096)
 
 
 def test_phi3_and_mistral_window_every_block():

@@ -107,6 +107,10 @@ def _window_layers(c: _Cfg, mtype: str, n: int) -> tuple[int, tuple[int, ...]]:
     """(window, windowed block indices) by transformers' layer_types rule of each family."""
     types = c.cfg.get("layer_types")
     w = c.get("sliding_window", 0)
+    # google/gemma-2-9b and -27b's published configs repeat the window as `sliding_window_size`
+    # (a key Gemma2Config never reads): accepted only when it states the same window
+    c.refuse("sliding_window_size", lambda v: mtype == "gemma2" and v == w,
+             f"only Gemma-2's repeat of 'sliding_window' ({short(w)}), which transformers ignores")
     if mtype in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and not c.get("use_sliding_window",
                                                                             False):
         w = 0
