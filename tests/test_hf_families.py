@@ -127,7 +127,20 @@ DEEPSEEK_V3 = {
     "rms_norm_eps": 1e-06, "hidden_act": "silu", "tie_word_embeddings": False,
     "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 0, "eos_token_id": 1}
 
-FULL_SIZE = {"qwen2_5_7b": QWEN2_5_7B, "qwen3_8b": QWEN3_8B, "qwen3_30b_a3b": QWEN3_30B_A3B,
+# https://huggingface.co/meta-llama/Llama-3.2-1B/blob/main/config.json (tied embeddings, Llama-3
+# RoPE scaling)
+LLAMA3_2_1B = {
+    "_name_or_path": "meta-llama/Llama-3.2-1B", "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "intermediate_size": 8192,
+    "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
+    "vocab_size": 128256, "max_position_embeddings": 131072, "rope_theta": 500000.0,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rms_norm_eps": 1e-05, "hidden_act": "silu", "tie_word_embeddings": True,
+    "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False, "pretraining_tp": 1,
+    "bos_token_id": 128000, "eos_token_id": 128001}
+
+FULL_SIZE = {"llama3_2_1b": LLAMA3_2_1B, "qwen2_5_7b": QWEN2_5_7B, "qwen3_8b": QWEN3_8B, "qwen3_30b_a3b": QWEN3_30B_A3B,
              "qwen1_5_moe_a2_7b": QWEN1_5_MOE_A2_7B, "gemma_2_9b": GEMMA2_9B,
              "phi_3_mini_4k": PHI3_MINI_4K, "deepseek_v2_lite": DEEPSEEK_V2_LITE,
              "deepseek_v3": DEEPSEEK_V3}
@@ -265,6 +278,29 @@ def test_gemma2_published_window_repeat_accepted_only_when_equal():
         model_spec_from_hf_config({**GEMMA2_9B, "sliding_window_size": 2048}, seq_len=8192)
     with pytest.raises(SpecError, match="key 'sliding_window_size'"):
         model_spec_from_hf_config({**QWEN3_8B, "sliding_window_size": 4096}, seq_len=4096)
+
+
+def test_rope_scaling_reaches_the_export():
+    """RoPE scaling changes no cost but does change the trained model: Llama-3.2-1B's llama3
+    scaling (Megatron-LM's fixed constants 1 / 4 / 8192) exports as --use-rope-scaling with the
+    config's factor 32; DeepSeek-V2-Lite's yarn has no such argument and is a warning naming it,
+    never dropped in silence; a config without scaling exports neither."""
+    from nest.interfaces.export_model import model_args
+
+    warn: list[str] = []
+    args = model_args(model_spec_from_hf_config(LLAMA3_2_1B, seq_len=4096), warn)
+    i = args.index("--rope-scaling-factor")
+    assert "--use-rope-scaling" in args and float(args[i + 1]) == 32.0 and not warn
+    other = {**LLAMA3_2_1B["rope_scaling"], "original_max_position_embeddings": 4096}
+    args = model_args(model_spec_from_hf_config({**LLAMA3_2_1B, "rope_scaling": other},
+                                                seq_len=4096), warn)
+    assert "--use-rope-scaling" not in args and "RoPE scaling (llama3" in warn.pop()
+    args = model_args(model_spec_from_hf_config(DEEPSEEK_V2_LITE, seq_len=4096), warn)
+    assert "--use-rope-scaling" not in args
+    assert any("RoPE scaling (yarn" in w and "factor=40" in w for w in warn)
+    warn.clear()
+    args = model_args(model_spec_from_hf_config(QWEN3_8B, seq_len=4096), warn)
+    assert "--use-rope-scaling" not in args and not any("RoPE" in w for w in warn)
 
 
 def test_phi3_and_mistral_window_every_block():

@@ -92,7 +92,10 @@ class _Cfg:
             raise SpecError(f"{self.where}: key '{key}': {short(v)} is not supported ({what})")
 
 
-def _rope(c: _Cfg) -> None:
+def _rope(c: _Cfg) -> str:
+    """'' or the config's RoPE scaling as 'TYPE key=value ...' (sorted numeric keys), for the
+    export to state; an unknown type is refused."""
+    out = ""
     for key in ("rope_scaling", "rope_parameters"):
         r = c.cfg.get(key)
         if isinstance(r, dict):
@@ -101,6 +104,11 @@ def _rope(c: _Cfg) -> None:
                 raise SpecError(f"{c.where}: key '{key}.rope_type': {short(kind)} is not supported "
                                 f"(known: {', '.join(sorted(ROPE_TYPES))}; a RoPE variant "
                                 f"changes no FLOPs only when it is one of these)")
+            if kind != "default" and not out:
+                out = " ".join([str(kind)] + [f"{k}={v}" for k, v in sorted(r.items())
+                                              if isinstance(v, (int, float))
+                                              and not isinstance(v, bool)])
+    return out[:400]
 
 
 def _window_layers(c: _Cfg, mtype: str, n: int) -> tuple[int, tuple[int, ...]]:
@@ -169,11 +177,13 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
     for key in ("attention_dropout", "resid_pdrop", "embd_pdrop", "hidden_dropout"):
         c.refuse(key, lambda v: v == 0, "dropout in a decoder is not modelled")
     c.refuse("mlp_bias", lambda v: not v, "MLP biases are not modelled")
-    _rope(c)
+    rope = _rope(c)
     d = dict(num_layers=n, hidden_size=h, num_heads=a,
              num_kv_heads=c.get("num_key_value_heads", a),
              ffn_hidden_size=c.need("intermediate_size"), ffn_type="swiglu",
              tied_embeddings=bool(c.get("tie_word_embeddings", mtype in GEMMA)))
+    if rope:
+        d["rope_scaling"] = rope
     if mtype == "qwen2":
         d["qkv_bias"] = True  # Qwen2Attention: bias=True on q, k, v (hard-coded)
     elif mtype == "qwen2_moe":

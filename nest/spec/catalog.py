@@ -118,6 +118,9 @@ class ModelSpec:
     window_layers: tuple[int, ...] = ()  # 0-based block indices attending over the window
     attn_softcap: float = 0.0  # tanh soft-capping of attention scores (Gemma-2), fused on chip
     final_softcap: float = 0.0  # tanh soft-capping of the logits (Gemma-2)
+    # a Hugging Face config's RoPE scaling ("llama3 factor=32.0 ..."): rotation frequencies only,
+    # no cost (nest.graph.hf_spec); carried so that `nest export` states it or warns
+    rope_scaling: str = ""
     shared_ffn_hidden_size: int = 0  # always-active shared expert(s) of an MoE layer, in total
     shared_expert_gate: bool = False  # sigmoid gate Linear(h, 1) on the shared expert (Qwen2-MoE)
     num_dense_layers: int = 0  # the first blocks of an MoE model with a dense MLP (DeepSeek)
