@@ -154,6 +154,23 @@ def model_notes(problem) -> list[str]:
     return out
 
 
+def mfu_notes(rows, problem) -> list[str]:
+    """`nest compare`: the highest predicted MFU of the table against the best published run of
+    its class (the check `nest plan` makes), or that its hardware has no published class."""
+    from nest.fidelity.uncertainty import mfu_ceiling_note, mfu_unchecked_note
+
+    scored = [r for r in rows if r.evaluation is not None and r.mfu is not None]
+    if not scored:
+        return []
+    top = max(scored, key=lambda r: r.mfu)
+    note = mfu_ceiling_note(top.evaluation, problem)
+    if note:
+        return [f"warning: {top.planner}'s predicted MFU {top.mfu:.1%} is {note}: treat its "
+                f"time as optimistic"]
+    note = mfu_unchecked_note(problem)
+    return [f"note: {note}"] if note else []
+
+
 def cmd_plan(a) -> int:
     from nest.interfaces.cli_run import (DEFAULT_MBS_OPTIONS, devices_that_fit, planning_problem,
                               training_of, warnings_for)
@@ -376,6 +393,8 @@ def cmd_compare(a) -> int:
                              f"global batch {problem.training.global_batch}"))
     if skipped:
         print(f"not applicable here (left out): {', '.join(r.planner for r in skipped)}")
+    for line in mfu_notes(rows, problem):
+        print(line)
     for line in model_notes(problem):
         print(line)
     if a.output:
