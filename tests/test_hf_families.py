@@ -303,6 +303,29 @@ def test_rope_scaling_reaches_the_export():
     assert "--use-rope-scaling" not in args and not any("RoPE" in w for w in warn)
 
 
+def test_gemma_numerics_megatron_cannot_state_are_export_warnings():
+    """Gemma-2 scales the embeddings by sqrt(h), applies RMSNorm as 1 + w and (27B) scales the
+    scores by query_pre_attn_scalar ** -0.5 = 1/sqrt(144), not head_dim ** -0.5 = 1/sqrt(128)
+    (transformers' Gemma2Attention.scaling): none costs anything, none has a Megatron-LM argument
+    (softmax_scale is not one), so the export names each instead of dropping it."""
+    from nest.interfaces.export_model import model_args
+
+    gemma2_27b = {**GEMMA2_9B, "_name_or_path": "google/gemma-2-27b", "hidden_size": 4608,
+                  "intermediate_size": 36864, "num_hidden_layers": 46,
+                  "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
+                  "query_pre_attn_scalar": 144}
+    assert gemma2_27b["hidden_size"] // gemma2_27b["num_attention_heads"] == 144
+    for cfg, scale in ((GEMMA2_9B, False), (gemma2_27b, True)):
+        warn: list[str] = []
+        model_args(model_spec_from_hf_config(cfg, seq_len=4096), warn)
+        text = " ".join(warn)
+        assert "sqrt(hidden_size)" in text and "1 + w" in text
+        assert ("softmax scale 1/sqrt(144)" in text) is scale
+    warn = []
+    model_args(model_spec_from_hf_config(QWEN3_8B, seq_len=4096), warn)
+    assert not warn
+
+
 def test_phi3_and_mistral_window_every_block():
     for fam in ("phi3", "mistral"):
         spec = model_spec_from_hf_config(TINY[fam], seq_len=128)

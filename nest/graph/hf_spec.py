@@ -219,6 +219,15 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
         d.update(ffn_type="geglu", sandwich_norm=True,
                  attn_softcap=float(c.get("attn_logit_softcapping", 0.0)),
                  final_softcap=float(c.get("final_logit_softcapping", 0.0)))
+        # no cost, but numerics a Megatron-LM export must be told of (Gemma2 / Gemma3 modeling:
+        # the embeddings times sqrt(hidden_size), RMSNorm's gain 1 + w, the scores scaled by
+        # query_pre_attn_scalar ** -0.5 rather than head_dim ** -0.5)
+        notes = ["embeddings scaled by sqrt(hidden_size)", "RMSNorm gain 1 + w"]
+        q, hd = c.get("query_pre_attn_scalar"), d.get("head_size") or h // a
+        if q is not None and q != hd:
+            notes.append(f"softmax scale 1/sqrt({short(q)}) (query_pre_attn_scalar; head_dim "
+                         f"is {hd})")
+        d["numerics_notes"] = notes
     else:
         c.refuse("hidden_act", lambda v: v == "silu", "the gated MLP needs silu (SwiGLU)")
         for key in ("attn_logit_softcapping", "final_logit_softcapping"):

@@ -78,7 +78,7 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
         a += ["--attention-dropout", "0", "--hidden-dropout", "0"]
     if m.family == "bert":
         a.append("--bert-no-binary-head")  # the layer graph has no pooler / NSP head
-    left = [w for k, w in UNEXPORTED.items() if getattr(m, k, 0)]
+    left = [w for k, w in UNEXPORTED.items() if getattr(m, k, 0)] + list(m.numerics_notes)
     if left:
         warnings.append(f"{m.name} uses {', '.join(left)}: not expressed by these Megatron-LM "
                         f"arguments (add them by hand)")

@@ -121,6 +121,9 @@ class ModelSpec:
     # a Hugging Face config's RoPE scaling ("llama3 factor=32.0 ..."): rotation frequencies only,
     # no cost (nest.graph.hf_spec); carried so that `nest export` states it or warns
     rope_scaling: str = ""
+    # numerics of a Hugging Face family that cost nothing here but that Megatron-LM's arguments
+    # do not state (Gemma's embedding scale, ...): `nest export` warns with them
+    numerics_notes: tuple[str, ...] = ()
     shared_ffn_hidden_size: int = 0  # always-active shared expert(s) of an MoE layer, in total
     shared_expert_gate: bool = False  # sigmoid gate Linear(h, 1) on the shared expert (Qwen2-MoE)
     num_dense_layers: int = 0  # the first blocks of an MoE model with a dense MLP (DeepSeek)
@@ -187,6 +190,8 @@ def model_from_dict(d: dict, where: str) -> ModelSpec:
     d.setdefault("num_kv_heads", d["num_heads"])
     if "window_layers" in d:
         d["window_layers"] = tuple(d["window_layers"])
+    if "numerics_notes" in d:
+        d["numerics_notes"] = tuple(d["numerics_notes"])
     spec = ModelSpec(
         **d,
         parallel_variants=ParallelVariants(**{k: tuple(v) for k, v in pv.items()}),
