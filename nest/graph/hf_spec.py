@@ -66,7 +66,14 @@ ROPE_TYPES = {"default", "linear", "dynamic", "yarn", "longrope", "llama3", "su"
 
 
 def _name(cfg: dict, where: str) -> str:
-    raw = cfg.get("_name_or_path") or Path(where).stem
+    """The model's name: the config's _name_or_path, else the file's name, else (a file named
+    config.json, as every hub download is) its folder's, or the repository's for a hub-cache
+    snapshot (models--ORG--NAME/snapshots/HASH/config.json)."""
+    p = Path(where)
+    raw = cfg.get("_name_or_path") or p.stem
+    if not cfg.get("_name_or_path") and p.name == "config.json":
+        hub = [x for x in p.parts if x.startswith("models--")]
+        raw = hub[-1].rsplit("--", 1)[-1] if hub else (p.parent.name or raw)
     return re.sub(r"[^a-z0-9_]+", "_", str(raw).lower().rsplit("/", 1)[-1]).strip("_") or "hf_model"
 
 

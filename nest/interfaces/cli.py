@@ -503,7 +503,7 @@ _FORMAT = argparse.RawDescriptionHelpFormatter
 def _point_args(p: argparse.ArgumentParser) -> None:
     """The options naming one point (model, cluster, devices), shared by plan and compare."""
     p.add_argument("--model", required=True, help="catalog name, path to a model YAML, or a "
-                   "Hugging Face config.json")
+                   "Hugging Face config.json (or the model folder holding it)")
     p.add_argument("--cluster", required=True, help="catalog name or path to a cluster YAML")
     p.add_argument("--num-devices", type=_bounded("plan", "num_devices"), required=True,
                    help="devices to plan for (at most the cluster's largest level)")
@@ -596,7 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
     sg = sub.add_parser("graph", help="build a model's layer graph", epilog=EPILOG,
                         formatter_class=_FORMAT)
     sg.add_argument("--model", required=True, help="catalog name, path to a model YAML, or a "
-                    "Hugging Face config.json")
+                    "Hugging Face config.json (or the model folder holding it)")
     sg.add_argument("--mbs", type=_bounded("plan", "mbs"), default=1,
                     help="micro-batch size in samples (default: 1)")
     sg.add_argument("--seq-len", type=_bounded("model", "seq_len"),

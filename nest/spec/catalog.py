@@ -269,6 +269,13 @@ def load_model(name_or_path: str | os.PathLike, seq_len: int | None = None) -> M
     config.json has none of its own and warns when it is not given."""
     if str(name_or_path).endswith(".json"):
         return model_spec_from_hf_config(name_or_path, seq_len=seq_len)
+    folder = Path(name_or_path)
+    if folder.is_dir() and not (config_dir() / "models" / f"{folder}.yaml").exists():
+        # a Hugging Face model folder (a download, a hub-cache snapshot): its config.json
+        if not (folder / "config.json").is_file():
+            raise SpecError(f"{folder}: is a folder without a config.json (expected a catalog "
+                            f"name, a model YAML, a Hugging Face config.json or its folder)")
+        return model_spec_from_hf_config(folder / "config.json", seq_len=seq_len)
     path = _resolve("models", name_or_path)
     d = read_yaml(path)
     if isinstance(d, dict) and "hf_config" in d:  # a catalog entry that is a config.json
