@@ -142,6 +142,30 @@ def test_compare_table_and_csv(capsys, tmp_path):
     assert float(by["nest"]["time_per_batch_s"]) <= float(by["manual"]["time_per_batch_s"])
 
 
+def test_compare_holds_the_highest_mfu_to_the_published_ceiling(capsys, monkeypatch):
+    """`nest compare` prints the MFU check `nest plan` prints, for the table's highest MFU: the
+    ceiling note when above, or 'MFU unchecked' on hardware without a published class."""
+    import nest.fidelity.uncertainty as u
+
+    seen = []
+
+    def fake(ev, pr):
+        seen.append(ev.mfu)
+        return "ABOVE the best published MFU of its class: fake"
+
+    monkeypatch.setattr(u, "mfu_ceiling_note", fake)
+    rc, out, err = run(capsys, "compare", *TINY, "--planners", "manual,nest", "-q")
+    assert rc == 0, err
+    rows = [ln.split() for ln in out.splitlines() if ln.startswith(("manual ", "nest "))]
+    top = max(float(r[4].rstrip("%")) for r in rows if r[1] == "feasible")
+    assert len(seen) == 1 and round(seen[0] * 100, 1) == top
+    assert "warning:" in out and "ABOVE the best published MFU of its class: fake" in out
+    monkeypatch.setattr(u, "mfu_ceiling_note", lambda ev, pr: "")
+    monkeypatch.setattr(u, "mfu_unchecked_note", lambda pr: "MFU unchecked: fake")
+    rc, out, err = run(capsys, "compare", *TINY, "--planners", "nest", "-q")
+    assert rc == 0 and "note: MFU unchecked: fake" in out
+
+
 def test_compare_default_lineup_leaves_out_not_applicable(capsys):
     from nest.planners.registry import planner_names
 

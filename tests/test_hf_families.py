@@ -74,8 +74,8 @@ GEMMA2_9B = {
     "architectures": ["Gemma2ForCausalLM"], "hidden_size": 3584, "intermediate_size": 14336,
     "num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8,
     "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192,
-    "sliding_window": 4096, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
-    "query_pre_attn_scalar": 256, "hidden_act": "gelu_pytorch_tanh",
+    "sliding_window": 4096, "sliding_window_size": 4096, "attn_logit_softcapping": 50.0,
+    "final_logit_softcapping": 30.0, "query_pre_attn_scalar": 256, "hidden_act": "gelu_pytorch_tanh",
     "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
     "attention_bias": False, "attention_dropout": 0.0, "cache_implementation": "hybrid",
     "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0}
@@ -127,7 +127,20 @@ DEEPSEEK_V3 = {
     "rms_norm_eps": 1e-06, "hidden_act": "silu", "tie_word_embeddings": False,
     "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 0, "eos_token_id": 1}
 
-FULL_SIZE = {"qwen2_5_7b": QWEN2_5_7B, "qwen3_8b": QWEN3_8B, "qwen3_30b_a3b": QWEN3_30B_A3B,
+# https://huggingface.co/meta-llama/Llama-3.2-1B/blob/main/config.json (tied embeddings, Llama-3
+# RoPE scaling)
+LLAMA3_2_1B = {
+    "_name_or_path": "meta-llama/Llama-3.2-1B", "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "intermediate_size": 8192,
+    "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
+    "vocab_size": 128256, "max_position_embeddings": 131072, "rope_theta": 500000.0,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rms_norm_eps": 1e-05, "hidden_act": "silu", "tie_word_embeddings": True,
+    "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False, "pretraining_tp": 1,
+    "bos_token_id": 128000, "eos_token_id": 128001}
+
+FULL_SIZE = {"llama3_2_1b": LLAMA3_2_1B, "qwen2_5_7b": QWEN2_5_7B, "qwen3_8b": QWEN3_8B, "qwen3_30b_a3b": QWEN3_30B_A3B,
              "qwen1_5_moe_a2_7b": QWEN1_5_MOE_A2_7B, "gemma_2_9b": GEMMA2_9B,
              "phi_3_mini_4k": PHI3_MINI_4K, "deepseek_v2_lite": DEEPSEEK_V2_LITE,
              "deepseek_v3": DEEPSEEK_V3}
@@ -253,6 +266,64 @@ def test_sliding_window_prices_the_band():
         (w * w / 2 + (s - w) * w) / (s * s / 2))
     assert win.act_bytes["none"] < full.act_bytes["none"]
     assert win.act_bytes["selective"] == full.act_bytes["selective"]  # scores not kept
+
+
+def test_gemma2_published_window_repeat_accepted_only_when_equal():
+    """google/gemma-2-9b's config.json states the window twice (`sliding_window` and
+    `sliding_window_size`, 4096 both); the published file plans with the window on the even
+    blocks, and a repeat that disagrees is refused by name rather than one of them dropped."""
+    spec = model_spec_from_hf_config(GEMMA2_9B, seq_len=8192)
+    assert spec.sliding_window == 4096 and list(spec.window_layers) == list(range(0, 42, 2))
+    with pytest.raises(SpecError, match="key 'sliding_window_size': 2048"):
+        model_spec_from_hf_config({**GEMMA2_9B, "sliding_window_size": 2048}, seq_len=8192)
+    with pytest.raises(SpecError, match="key 'sliding_window_size'"):
+        model_spec_from_hf_config({**QWEN3_8B, "sliding_window_size": 4096}, seq_len=4096)
+
+
+def test_rope_scaling_reaches_the_export():
+    """RoPE scaling changes no cost but does change the trained model: Llama-3.2-1B's llama3
+    scaling (Megatron-LM's fixed constants 1 / 4 / 8192) exports as --use-rope-scaling with the
+    config's factor 32; DeepSeek-V2-Lite's yarn has no such argument and is a warning naming it,
+    never dropped in silence; a config without scaling exports neither."""
+    from nest.interfaces.export_model import model_args
+
+    warn: list[str] = []
+    args = model_args(model_spec_from_hf_config(LLAMA3_2_1B, seq_len=4096), warn)
+    i = args.index("--rope-scaling-factor")
+    assert "--use-rope-scaling" in args and float(args[i + 1]) == 32.0 and not warn
+    other = {**LLAMA3_2_1B["rope_scaling"], "original_max_position_embeddings": 4096}
+    args = model_args(model_spec_from_hf_config({**LLAMA3_2_1B, "rope_scaling": other},
+                                                seq_len=4096), warn)
+    assert "--use-rope-scaling" not in args and "RoPE scaling (llama3" in warn.pop()
+    args = model_args(model_spec_from_hf_config(DEEPSEEK_V2_LITE, seq_len=4096), warn)
+    assert "--use-rope-scaling" not in args
+    assert any("RoPE scaling (yarn" in w and "factor=40" in w for w in warn)
+    warn.clear()
+    args = model_args(model_spec_from_hf_config(QWEN3_8B, seq_len=4096), warn)
+    assert "--use-rope-scaling" not in args and not any("RoPE" in w for w in warn)
+
+
+def test_gemma_numerics_megatron_cannot_state_are_export_warnings():
+    """Gemma-2 scales the embeddings by sqrt(h), applies RMSNorm as 1 + w and (27B) scales the
+    scores by query_pre_attn_scalar ** -0.5 = 1/sqrt(144), not head_dim ** -0.5 = 1/sqrt(128)
+    (transformers' Gemma2Attention.scaling): none costs anything, none has a Megatron-LM argument
+    (softmax_scale is not one), so the export names each instead of dropping it."""
+    from nest.interfaces.export_model import model_args
+
+    gemma2_27b = {**GEMMA2_9B, "_name_or_path": "google/gemma-2-27b", "hidden_size": 4608,
+                  "intermediate_size": 36864, "num_hidden_layers": 46,
+                  "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
+                  "query_pre_attn_scalar": 144}
+    assert gemma2_27b["hidden_size"] // gemma2_27b["num_attention_heads"] == 144
+    for cfg, scale in ((GEMMA2_9B, False), (gemma2_27b, True)):
+        warn: list[str] = []
+        model_args(model_spec_from_hf_config(cfg, seq_len=4096), warn)
+        text = " ".join(warn)
+        assert "sqrt(hidden_size)" in text and "1 + w" in text
+        assert ("softmax scale 1/sqrt(144)" in text) is scale
+    warn = []
+    model_args(model_spec_from_hf_config(QWEN3_8B, seq_len=4096), warn)
+    assert not warn
 
 
 def test_phi3_and_mistral_window_every_block():

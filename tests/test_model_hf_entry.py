@@ -48,3 +48,31 @@ def test_bad_entries_are_refused_by_key(tmp_path):
     p.write_text(json.dumps(entry))
     with pytest.raises(SpecError, match="seq_len"):
         load_model(p)
+
+
+def test_hugging_face_folder_and_hub_snapshot_are_models(tmp_path):
+    """A downloaded model folder, or a hub-cache snapshot, works as --model: its config.json is
+    read (the same spec as the file itself), and the name comes from the folder / repository
+    when the config has no _name_or_path (every file is called config.json). A folder without
+    one is an error naming it."""
+    import json
+
+    from nest.common.errors import SpecError
+    from nest.graph import fx_extract as fx
+    from nest.spec.catalog import load_model
+
+    cfg = json.loads(open("tests/fixtures/hf/llama_3_70b.json").read())
+    cfg.pop("_name_or_path", None)
+    plain = tmp_path / "Meta-Llama-3-70B"
+    snap = tmp_path / "hub" / "models--meta-llama--Meta-Llama-3-70B" / "snapshots" / "0a1b2c"
+    for d in (plain, snap):
+        d.mkdir(parents=True)
+        (d / "config.json").write_text(json.dumps(cfg))
+    direct = load_model(plain / "config.json", seq_len=4096)
+    for d in (plain, snap):
+        spec = load_model(d, seq_len=4096)
+        assert spec.name == "meta_llama_3_70b"
+        assert fx.total_params(spec) == fx.total_params(direct) == 70_553_706_496
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SpecError, match="empty: is a folder without a config.json"):
+        load_model(tmp_path / "empty")

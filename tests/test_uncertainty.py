@@ -88,3 +88,25 @@ def test_mfu_ceiling_by_precision(capsys):
     assert main(["evaluate", str(ex / "llama3_70b_h100_fp8_bridge.yaml")]) == 0
     out = capsys.readouterr().out
     assert "uncertainty (h100_sxm/fp8/dense" in out and "ABOVE" not in out
+
+
+def test_mfu_of_hardware_without_published_class_says_unchecked():
+    """H200 / B200 / GB200 have no row in best_published_mfu.yaml: the printed lines say the MFU
+    is unchecked instead of nothing (which reads as "below the ceiling"); an H100 plan does not
+    say it. The class list is read from the shipped table itself."""
+    from nest.fidelity.uncertainty import lines_for, mfu_unchecked_note
+    from nest.problem.evaluate import evaluate, make_problem
+    from nest.problem.plan_spec import expand
+    from nest.reports.gains import load_best_published_mfu
+
+    classes = load_best_published_mfu()["hardware_classes"]
+    for cluster, hw in (("gb200_nvl72", "gb200"), ("dgx_h100_superpod", "h100_sxm")):
+        pr = make_problem("tiny_gpt", cluster, 8)
+        listed = any(hw in names for names in classes.values())
+        note = mfu_unchecked_note(pr)
+        assert bool(note) is not listed
+        if note:
+            assert f"MFU unchecked: {hw}" in note
+            plan = expand({"model": "tiny_gpt", "cluster": cluster, "num_devices": 8, "pp": 1,
+                           "dp": 8}, pr, "x")
+            assert any("MFU unchecked" in line for line in lines_for(evaluate(plan, pr), pr))

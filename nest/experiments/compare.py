@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nest.common import progress
 from nest.common.errors import SpecError, debug_enabled
@@ -41,6 +41,9 @@ class Row:
     # stages have their own devices / variants (Alpa-E's submeshes, the paper's heterogeneous
     # stages) the stage count, the per-stage device range and the devices used
     shape: str = ""
+    # the shared evaluator's result (not a CSV column): `nest compare` holds the highest MFU to
+    # the published ceiling with it, as `nest plan` does
+    evaluation: object = field(default=None, repr=False, compare=False)
 
 
 def shape_of(plan) -> str:
@@ -88,7 +91,7 @@ def compare(problem, planners: list[str]) -> list[Row]:
             ev.throughput_samples_per_s if feasible else None, ev.mfu if feasible else None, None,
             *((plan.pp, plan.dp, plan.tp, plan.ep, plan.cp, plan.mbs) if plan else (None,) * 6),
             out.solve_time_s, "" if feasible else " ".join(str(out.reason).split()),
-            shape_of(plan) if plan else ""))
+            shape_of(plan) if plan else "", ev if feasible else None))
     # by throughput: a replayed plan may be scored on the batch it processes (batch_adjusted)
     tputs = [r.throughput_samples_per_s for r in rows if r.throughput_samples_per_s]
     if tputs:

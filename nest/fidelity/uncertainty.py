@@ -14,7 +14,8 @@ Classes with no published run fall back, in order, to the same hardware and kind
 16-bit precision (bf16 <-> fp16: the same tensor-core peak), the same hardware and kind in any
 precision, the same kind on any hardware, and every run; the band names the level it used.
 `mfu_ceiling_note` says when a predicted MFU is above the best published run of its class
-(config/validation/best_published_mfu.yaml, nest.reports.gains.mfu_ceiling).
+(config/validation/best_published_mfu.yaml, nest.reports.gains.mfu_ceiling);
+`mfu_unchecked_note` says when the hardware has no class there, so nothing bounds the MFU.
 """
 
 from __future__ import annotations
@@ -174,6 +175,21 @@ def mfu_ceiling_note(ev, problem) -> str:
             f"{best['mfu']:.1%} ({best['id']}, config/validation/best_published_mfu.yaml)")
 
 
+def mfu_unchecked_note(problem) -> str:
+    """'' or a line saying the MFU is held to no published run: the hardware belongs to no class
+    of config/validation/best_published_mfu.yaml (H200, B200, GB200, ...), so a prediction above
+    every published run could not be flagged and must not read as checked."""
+    from nest.reports.gains import load_best_published_mfu
+
+    table = load_best_published_mfu()
+    hw = problem.cluster.hardware.name
+    if any(hw in names for names in table["hardware_classes"].values()):
+        return ""
+    return (f"MFU unchecked: {hw} is in no hardware class of "
+            f"config/validation/best_published_mfu.yaml (classes: "
+            f"{', '.join(sorted(table['hardware_classes']))}), so no published run bounds it")
+
+
 def lines_for(ev, problem) -> list[str]:
     """What `nest plan` / `nest evaluate` print under the time and MFU."""
     if not ev.feasible:
@@ -182,5 +198,5 @@ def lines_for(ev, problem) -> list[str]:
         out = ["  " + band_of(ev, problem).line()]
     except SpecError as e:
         out = [f"  uncertainty: not available ({e})"]
-    note = mfu_ceiling_note(ev, problem)
+    note = mfu_ceiling_note(ev, problem) or mfu_unchecked_note(problem)
     return out + ([f"  {note}"] if note else [])

@@ -66,7 +66,14 @@ ROPE_TYPES = {"default", "linear", "dynamic", "yarn", "longrope", "llama3", "su"
 
 
 def _name(cfg: dict, where: str) -> str:
-    raw = cfg.get("_name_or_path") or Path(where).stem
+    """The model's name: the config's _name_or_path, else the file's name, else (a file named
+    config.json, as every hub download is) its folder's, or the repository's for a hub-cache
+    snapshot (models--ORG--NAME/snapshots/HASH/config.json)."""
+    p = Path(where)
+    raw = cfg.get("_name_or_path") or p.stem
+    if not cfg.get("_name_or_path") and p.name == "config.json":
+        hub = [x for x in p.parts if x.startswith("models--")]
+        raw = hub[-1].rsplit("--", 1)[-1] if hub else (p.parent.name or raw)
     return re.sub(r"[^a-z0-9_]+", "_", str(raw).lower().rsplit("/", 1)[-1]).strip("_") or "hf_model"
 
 
@@ -92,7 +99,10 @@ class _Cfg:
             raise SpecError(f"{self.where}: key '{key}': {short(v)} is not supported ({what})")
 
 
-def _rope(c: _Cfg) -> None:
+def _rope(c: _Cfg) -> str:
+    """'' or the config's RoPE scaling as 'TYPE key=value ...' (sorted numeric keys), for the
+    export to state; an unknown type is refused."""
+    out = ""
     for key in ("rope_scaling", "rope_parameters"):
         r = c.cfg.get(key)
         if isinstance(r, dict):
@@ -101,12 +111,21 @@ def _rope(c: _Cfg) -> None:
                 raise SpecError(f"{c.where}: key '{key}.rope_type': {short(kind)} is not supported "
                                 f"(known: {', '.join(sorted(ROPE_TYPES))}; a RoPE variant "
                                 f"changes no FLOPs only when it is one of these)")
+            if kind != "default" and not out:
+                out = " ".join([str(kind)] + [f"{k}={v}" for k, v in sorted(r.items())
+                                              if isinstance(v, (int, float))
+                                              and not isinstance(v, bool)])
+    return out[:400]
 
 
 def _window_layers(c: _Cfg, mtype: str, n: int) -> tuple[int, tuple[int, ...]]:
     """(window, windowed block indices) by transformers' layer_types rule of each family."""
     types = c.cfg.get("layer_types")
     w = c.get("sliding_window", 0)
+    # google/gemma-2-9b and -27b's published configs repeat the window as `sliding_window_size`
+    # (a key Gemma2Config never reads): accepted only when it states the same window
+    c.refuse("sliding_window_size", lambda v: mtype == "gemma2" and v == w,
+             f"only Gemma-2's repeat of 'sliding_window' ({short(w)}), which transformers ignores")
     if mtype in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and not c.get("use_sliding_window",
                                                                             False):
         w = 0
@@ -165,11 +184,13 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
     for key in ("attention_dropout", "resid_pdrop", "embd_pdrop", "hidden_dropout"):
         c.refuse(key, lambda v: v == 0, "dropout in a decoder is not modelled")
     c.refuse("mlp_bias", lambda v: not v, "MLP biases are not modelled")
-    _rope(c)
+    rope = _rope(c)
     d = dict(num_layers=n, hidden_size=h, num_heads=a,
              num_kv_heads=c.get("num_key_value_heads", a),
              ffn_hidden_size=c.need("intermediate_size"), ffn_type="swiglu",
              tied_embeddings=bool(c.get("tie_word_embeddings", mtype in GEMMA)))
+    if rope:
+        d["rope_scaling"] = rope
     if mtype == "qwen2":
         d["qkv_bias"] = True  # Qwen2Attention: bias=True on q, k, v (hard-coded)
     elif mtype == "qwen2_moe":
@@ -205,6 +226,15 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
         d.update(ffn_type="geglu", sandwich_norm=True,
                  attn_softcap=float(c.get("attn_logit_softcapping", 0.0)),
                  final_softcap=float(c.get("final_logit_softcapping", 0.0)))
+        # no cost, but numerics a Megatron-LM export must be told of (Gemma2 / Gemma3 modeling:
+        # the embeddings times sqrt(hidden_size), RMSNorm's gain 1 + w, the scores scaled by
+        # query_pre_attn_scalar ** -0.5 rather than head_dim ** -0.5)
+        notes = ["embeddings scaled by sqrt(hidden_size)", "RMSNorm gain 1 + w"]
+        q, hd = c.get("query_pre_attn_scalar"), d.get("head_size") or h // a
+        if q is not None and q != hd:
+            notes.append(f"softmax scale 1/sqrt({short(q)}) (query_pre_attn_scalar; head_dim "
+                         f"is {hd})")
+        d["numerics_notes"] = notes
     else:
         c.refuse("hidden_act", lambda v: v == "silu", "the gated MLP needs silu (SwiGLU)")
         for key in ("attn_logit_softcapping", "final_logit_softcapping"):

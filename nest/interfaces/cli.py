@@ -154,6 +154,23 @@ def model_notes(problem) -> list[str]:
     return out
 
 
+def mfu_notes(rows, problem) -> list[str]:
+    """`nest compare`: the highest predicted MFU of the table against the best published run of
+    its class (the check `nest plan` makes), or that its hardware has no published class."""
+    from nest.fidelity.uncertainty import mfu_ceiling_note, mfu_unchecked_note
+
+    scored = [r for r in rows if r.evaluation is not None and r.mfu is not None]
+    if not scored:
+        return []
+    top = max(scored, key=lambda r: r.mfu)
+    note = mfu_ceiling_note(top.evaluation, problem)
+    if note:
+        return [f"warning: {top.planner}'s predicted MFU {top.mfu:.1%} is {note}: treat its "
+                f"time as optimistic"]
+    note = mfu_unchecked_note(problem)
+    return [f"note: {note}"] if note else []
+
+
 def cmd_plan(a) -> int:
     from nest.interfaces.cli_run import (DEFAULT_MBS_OPTIONS, devices_that_fit, planning_problem,
                               training_of, warnings_for)
@@ -376,6 +393,8 @@ def cmd_compare(a) -> int:
                              f"global batch {problem.training.global_batch}"))
     if skipped:
         print(f"not applicable here (left out): {', '.join(r.planner for r in skipped)}")
+    for line in mfu_notes(rows, problem):
+        print(line)
     for line in model_notes(problem):
         print(line)
     if a.output:
@@ -484,7 +503,7 @@ _FORMAT = argparse.RawDescriptionHelpFormatter
 def _point_args(p: argparse.ArgumentParser) -> None:
     """The options naming one point (model, cluster, devices), shared by plan and compare."""
     p.add_argument("--model", required=True, help="catalog name, path to a model YAML, or a "
-                   "Hugging Face config.json")
+                   "Hugging Face config.json (or the model folder holding it)")
     p.add_argument("--cluster", required=True, help="catalog name or path to a cluster YAML")
     p.add_argument("--num-devices", type=_bounded("plan", "num_devices"), required=True,
                    help="devices to plan for (at most the cluster's largest level)")
@@ -577,7 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
     sg = sub.add_parser("graph", help="build a model's layer graph", epilog=EPILOG,
                         formatter_class=_FORMAT)
     sg.add_argument("--model", required=True, help="catalog name, path to a model YAML, or a "
-                    "Hugging Face config.json")
+                    "Hugging Face config.json (or the model folder holding it)")
     sg.add_argument("--mbs", type=_bounded("plan", "mbs"), default=1,
                     help="micro-batch size in samples (default: 1)")
     sg.add_argument("--seq-len", type=_bounded("model", "seq_len"),

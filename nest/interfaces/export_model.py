@@ -35,6 +35,8 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
     else:  # Llama family: rotary, no biases (gpt-oss: biases on every linear)
         a += ["--position-embedding-type", "rope", "--rotary-base",
               str(int(m.rope_theta or 10000))]
+        if m.rope_scaling:
+            a += _rope_scaling_args(m, warnings)
         if not m.linear_bias:  # Megatron-LM's default adds them (gpt-oss keeps the default)
             a.append("--disable-bias-linear")
         if getattr(m, "qkv_bias", False):
@@ -76,11 +78,34 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
         a += ["--attention-dropout", "0", "--hidden-dropout", "0"]
     if m.family == "bert":
         a.append("--bert-no-binary-head")  # the layer graph has no pooler / NSP head
-    left = [w for k, w in UNEXPORTED.items() if getattr(m, k, 0)]
+    left = [w for k, w in UNEXPORTED.items() if getattr(m, k, 0)] + list(m.numerics_notes)
     if left:
         warnings.append(f"{m.name} uses {', '.join(left)}: not expressed by these Megatron-LM "
                         f"arguments (add them by hand)")
     return a
+
+
+# Megatron-LM's --use-rope-scaling: Llama 3.x's scaling with these constants fixed
+# (megatron/core/models/common/embeddings/rotary_pos_embedding.py, _apply_scaling); only the
+# factor is an argument
+MEGATRON_LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                        "original_max_position_embeddings": 8192.0}
+
+
+def _rope_scaling_args(m: ModelSpec, warnings: list[str]) -> list[str]:
+    """Llama-3 RoPE scaling with Megatron-LM's fixed constants -> --use-rope-scaling and its
+    factor; any other scaling (yarn, linear, longrope, other constants) -> a warning, never
+    dropped in silence (the run would train other rotation frequencies than the config's)."""
+    kind, *kv = m.rope_scaling.split()
+    vals = {k: float(v) for k, v in (x.split("=", 1) for x in kv)}
+    if kind == "llama3" and "factor" in vals and all(
+            vals.get(k) == v for k, v in MEGATRON_LLAMA3_ROPE.items()):
+        return ["--use-rope-scaling", "--rope-scaling-factor", repr(vals["factor"])]
+    warnings.append(f"{m.name} uses RoPE scaling ({m.rope_scaling}): not expressed by these "
+                    f"Megatron-LM arguments (add them by hand, e.g. --rope-type yarn "
+                    f"--rotary-scaling-factor --mscale --mscale-all-dim for multi-latent "
+                    f"attention)")
+    return []
 
 
 def _freq(pattern: list[int]) -> str:

@@ -118,6 +118,12 @@ class ModelSpec:
     window_layers: tuple[int, ...] = ()  # 0-based block indices attending over the window
     attn_softcap: float = 0.0  # tanh soft-capping of attention scores (Gemma-2), fused on chip
     final_softcap: float = 0.0  # tanh soft-capping of the logits (Gemma-2)
+    # a Hugging Face config's RoPE scaling ("llama3 factor=32.0 ..."): rotation frequencies only,
+    # no cost (nest.graph.hf_spec); carried so that `nest export` states it or warns
+    rope_scaling: str = ""
+    # numerics of a Hugging Face family that cost nothing here but that Megatron-LM's arguments
+    # do not state (Gemma's embedding scale, ...): `nest export` warns with them
+    numerics_notes: tuple[str, ...] = ()
     shared_ffn_hidden_size: int = 0  # always-active shared expert(s) of an MoE layer, in total
     shared_expert_gate: bool = False  # sigmoid gate Linear(h, 1) on the shared expert (Qwen2-MoE)
     num_dense_layers: int = 0  # the first blocks of an MoE model with a dense MLP (DeepSeek)
@@ -184,6 +190,8 @@ def model_from_dict(d: dict, where: str) -> ModelSpec:
     d.setdefault("num_kv_heads", d["num_heads"])
     if "window_layers" in d:
         d["window_layers"] = tuple(d["window_layers"])
+    if "numerics_notes" in d:
+        d["numerics_notes"] = tuple(d["numerics_notes"])
     spec = ModelSpec(
         **d,
         parallel_variants=ParallelVariants(**{k: tuple(v) for k, v in pv.items()}),
@@ -261,6 +269,13 @@ def load_model(name_or_path: str | os.PathLike, seq_len: int | None = None) -> M
     config.json has none of its own and warns when it is not given."""
     if str(name_or_path).endswith(".json"):
         return model_spec_from_hf_config(name_or_path, seq_len=seq_len)
+    folder = Path(name_or_path)
+    if folder.is_dir() and not (config_dir() / "models" / f"{folder}.yaml").exists():
+        # a Hugging Face model folder (a download, a hub-cache snapshot): its config.json
+        if not (folder / "config.json").is_file():
+            raise SpecError(f"{folder}: is a folder without a config.json (expected a catalog "
+                            f"name, a model YAML, a Hugging Face config.json or its folder)")
+        return model_spec_from_hf_config(folder / "config.json", seq_len=seq_len)
     path = _resolve("models", name_or_path)
     d = read_yaml(path)
     if isinstance(d, dict) and "hf_config" in d:  # a catalog entry that is a config.json
