@@ -234,6 +234,16 @@ DeepSeek-V3 first it is 11.7 (5.2 + 6.5), the graph carrying the torch._dynamo i
 solve JAX's import and first compiles (about 2.5 s together under this load). Not done: the
 torch._dynamo import (it would take patching torch's internals), Alpa-E's chain DP and range
 tables (~15 CPU s of DeepSeek-V3's compare), MCMC's per-move stage pricing (~7 s).
+
+The merged code (main at 7947a6d, this round's cost terms included), the machine otherwise
+idle, CPU s (graph / solve / compare), default order: llama3_70b 2.5 / 6.2 / 9.2,
+mixtral_8x22b 1.2 / 3.6 / 10.9, deepseek_v3 4.9 / 5.3 / 16.1, qwen1_5_moe 2.9 / 3.4 / 2.9,
+gemma3_1b 0.4 / 0.3 / 0.8, gpt_oss_20b 3.2 / 1.0 / 2.3. DeepSeek-V3 first in the process, six
+runs one after another minutes later: 4.6 + 6.0, 7.4 + 7.0, 4.7 + 6.1, 6.3 + 6.7, 8.0 + 6.4,
+5.4 + 7.7 (the same work; this VM's CPU seconds drifted by half while nothing else ran), and,
+alternated in that slow phase, main at 9d42eea against this code: graph 7.8 / 8.5 against
+7.5 / 7.6, solve 11.9 / 11.6 against 9.6 / 9.1. So DeepSeek-V3's graph + solve is 10.2-10.6
+CPU s at best on this machine, above the 10 s target; Mixtral-8x22B and Llama-3-70B are under.
 """
 
 from __future__ import annotations
