@@ -16,7 +16,7 @@ import pickle
 import numpy as np
 
 from nest.costs.fp8_quant import amax_reductions
-from nest.network.collectives import coefficients_rows, patterns, span_level
+from nest.network.collectives import coefficients_rows, patterns, span_level, span_levels
 
 SYNC_KINDS = ("all_reduce", "reduce_scatter", "all_gather")
 
@@ -131,12 +131,8 @@ def priced_alike_keys(problem, lts, groups: dict) -> list[list[bytes]]:
 def _level_names(cluster, sorted_rows: np.ndarray) -> list[str]:
     """`level_name` of every row of sorted ids ([U, S], S >= 2) at once: the lowest level whose
     one switch holds the row's smallest and largest id (its first and last), as span_level."""
-    lo, hi = sorted_rows[:, 0], sorted_rows[:, -1]
-    lvl = np.full(len(sorted_rows), -1)
-    for i in reversed(range(len(cluster.levels))):
-        size = cluster.levels[i].devices_per_group
-        lvl = np.where(lo // size == hi // size, i, lvl)
-    if (lvl < 0).any():
+    lvl = span_levels(cluster, sorted_rows[:, 0], sorted_rows[:, -1])
+    if (lvl == len(cluster.levels)).any():
         raise AssertionError(f"group spans more than the cluster {cluster.name}")
     return [cluster.levels[i].name for i in lvl.tolist()]
 

@@ -44,14 +44,14 @@ and are priced as delayed.
 from __future__ import annotations
 
 from nest.costs.roofline import streaming_s
-from nest.graph.layer_graph import LayerCost, Op
+from nest.graph.layer_graph import COLUMN_PARALLEL, ROW_PARALLEL, LayerCost, Op
 from nest.spec.catalog import HardwareSpec
 from nest.spec.precision import FP8_GEMMS
 
 CURRENT_SCALING = ("tensorwise",)  # the recipes that run TE's Float8CurrentScalingQuantizer
-NORM_FED = ("qkv", "mlp_up", "mlp_gate_up")  # inputs quantized from a TE norm's amax
-COLUMN_PARALLEL = NORM_FED  # inputs all-gathered over tp under sequence parallelism
-ROW_PARALLEL = ("out_proj", "mlp_down")  # output gradients all-gathered over tp under sp
+# inputs quantized from a TE norm's amax: the column-parallel ones (TELayerNormColumnParallel-
+# Linear); the row-parallel output gradients are the ones all-gathered over tp under sp
+NORM_FED = COLUMN_PARALLEL
 AMAX_BYTES = 4  # one fp32 amax per quantized tensor
 
 

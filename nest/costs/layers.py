@@ -16,7 +16,7 @@ import numpy as np
 from nest.costs.cache import read_only
 from nest.costs.memory import tied_embedding_params
 from nest.costs.table import LayerTimes
-from nest.graph.layer_graph import Variant
+from nest.graph.layer_graph import RECOMPUTE_MODES, Variant
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,7 +65,7 @@ class LayerTable:
         return ("derived", self.variant, self.modes)
 
 
-ALL_MODES = ("none", "selective", "full")  # the evaluator's table (nest.problem.evaluate)
+ALL_MODES = RECOMPUTE_MODES  # the evaluator's table (nest.problem.evaluate)
 
 
 def layer_table(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:

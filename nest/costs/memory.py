@@ -157,8 +157,9 @@ def with_overheads(parts: dict, hw) -> dict:
     recomputed, so a device's summed chunk records may be passed back in)."""
     parts = {k: x for k, x in parts.items() if k != REUSE_KEY}
     if STEP_KEY in parts:
-        step = sum(x for k, x in parts.items() if k not in ("activations", "working"))
-        held = sum(x for k, x in parts.items() if k != STEP_KEY)
+        resident, step = resident_and_step(
+            {k: x for k, x in parts.items() if k not in ("activations", "working")})
+        held = resident + parts.get("activations", 0.0) + parts.get("working", 0.0)
         parts[REUSE_KEY] = allocated(held, step) - held - parts[STEP_KEY]
     total = sum(parts.values())
     return {**parts, "fragmentation": total * hw.memory_fragmentation,

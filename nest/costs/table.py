@@ -60,7 +60,8 @@ from types import MappingProxyType
 from nest.costs.moe_time import (EXPERT_BIAS, MOE_SORT, busiest_rank_ops, dispatch_sync_queued,
                                  moe_expert_bias_op, synced_segment, wait_idle_s)
 from nest.costs.profiled import BYTES, ProfileSet, price_op, profile_for
-from nest.graph.layer_graph import RECOMPUTE_MODES, LayerCost, LayerGraph, Op, Variant
+from nest.graph.layer_graph import (COLUMN_PARALLEL, RECOMPUTE_MODES, ROW_PARALLEL, LayerCost,
+                                    LayerGraph, Op, Variant)
 from nest.spec.catalog import HardwareSpec, validate
 
 SCHEMA = "nest.cost_table/v1"
@@ -116,7 +117,7 @@ def layer_times(hw: HardwareSpec, cost: LayerCost,
     calls = {op.name: op.count for op in ops}  # operator calls the host issues
     # host floor: the GPU cannot run a layer faster than the host issues its operators (per
     # layer; nest.profiling.host measures the per-operator time); a dropless MoE layer's
-    # forward waits once for the device (`synced_forward_s`)
+    # forward waits once for the device (nest.costs.moe_time.wait_idle_s)
     queued = None if moe_padded else dispatch_sync_queued(ops, dispatcher)
     idle = (0.0 if queued is None else
             wait_idle_s(synced_segment(ops, per_op), hw.host_fwd_s_per_op, queued))
@@ -136,12 +137,6 @@ def layer_times(hw: HardwareSpec, cost: LayerCost,
                       per_op.get(ROW_PARALLEL[1], (0.0, 0.0))[0],
                       sum(per_op[name][1] for name in COLUMN_PARALLEL if name in per_op))
 
-
-# the row-parallel GEMMs of a block whose forward output is reduce-scattered over tp (sequence
-# parallelism): attention out-projection, MLP down projection (LayerTimes.proj_fwd_s, down_fwd_s)
-ROW_PARALLEL = ("out_proj", "mlp_down")
-# the column-parallel GEMMs of a block whose input is all-gathered over tp (LayerTimes.col_bwd_s)
-COLUMN_PARALLEL = ("qkv", "mlp_up", "mlp_gate_up")
 
 
 # the sender-side MoE ops a dispatcher runs inside its communication kernels: HybridEP's

@@ -20,6 +20,12 @@ from nest.spec.catalog import validate
 
 SCHEMA = "nest.layer_graph/v1"
 RECOMPUTE_MODES = ("none", "selective", "full")
+# the row-parallel GEMMs of a block (Megatron-LM's RowParallelLinear: attention out-projection,
+# MLP down projection), whose forward output is reduced (reduce-scattered under sequence
+# parallelism) over tp, and the column-parallel ones (ColumnParallelLinear: QKV, MLP up /
+# gate-up), whose input is all-gathered over tp under sequence parallelism; op names of the graph
+ROW_PARALLEL = ("out_proj", "mlp_down")
+COLUMN_PARALLEL = ("qkv", "mlp_up", "mlp_gate_up")
 
 
 @dataclass(frozen=True)

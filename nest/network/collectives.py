@@ -54,6 +54,17 @@ def span_level(cluster: ClusterSpec, group) -> int:
     raise AssertionError(f"group spans more than the cluster {cluster.name}")
 
 
+def span_levels(cluster: ClusterSpec, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """`span_level` of many groups at once from their smallest and largest ids (arrays of the
+    same shape): the lowest level one switch of which holds both; len(cluster.levels) where
+    none does (span_level raises there)."""
+    lvl = np.full(np.shape(lo), len(cluster.levels))
+    for i in reversed(range(len(cluster.levels))):
+        size = cluster.levels[i].devices_per_group
+        lvl = np.where(lo // size == hi // size, i, lvl)
+    return lvl
+
+
 def p2p_time(cluster: ClusterSpec, a: int, b: int, nbytes: float) -> float:
     """One point-to-point transfer of `nbytes` from device a to device b."""
     return float(send_time(cluster, (a,), (b,), nbytes))
@@ -332,10 +343,8 @@ def _coefficients(cluster: ClusterSpec, kind: str, g: np.ndarray) -> list:
     span, whose parts (the sub-groups' and the leaders' collectives) are priced in one batch
     per sub-group size (`coefficients_rows`)."""
     U, n = g.shape
-    top = np.full(U, len(cluster.levels) - 1)  # span levels: the lowest holding first and last
-    for i in reversed(range(len(cluster.levels))):
-        size = cluster.levels[i].devices_per_group
-        top = np.where(g[:, 0] // size == g[:, -1] // size, i, top)
+    # span levels: the lowest holding first and last (the top level where none does)
+    top = np.minimum(span_levels(cluster, g[:, 0], g[:, -1]), len(cluster.levels) - 1)
     if kind == "all_to_all":
         return [(_all_to_all(cluster, tuple(row)),) for row in g.tolist()]
     flat = _multi_ring(cluster, kind, g, top)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 
-from nest.costs.layers import layer_table
+from nest.costs.layers import ALL_MODES, layer_table
 from nest.costs.memory import lazy_gradient_peak, with_overheads
 from nest.costs.pipeline import (DeviceTimes, batch_time_s, chunks_of, device_group,
                                  interleaved_order, interleaved_peak_activations, links,
@@ -280,7 +280,7 @@ def device_memory(mems: list[dict], p: int, m: int, d: int, held: float, hw,
 def _stage(plan: Plan, problem: Problem, j: int, num_stashed: float) -> StageResult:
     """Stage j priced as one cell of the stage kernel (nest.costs.stage) with its own knobs."""
     st = plan.stages[j]
-    lt = layer_table(problem, plan.stage_variant(j), ("none", "selective", "full"))
+    lt = layer_table(problem, plan.stage_variant(j), ALL_MODES)
     opts = Options((st.zero_stage,), (st.recompute,))
     c = stage_cost(problem, lt, st.device_ids, plan.stage_dp(j), opts, num_stashed,
                    cell=(st.first_layer, st.last_layer), detail=True,

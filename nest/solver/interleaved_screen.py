@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nest.costs.layers import layer_table
+from nest.costs.layers import ALL_MODES, layer_table
 from nest.costs.memory import allocated, peak, resident_and_step, state_bytes, working_bytes
 from nest.costs.pipeline import chunks_of, device_group, interleaved_peak_activations, stash
 from nest.costs.stage import stage_memories
@@ -40,7 +40,7 @@ from nest.problem.plan_spec import block_cuts
 from nest.problem.problem import Problem
 from nest.problem.space import SearchSpace
 
-MODES = ("none", "selective", "full")  # the evaluator's layer table (nest.problem.evaluate._stage)
+MODES = ALL_MODES  # the evaluator's layer table (nest.problem.evaluate._stage)
 MARGIN = 1e-9  # relative: far above the rounding between `Fits.floor0` and the exact total
 
 
