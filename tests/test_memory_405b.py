@@ -176,3 +176,62 @@ def test_bad_grad_buffer_names_file_key_and_value():
     assert sorted(prop["enum"]) == ["lazy", "persistent"]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate("sometimes", prop)
+
+
+@pytest.mark.parametrize("v", [2, 4, 8])
+def test_meta_layout_at_every_v(v):
+    """`cuts: ends_alone` is Meta's stated layout at every V: the embedding alone in the first
+    chunk, the head alone in the last, 7 blocks on the first and the last pipeline rank and 8
+    on the others ("we reduce one Transformer layer each from the first and the last stages");
+    at V = 8 it is `even_layers` (one layer-graph layer a chunk)."""
+    from nest.fidelity.published_runs import ends_alone_sizes, load_runs, plan_spec
+
+    sizes = ends_alone_sizes(P, v, 128)  # embedding + 126 blocks + head
+    assert len(sizes) == P * v and sizes[0] == sizes[-1] == 1
+    per_rank = [sum(sizes[d::P]) for d in range(P)]
+    assert per_rank == [8] * P  # rank 0: embedding + 7 blocks, rank 15: 7 blocks + head
+    assert sorted(sizes[P::P]) == sorted(sizes[P - 1:-1:P])  # ranks 0 and 15 split 7 alike
+    row = dict(next(r for r in load_runs() if r["id"] == "llama3_405b_8192gpu"),
+               virtual_stages=v)
+    cuts = plan_spec(row, 128)["cuts"]
+    assert [b - a + 1 for a, b in cuts] == sizes and cuts[-1][1] == 127
+    if v == 8:
+        assert cuts == plan_spec(dict(row, cuts="even_layers"), 128)["cuts"]
+
+
+def test_ends_alone_refuses_counts_that_do_not_divide():
+    from nest.common.errors import SpecError
+    from nest.fidelity.published_runs import load_runs, plan_spec
+
+    row = dict(next(r for r in load_runs() if r["id"] == "llama3_405b_8192gpu"),
+               virtual_stages=3)
+    with pytest.raises(SpecError, match=r"published_runs.yaml: run 'llama3_405b_8192gpu': "
+                                        r"key 'cuts': ends_alone needs virtual_stages"):
+        plan_spec(row, 128)
+
+
+def test_8192_gpus_out_of_memory_even_with_asynchronous_warmup(rank1):
+    """Meta states asynchronous point-to-point sends (section 3.3.2). With those, the fewest
+    warm-up forwards that keep the bubble are (p - d - 1) + (V - 1) p, not Megatron-Core's
+    2 (p - d - 1) + (V - 1) p (tests/test_interleaved_inflight.py): device 1 would hold 127
+    one-block chunks, not 141. Its peak is still 93.3 GB > 85.0 GB: every chunk's FP32 gradient
+    buffer exists by then (the backwards of all 8 chunks run in the steady phase). Fitting would
+    take at most 0.471 GB a block (28.07 s b h / t bytes against the 31.75 counted), or the FP32
+    gradient not held unsharded through the steady phase."""
+    from nest.costs.memory import allocatable, peak
+
+    ev, pr, layer = rank1
+    hw = pr.cluster.hardware
+    mb = ev.stages[1].memory_bytes
+    a = layer.act_bytes["none"]
+    held = (P - 2) + (V - 1) * P + 1
+    assert held == 127
+    rest = mb["weights"] + mb["gradients"] + mb["optimizer_states"] + mb["working"]
+    assert mb["gradients"] == pytest.approx(4 * 8 * layer.dense_params, rel=1e-6)  # all 8
+    assert peak(rest + held * a, hw) / 1e9 == pytest.approx(93.32, abs=0.01)
+    assert peak(rest + held * a, hw) > hw.hbm_bytes
+    per_block = (allocatable(hw) - rest) / held
+    assert per_block / 1e9 == pytest.approx(0.471, abs=1e-3)
+    assert per_block / (S * H / T) == pytest.approx(28.07, abs=0.01)
+    sharded = rest - mb["gradients"] + mb["gradients"] / 64  # ZeRO-2-like: FP32 shard only
+    assert peak(sharded + held * a, hw) < hw.hbm_bytes

@@ -57,7 +57,7 @@ def test_parallel_settings_compose(r):
     assert not r["sp"] or r["tp"] > 1
     mod = _model(r)
     assert mod.num_heads % r["tp"] == 0 and r["seq_len"] % r["cp"] == 0
-    ends = 2 if r.get("cuts") == "even_layers" else 0  # embedding and head count as blocks
+    ends = 2 if r.get("cuts") in ("even_layers", "ends_alone") else 0  # embedding, head: blocks
     assert r["pp"] * r["virtual_stages"] <= mod.num_layers + ends
     if ends:
         assert (mod.num_layers + ends) % (r["pp"] * r["virtual_stages"]) == 0

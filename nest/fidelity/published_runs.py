@@ -23,6 +23,7 @@ results/validation_published.md.
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -122,7 +123,7 @@ def plan_dp(row: dict) -> int:
     return dp // ep
 
 
-CUT_RULES = ("megatron", "even_layers")
+CUT_RULES = ("megatron", "even_layers", "ends_alone")
 # optional run settings a `band:` may range over besides the required ones: the attention kernel
 # the run's software used (nest.costs.profiled.ATTENTION_KERNELS; default "default")
 BAND_OPTIONAL = ("attention_kernel",)
@@ -134,7 +135,8 @@ def plan_spec(row: dict, num_layers: int | None = None) -> dict:
     layer-graph layers, the embedding and the head counting one block each (Meta's Llama 3
     layout: "we reduce one Transformer layer each from the first and the last stages ... the
     first model chunk on the first stage has only the embedding", Grattafiori et al. 2024,
-    section 3.3.2); the default `megatron` spreads the blocks and adds the ends."""
+    section 3.3.2); the default `megatron` spreads the blocks and adds the ends. `cuts:
+    ends_alone`: that layout at any V, `ends_alone_sizes`."""
     d = {k: row[k] for k in PLAN_KEYS}
     d["dp"] = plan_dp(row)
     d["model"] = model_ref(row)
@@ -153,9 +155,50 @@ def plan_spec(row: dict, num_layers: int | None = None) -> dict:
                             f"{num_layers} layers")
         k = num_layers // chunks
         d["cuts"] = [[i * k, (i + 1) * k - 1] for i in range(chunks)]
+    if rule == "ends_alone":
+        sizes = ends_alone_sizes(row["pp"], v, num_layers)
+        if sizes is None:
+            raise SpecError(f"{table_path().name}: run '{row['id']}': key 'cuts': ends_alone "
+                            f"needs virtual_stages >= 2 dividing the {num_layers} layer-graph "
+                            f"layers / pp = {row['pp']} of every device")
+        ends = [0, *itertools.accumulate(sizes)]
+        d["cuts"] = [[a, b - 1] for a, b in zip(ends[:-1], ends[1:])]
     d["planner"] = "published"
     d["placement"] = "replica_major"
     return d
+
+
+def ends_alone_sizes(pp: int, v: int, num_layers: int | None) -> list[int] | None:
+    """Layer-graph layers of each of the pp x v chunks, in pipeline order (chunk j on device
+    j mod pp), for Meta's Llama 3 layout (Grattafiori et al. 2024, section 3.3.2): "we reduce
+    one Transformer layer each from the first and the last stages ... the first model chunk on
+    the first stage has only the embedding, and the last model chunk on the last stage has only
+    output projection and loss". Every device holds num_layers / pp layer-graph layers (the
+    embedding and the head count one each); the first chunk is the embedding alone, the last
+    the head alone; the first and the last device spread their other k - 1 blocks over their
+    other v - 1 chunks as evenly as possible, the larger chunks first (not stated: assumed);
+    the other devices k / v a chunk. At v = k it is `even_layers`. None if the counts do not
+    divide."""
+    if num_layers is None or v < 2 or num_layers % pp or (num_layers // pp) % v:
+        return None
+    k = num_layers // pp
+
+    def spread(c):  # chunk c of the v - 1 that share k - 1 blocks
+        q, r = divmod(k - 1, v - 1)
+        return q + (c < r)
+
+    sizes = []
+    for j in range(pp * v):
+        c, dev = divmod(j, pp)
+        if j in (0, pp * v - 1):
+            sizes.append(1)
+        elif dev == 0:
+            sizes.append(spread(c - 1))
+        elif dev == pp - 1:
+            sizes.append(spread(c))
+        else:
+            sizes.append(k // v)
+    return sizes if min(sizes) > 0 else None
 
 
 def band_members(row: dict) -> list[dict]:
