@@ -271,6 +271,28 @@ def test_narayanan_rows_reproduce_the_papers_training_days(rid, days):
     assert 300e9 / (b * s) * step / 86400 == pytest.approx(days, abs=1.0)
 
 
+
+@pytest.mark.parametrize("rid", ["narayanan_175b_384gpu", "narayanan_530b_560gpu"])
+def test_narayanan_rows_reduce_16_bit_gradients(rid):
+    """The SC21 code (Megatron-LM @ fda81a2, --fp16, local DDP without contiguous buffers)
+    all-reduces each parameter's FP16 gradient over the data-parallel group: the priced sync of a
+    middle stage is a flat ring over one GPU per node, 2 (d - 1) / d x 2 B x its parameters over
+    one HDR rail plus 2 (d - 1) hops of latency (the cluster file's su level), by hand here."""
+    from nest.problem.evaluate import evaluate
+    from nest.problem.plan_spec import expand
+
+    row = next(x for x in ROWS if x["id"] == rid)
+    assert published.training_for(row).precision.grad_buffer_bytes == 2
+    member = published.band_members(row)[0]
+    pr = published.problem_for(member)
+    ev = evaluate(expand(published.plan_spec(member, pr.graph.num_layers), pr, rid), pr)
+    d, su = row["dp"], load_cluster(row["cluster"], row["num_devices"]).levels[1]
+    stage = ev.stages[1]  # no embedding: no tied all-reduce
+    bw, alpha = 25e9 * 0.96, 5e-6  # config/clusters/dgx_a100.yaml, su: 25 GB/s x 0.96, 5 us
+    assert (su.name, su.bytes_per_s, su.latency_s) == ("su", pytest.approx(bw), pytest.approx(alpha))
+    ring = 2 * (d - 1) / d * 2 * stage.num_params / bw + 2 * (d - 1) * alpha
+    assert stage.sync_breakdown_s == {"all_reduce.su": pytest.approx(ring, rel=1e-9)}
+
 def test_readme_trust_section_is_the_committed_run():
     """The README's generated trust block (scripts/readme_trust.py) has one row per published run
     and the same error as config/validation/residuals.yaml, written by the same run."""
