@@ -293,6 +293,37 @@ def test_narayanan_rows_reduce_16_bit_gradients(rid):
     ring = 2 * (d - 1) / d * 2 * stage.num_params / bw + 2 * (d - 1) * alpha
     assert stage.sync_breakdown_s == {"all_reduce.su": pytest.approx(ring, rel=1e-9)}
 
+
+def test_sc21_table1_models_and_transcription():
+    """benchmarks/sc21_table1.py (the SC21 weak-scaling runs beside the Table 2 rows): each model
+    file's parameter count rounds to Table 1's (Eq. 2: 12 l h^2 (1 + 13/12h + (V + s)/12lh), by
+    hand, which leaves out only the final LayerNorm's 2h), and GPUs x the transcribed TFLOP/s
+    gives Table 1's aggregate petaFLOP/s column."""
+    import importlib.util
+    from pathlib import Path
+
+    from nest.graph import build_graph
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "sc21_table1.py"
+    spec = importlib.util.spec_from_file_location("sc21_table1", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    table1 = {"1p7b": (1.7, 4.4), "3p6b": (3.6, 8.8), "7p5b": (7.5, 18.2), "18p4b": (18.4, 34.6),
+              "39p1b": (39.1, 70.8), "76p1b": (76.1, 143.8)}  # params (billion), aggregate PF/s
+    assert set(mod.TABLE1) == set(table1)
+    for r in mod.rows():
+        name = r["id"].removeprefix("sc21_table1_")
+        m = published.model_for(r)
+        l, h, v, s = m.num_layers, m.hidden_size, 51200, 2048
+        eq2 = 12 * l * h * h * (1 + 13 / (12 * h) + (v + s) / (12 * l * h))
+        n = build_graph(m, 1, "closed_form").num_params
+        assert n - eq2 == pytest.approx(2 * h, abs=1.0)
+        assert round(n / 1e9, 1) == table1[name][0]
+        gpus, tflops = r["num_devices"], r["measured"]["model_tflops_per_gpu"]
+        # TFLOP/s are printed to the unit, aggregates to 0.1 PF/s: both roundings allowed
+        assert gpus * tflops / 1000 == pytest.approx(table1[name][1], abs=gpus * 0.5e-3 + 0.05)
+        assert r["dp"] * r["tp"] * r["pp"] == gpus and r["global_batch"] % (r["mbs"] * r["dp"]) == 0
+
 def test_readme_trust_section_is_the_committed_run():
     """The README's generated trust block (scripts/readme_trust.py) has one row per published run
     and the same error as config/validation/residuals.yaml, written by the same run."""
