@@ -271,6 +271,59 @@ def test_narayanan_rows_reproduce_the_papers_training_days(rid, days):
     assert 300e9 / (b * s) * step / 86400 == pytest.approx(days, abs=1.0)
 
 
+
+@pytest.mark.parametrize("rid", ["narayanan_175b_384gpu", "narayanan_530b_560gpu"])
+def test_narayanan_rows_reduce_16_bit_gradients(rid):
+    """The SC21 code (Megatron-LM @ fda81a2, --fp16, local DDP without contiguous buffers)
+    all-reduces each parameter's FP16 gradient over the data-parallel group: the priced sync of a
+    middle stage is a flat ring over one GPU per node, 2 (d - 1) / d x 2 B x its parameters over
+    one HDR rail plus 2 (d - 1) hops of latency (the cluster file's su level), by hand here."""
+    from nest.problem.evaluate import evaluate
+    from nest.problem.plan_spec import expand
+
+    row = next(x for x in ROWS if x["id"] == rid)
+    assert published.training_for(row).precision.grad_buffer_bytes == 2
+    member = published.band_members(row)[0]
+    pr = published.problem_for(member)
+    ev = evaluate(expand(published.plan_spec(member, pr.graph.num_layers), pr, rid), pr)
+    d, su = row["dp"], load_cluster(row["cluster"], row["num_devices"]).levels[1]
+    stage = ev.stages[1]  # no embedding: no tied all-reduce
+    bw, alpha = 25e9 * 0.96, 5e-6  # config/clusters/dgx_a100.yaml, su: 25 GB/s x 0.96, 5 us
+    assert (su.name, su.bytes_per_s, su.latency_s) == ("su", pytest.approx(bw), pytest.approx(alpha))
+    ring = 2 * (d - 1) / d * 2 * stage.num_params / bw + 2 * (d - 1) * alpha
+    assert stage.sync_breakdown_s == {"all_reduce.su": pytest.approx(ring, rel=1e-9)}
+
+
+def test_sc21_table1_models_and_transcription():
+    """benchmarks/sc21_table1.py (the SC21 weak-scaling runs beside the Table 2 rows): each model
+    file's parameter count rounds to Table 1's (Eq. 2: 12 l h^2 (1 + 13/12h + (V + s)/12lh), by
+    hand, which leaves out only the final LayerNorm's 2h), and GPUs x the transcribed TFLOP/s
+    gives Table 1's aggregate petaFLOP/s column."""
+    import importlib.util
+    from pathlib import Path
+
+    from nest.graph import build_graph
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "sc21_table1.py"
+    spec = importlib.util.spec_from_file_location("sc21_table1", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    table1 = {"1p7b": (1.7, 4.4), "3p6b": (3.6, 8.8), "7p5b": (7.5, 18.2), "18p4b": (18.4, 34.6),
+              "39p1b": (39.1, 70.8), "76p1b": (76.1, 143.8)}  # params (billion), aggregate PF/s
+    assert set(mod.TABLE1) == set(table1)
+    for r in mod.rows():
+        name = r["id"].removeprefix("sc21_table1_")
+        m = published.model_for(r)
+        l, h, v, s = m.num_layers, m.hidden_size, 51200, 2048
+        eq2 = 12 * l * h * h * (1 + 13 / (12 * h) + (v + s) / (12 * l * h))
+        n = build_graph(m, 1, "closed_form").num_params
+        assert n - eq2 == pytest.approx(2 * h, abs=1.0)
+        assert round(n / 1e9, 1) == table1[name][0]
+        gpus, tflops = r["num_devices"], r["measured"]["model_tflops_per_gpu"]
+        # TFLOP/s are printed to the unit, aggregates to 0.1 PF/s: both roundings allowed
+        assert gpus * tflops / 1000 == pytest.approx(table1[name][1], abs=gpus * 0.5e-3 + 0.05)
+        assert r["dp"] * r["tp"] * r["pp"] == gpus and r["global_batch"] % (r["mbs"] * r["dp"]) == 0
+
 def test_readme_trust_section_is_the_committed_run():
     """The README's generated trust block (scripts/readme_trust.py) has one row per published run
     and the same error as config/validation/residuals.yaml, written by the same run."""
