@@ -295,23 +295,17 @@ def test_narayanan_rows_reduce_16_bit_gradients(rid):
 
 
 def test_sc21_table1_models_and_transcription():
-    """benchmarks/sc21_table1.py (the SC21 weak-scaling runs beside the Table 2 rows): each model
-    file's parameter count rounds to Table 1's (Eq. 2: 12 l h^2 (1 + 13/12h + (V + s)/12lh), by
-    hand, which leaves out only the final LayerNorm's 2h), and GPUs x the transcribed TFLOP/s
-    gives Table 1's aggregate petaFLOP/s column."""
-    import importlib.util
-    from pathlib import Path
-
+    """The SC21 weak-scaling rows of the validation table (ids sc21_table1_*, beside the Table 2
+    rows): each model file's parameter count rounds to Table 1's (Eq. 2: 12 l h^2 (1 + 13/12h +
+    (V + s)/12lh), by hand, which leaves out only the final LayerNorm's 2h), and GPUs x the
+    transcribed TFLOP/s gives Table 1's aggregate petaFLOP/s column."""
     from nest.graph import build_graph
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "sc21_table1.py"
-    spec = importlib.util.spec_from_file_location("sc21_table1", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    rows = [r for r in published.load_runs() if r["id"].startswith("sc21_table1_")]
     table1 = {"1p7b": (1.7, 4.4), "3p6b": (3.6, 8.8), "7p5b": (7.5, 18.2), "18p4b": (18.4, 34.6),
               "39p1b": (39.1, 70.8), "76p1b": (76.1, 143.8)}  # params (billion), aggregate PF/s
-    assert set(mod.TABLE1) == set(table1)
-    for r in mod.rows():
+    assert {r["id"].removeprefix("sc21_table1_") for r in rows} == set(table1)
+    for r in rows:
         name = r["id"].removeprefix("sc21_table1_")
         m = published.model_for(r)
         l, h, v, s = m.num_layers, m.hidden_size, 51200, 2048
@@ -323,6 +317,7 @@ def test_sc21_table1_models_and_transcription():
         # TFLOP/s are printed to the unit, aggregates to 0.1 PF/s: both roundings allowed
         assert gpus * tflops / 1000 == pytest.approx(table1[name][1], abs=gpus * 0.5e-3 + 0.05)
         assert r["dp"] * r["tp"] * r["pp"] == gpus and r["global_batch"] % (r["mbs"] * r["dp"]) == 0
+
 
 def test_readme_trust_section_is_the_committed_run():
     """The README's generated trust block (scripts/readme_trust.py) has one row per published run
