@@ -210,7 +210,7 @@ def test_band_errors_name_the_key():
         cluster_from_dict(bad, "x.yaml", 256)
     plain = {**d, "network": {k: v for k, v in d["network"].items()
                               if k != "rail_efficiency_low"}}
-    assert not any("band" in n for n in cluster_from_dict(plain, "x.yaml", 256).notes)
+    assert not any("scale-out band" in n for n in cluster_from_dict(plain, "x.yaml", 256).notes)
     with pytest.raises(SpecError, match=r"y.yaml: key 'network.rail_efficiency_low': missing"):
         at_band_low_end(plain, "y.yaml")
     with pytest.raises(SpecError, match=r"network.rail_efficiency_low"):
