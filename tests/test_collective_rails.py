@@ -2,7 +2,7 @@
 of 8 x H100 nodes with one 400 Gb/s NIC per GPU that we found, and its per-NIC rate from first
 principles. config/clusters/dgx_h100_rail_superpod.yaml prices each NIC at 0.96 x 50 GB/s (the
 nominal) and states 0.92 as the low end of the band (`rail_efficiency_low`,
-nest.network.fabric.at_band_low_end): both are NCCL maintainers' figures ("around 48GB/s from
+ClusterSpec.at_band_low_end): both are NCCL maintainers' figures ("around 48GB/s from
 each CX7 NIC", "46-48GB/s per NIC"), neither is fitted to the measurements below.
 
 Bus bandwidth as NCCL-tests reports it (nccl-tests doc/PERFORMANCE.md): algbw = S / t, busbw =
@@ -16,7 +16,6 @@ import pytest
 
 from nest.common.inputs import read_yaml
 from nest.network.collectives import _multi_ring, collective_time
-from nest.network.fabric import at_band_low_end
 from nest.spec.catalog import cluster_from_dict, config_dir, load_cluster
 
 GB = 1e9
@@ -36,9 +35,8 @@ def ring_busbw(cluster, n, kind, S=8 * 2**30):
 
 def clusters(n=256):
     """The SuperPOD at its nominal per-NIC rate and at its band's low end."""
-    d = read_yaml(config_dir() / "clusters" / "dgx_h100_rail_superpod.yaml")
-    return load_cluster("dgx_h100_rail_superpod", n), cluster_from_dict(
-        at_band_low_end(d, "dgx_h100_rail_superpod.yaml"), "dgx_h100_rail_superpod (low)", n)
+    c = load_cluster("dgx_h100_rail_superpod", n)
+    return c, c.at_band_low_end()
 
 
 # The same fabric as the cluster file: 8 x H100 SXM per node, InfiniBand NDR, one ConnectX-7 per
@@ -198,20 +196,49 @@ def test_every_published_ring_figure_against_the_band():
     assert ring_busbw(c, 16, "all_reduce") < busbw(c, range(16))
 
 
-def test_band_errors_name_the_key():
-    """A low end above the nominal, or a low end asked of a cluster without a band: one line
-    naming the file and key."""
+def test_band_low_end_is_the_file_at_that_efficiency():
+    """The low end is the cluster the file would give with rail_efficiency = the low end (one
+    rule, `ClusterSpec.at_band_low_end`, checked against the builder); a file without a band is
+    its own low end; errors name the file and key."""
     from nest.common.errors import SpecError
 
     d = read_yaml(config_dir() / "clusters" / "dgx_h100_rail_superpod.yaml")
+    net = {k: v for k, v in d["network"].items() if k != "rail_efficiency_low"}
+    rebuilt = cluster_from_dict({**d, "network": {**net, "rail_efficiency": 0.92}}, "x", 256)
+    c = load_cluster("dgx_h100_rail_superpod", 256)
+    assert c.scale_out_low == pytest.approx(0.92 / 0.96)
+    for a, b in zip(c.at_band_low_end().levels, rebuilt.levels, strict=True):
+        assert a.bytes_per_s == pytest.approx(b.bytes_per_s, rel=1e-12)
+        assert (a.latency_s, a.devices_per_group, a.oversubscription) == (
+            b.latency_s, b.devices_per_group, b.oversubscription)
+    assert c.at_band_low_end().name == "dgx_h100_rail_superpod_low"
+    plain = cluster_from_dict({**d, "network": net}, "x.yaml", 256)
+    assert plain.at_band_low_end() is plain
+    assert not any("scale-out band" in n for n in plain.notes)
     bad = {**d, "network": {**d["network"], "rail_efficiency_low": 0.97}}
     with pytest.raises(SpecError, match=r"x.yaml: key 'network.rail_efficiency_low': 0.97 "
                                         r"exceeds rail_efficiency 0.96"):
         cluster_from_dict(bad, "x.yaml", 256)
-    plain = {**d, "network": {k: v for k, v in d["network"].items()
-                              if k != "rail_efficiency_low"}}
-    assert not any("scale-out band" in n for n in cluster_from_dict(plain, "x.yaml", 256).notes)
-    with pytest.raises(SpecError, match=r"y.yaml: key 'network.rail_efficiency_low': missing"):
-        at_band_low_end(plain, "y.yaml")
-    with pytest.raises(SpecError, match=r"network.rail_efficiency_low"):
-        at_band_low_end(read_yaml(config_dir() / "clusters" / "dgx_h100_superpod.yaml"), "z")
+    levels = load_cluster("dgx_h100_superpod", 256)
+    assert levels.at_band_low_end() is levels
+
+
+def test_nest_plan_prints_the_plan_at_the_band_low_end():
+    """`nest plan` / `evaluate` (uncertainty.lines_for) re-evaluate the plan with the cluster at
+    its band's low end: slower, by at most the band's 4.3% (only the rails change), and only on
+    a cluster that states a band."""
+    from nest.fidelity.uncertainty import lines_for, network_band_line
+    from nest.planners.registry import run_planner
+    from nest.problem.evaluate import evaluate, make_problem
+
+    pr = make_problem("llama2_7b", "dgx_h100_rail_superpod", 64)
+    plan = run_planner("manual", pr).plan
+    ev = evaluate(plan, pr.with_mbs(plan.mbs))
+    low = evaluate(plan, pr.with_mbs(plan.mbs).with_cluster(pr.cluster.at_band_low_end()))
+    assert ev.time_per_batch_s <= low.time_per_batch_s <= ev.time_per_batch_s * 0.96 / 0.92
+    line = network_band_line(ev, pr.with_mbs(plan.mbs))
+    assert f"time {low.time_per_batch_s:.4f} s" in line
+    assert any("scale-out band" in x for x in lines_for(ev, pr.with_mbs(plan.mbs)))
+    flat = make_problem("llama2_7b", "dgx_h100_superpod", 64)
+    ev2 = evaluate(run_planner("manual", flat).plan, flat)
+    assert network_band_line(ev2, flat) == ""

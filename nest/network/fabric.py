@@ -16,7 +16,7 @@ A cluster YAML gives its network either as `levels:` (nested, contiguous groups)
   rail_optimized  devices_per_node, node_GBps, node_latency_us, node_efficiency?; rail_GBps
           (one NIC per GPU), nodes_per_rail_group (nodes whose GPU k share rail switch k: a
           scalable unit), rail_latency_us, rail_efficiency?, rail_efficiency_low? (the low end
-          of a stated per-NIC band: priced at rail_efficiency, noted, `at_band_low_end`);
+          of a stated per-NIC band: priced at rail_efficiency, noted; ClusterSpec.at_band_low_end);
           num_rail_groups, spine_latency_us, spine_oversubscription?. See `rail_levels` for the
           reduction and where it is exact.
   multi_plane  devices_per_node, node_GBps, node_latency_us, node_efficiency?; planes,
@@ -97,20 +97,7 @@ def _band_notes(net: dict, key: str) -> list[str]:
     return [f"scale-out band: the rails are priced at {nominal:g} x {rail:g} GB/s per NIC "
             f"({nominal * rail:.1f} GB/s); the cluster file states {low:g} ({low * rail:.1f} "
             f"GB/s) as the band's low end, where every time on the rails is up to "
-            f"{nominal / low - 1:.1%} longer (nest.network.fabric.at_band_low_end)"]
-
-
-def at_band_low_end(d: dict, where: str) -> dict:
-    """A cluster mapping whose rail_optimized network states `rail_efficiency_low` -> the same
-    cluster priced at that end of its band (renamed '<name>_low'), for robustness analyses and
-    the published-collective checks."""
-    net = d.get("network") if isinstance(d, dict) else None
-    if not isinstance(net, dict) or net.get("rail_efficiency_low") is None:
-        raise SpecError(f"{where}: key 'network.rail_efficiency_low': missing; only a "
-                        f"rail_optimized network with a stated band has a low end")
-    low = {**{k: v for k, v in net.items() if k != "rail_efficiency_low"},
-           "rail_efficiency": net["rail_efficiency_low"]}
-    return {**d, "name": f"{d['name']}_low", "network": low}
+            f"{nominal / low - 1:.1%} longer (ClusterSpec.at_band_low_end)"]
 
 
 def _effs(levels: list[dict], effs, key: str) -> list[dict]:
