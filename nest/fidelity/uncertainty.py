@@ -190,6 +190,22 @@ def mfu_unchecked_note(problem) -> str:
             f"{', '.join(sorted(table['hardware_classes']))}), so no published run bounds it")
 
 
+def network_band_line(ev, problem) -> str:
+    """'' or, where the cluster file states a scale-out band (ClusterSpec.scale_out_low), the
+    plan's time and MFU re-evaluated with the cluster at the band's low end."""
+    c = problem.cluster
+    if not ev.feasible or c.scale_out_low == 1.0:
+        return ""
+    from nest.problem.evaluate import evaluate
+
+    low = evaluate(ev.plan, problem.with_cluster(c.at_band_low_end()))
+    if not low.feasible:
+        return f"scale-out band: at its low end the plan does not fit ({low.reason})"
+    return (f"scale-out band's low end (the cluster file's; links above the node at "
+            f"{c.scale_out_low:.3f} x their bandwidth): time {low.time_per_batch_s:.4f} s "
+            f"({low.time_per_batch_s / ev.time_per_batch_s - 1:+.2%}), MFU {low.mfu:.1%}")
+
+
 def lines_for(ev, problem) -> list[str]:
     """What `nest plan` / `nest evaluate` print under the time and MFU."""
     if not ev.feasible:
@@ -198,5 +214,6 @@ def lines_for(ev, problem) -> list[str]:
         out = ["  " + band_of(ev, problem).line()]
     except SpecError as e:
         out = [f"  uncertainty: not available ({e})"]
+    net = network_band_line(ev, problem)
     note = mfu_ceiling_note(ev, problem) or mfu_unchecked_note(problem)
-    return out + ([f"  {note}"] if note else [])
+    return out + ([f"  {net}"] if net else []) + ([f"  {note}"] if note else [])

@@ -15,8 +15,10 @@ A cluster YAML gives its network either as `levels:` (nested, contiguous groups)
           efficiency?}] above it (each a multiple of the one below).
   rail_optimized  devices_per_node, node_GBps, node_latency_us, node_efficiency?; rail_GBps
           (one NIC per GPU), nodes_per_rail_group (nodes whose GPU k share rail switch k: a
-          scalable unit), rail_latency_us, rail_efficiency?; num_rail_groups, spine_latency_us,
-          spine_oversubscription?. See `rail_levels` for the reduction and where it is exact.
+          scalable unit), rail_latency_us, rail_efficiency?, rail_efficiency_low? (the low end
+          of a stated per-NIC band: priced at rail_efficiency, noted; ClusterSpec.at_band_low_end);
+          num_rail_groups, spine_latency_us, spine_oversubscription?. See `rail_levels` for the
+          reduction and where it is exact.
   multi_plane  devices_per_node, node_GBps, node_latency_us, node_efficiency?; planes,
           plane_GBps (each device's NIC bandwidth on one plane), plane_efficiency?, tiers:
           [{name, devices_per_group, latency_us, oversubscription?}] of one plane (every plane
@@ -63,13 +65,15 @@ def network_levels(net: dict, where: str, base_dir: Path | None) -> tuple[list[d
     `base_dir` is the folder graph files are resolved in (None: graph files refused)."""
     kind = net["kind"]
     key = f"{where}: key 'network"
+    band = _band_notes(net, key)
     try:
         if kind in ("tiered", "fat_tree", "spine_leaf"):
             return _tiered(net["tiers"], kind), []
         if kind == "scale_up":
             return _scale_up(net, key), []
         if kind == "rail_optimized":
-            return rail_levels(**{k: v for k, v in net.items() if k != "kind"}), [RAIL_NOTE]
+            args = {k: v for k, v in net.items() if k not in ("kind", "rail_efficiency_low")}
+            return rail_levels(**args), [RAIL_NOTE, *band]
         if kind == "multi_plane":
             return _multi_plane(net, key), []
         if kind == "torus":
@@ -77,6 +81,23 @@ def network_levels(net: dict, where: str, base_dir: Path | None) -> tuple[list[d
         return _graph(net, where, base_dir)
     except ValueError as e:  # a builder's own check (nesting, divisibility)
         raise SpecError(f"{key}': {e}") from None
+
+
+def _band_notes(net: dict, key: str) -> list[str]:
+    """The note of a rail_optimized network's stated per-NIC band (`rail_efficiency_low`, the
+    band's low end; the rails are priced at `rail_efficiency`, its nominal)."""
+    low = net.get("rail_efficiency_low")
+    if low is None:
+        return []
+    nominal = net.get("rail_efficiency", 1.0)
+    if low > nominal:
+        raise SpecError(f"{key}.rail_efficiency_low': {low} exceeds rail_efficiency {nominal}; "
+                        f"expected the low end of the per-NIC band (at most the nominal)")
+    rail = net["rail_GBps"]
+    return [f"scale-out band: the rails are priced at {nominal:g} x {rail:g} GB/s per NIC "
+            f"({nominal * rail:.1f} GB/s); the cluster file states {low:g} ({low * rail:.1f} "
+            f"GB/s) as the band's low end, where every time on the rails is up to "
+            f"{nominal / low - 1:.1%} longer (ClusterSpec.at_band_low_end)"]
 
 
 def _effs(levels: list[dict], effs, key: str) -> list[dict]:

@@ -491,6 +491,10 @@ class ClusterSpec:
     # the levels' bandwidths / comm_scale and latencies x comm_scale relative to the cluster as
     # described (the training settings' cost_scale.communication; `with_comm_scale`)
     comm_scale: float = 1.0
+    # a stated scale-out band (a rail_optimized network's rail_efficiency_low / rail_efficiency):
+    # at the band's low end every level above the first runs at this fraction of its bandwidth;
+    # priced at the nominal (1: no band). `at_band_low_end`
+    scale_out_low: float = 1.0
     # accelerators per host (server / compute tray): what a launcher runs one agent on, which
     # need not be the first network level (a GB200 NVL72 rack: trays of 4 GPUs, NVLink domain
     # of 72); 0: the first level's group size (`node_size`)
@@ -516,6 +520,18 @@ class ClusterSpec:
                        for lv in self.levels)
         return replace(self, levels=levels, comm_scale=k)
 
+    def at_band_low_end(self) -> "ClusterSpec":
+        """This cluster at the low end of its stated scale-out band (named '<name>_low'): every
+        level above the first at `scale_out_low` of its bandwidth, as if the cluster file gave
+        that efficiency; itself if it states no band."""
+        f = self.scale_out_low
+        if f == 1.0:
+            return self
+        levels = (self.levels[0], *(replace(lv, bytes_per_s=lv.bytes_per_s * f,
+                                            ring_bytes_per_s=lv.ring_bytes_per_s * f)
+                                    for lv in self.levels[1:]))
+        return replace(self, name=f"{self.name}_low", levels=levels, scale_out_low=1.0)
+
     @property
     def max_devices(self) -> int:
         return self.levels[-1].devices_per_group
@@ -531,14 +547,17 @@ class ClusterSpec:
 
 
 def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSpec:
-    network, notes, files, per_node = "levels", (), (), 0
+    network, notes, files, per_node, band = "levels", (), (), 0, 1.0
     if isinstance(d, dict) and "network" in d:  # a named builder or a graph file
         from nest.network.fabric import expand_network
 
-        network = d["network"].get("kind", "?") if isinstance(d["network"], dict) else "?"
+        net = d["network"]
+        network = net.get("kind", "?") if isinstance(net, dict) else "?"
         if network in ("rail_optimized", "multi_plane"):  # the builder's own node
-            per_node = d["network"].get("devices_per_node", 0)
+            per_node = net.get("devices_per_node", 0)
         d, notes, files = expand_network(d, where)
+        if network == "rail_optimized" and net.get("rail_efficiency_low") is not None:
+            band = net["rail_efficiency_low"] / net.get("rail_efficiency", 1.0)
     validate(d, "cluster", where)
     per_node = d.get("devices_per_node", per_node)
     levels = tuple(
@@ -594,6 +613,7 @@ def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSp
         network=network,
         notes=notes,
         network_files=files,
+        scale_out_low=float(band),
         devices_per_node=int(per_node),
     )
 
