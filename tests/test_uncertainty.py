@@ -72,7 +72,9 @@ def test_evaluate_prints_the_band(capsys):
     plan = Path(__file__).resolve().parents[1] / "examples" / "gpt3_175b_a100_selective_sp.yaml"
     assert main(["evaluate", str(plan)]) == 0
     out = capsys.readouterr().out
-    assert "uncertainty (a100_sxm/fp16/dense, 12 published runs, other 16-bit)" in out
+    n = load_residuals()["classes"]["a100_sxm/fp16/dense"]["n"]
+    assert n >= 12
+    assert f"uncertainty (a100_sxm/fp16/dense, {n} published runs, other 16-bit)" in out
 
 
 def test_mfu_ceiling_by_precision(capsys):
