@@ -7,39 +7,13 @@ from dataclasses import replace
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from aten_bytes import AtenLog
 
 from nest.costs.moe_time import (CLAMP_BWD_BYTES, CLAMP_FWD_BYTES, CLAMP_FWD_KERNELS,
                                  EXPERT_CLAMP, busiest_rank_ops, moe_expert_clamp_op)
 from nest.costs.table import layer_times
 from nest.graph.layer_graph import Variant
 from nest.spec.catalog import load_hardware, load_model
-
-# aten calls that move no data: views, scalars, allocations
-_FREE = ("narrow", "slice", "as_strided", "split", "chunk", "view", "scalar_tensor", "empty",
-         "detach", "_to_copy", "to", "alias", "lift_fresh")
-
-
-class _Log(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.calls: list[tuple[str, int]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        name = func.__name__.split(".")[0]
-        if name not in _FREE:
-            ins = [a for a in args if isinstance(a, torch.Tensor) and a.dim() > 0]
-            for a in args:  # the tensors of a list argument (cat)
-                if isinstance(a, (list, tuple)):
-                    ins += [t for t in a if isinstance(t, torch.Tensor) and t.dim() > 0]
-            outs = out if isinstance(out, (list, tuple)) else [out]
-            nbytes = sum(t.numel() * t.element_size() for t in ins)
-            nbytes += sum(t.numel() * t.element_size() for t in outs
-                          if isinstance(t, torch.Tensor))
-            self.calls.append((name, nbytes))
-        return out
-
 
 def _megatron_clamp(x, c=7.0):
     """megatron/core/fusions/fused_bias_geglu.py, weighted_bias_quick_geglu_impl's clamp."""
@@ -52,16 +26,16 @@ def test_clamp_kernels_and_bytes_as_pytorch_dispatches_them():
     output's bytes), from the aten calls themselves."""
     x = torch.randn(96, 64, dtype=torch.bfloat16, requires_grad=True)
     size = x.numel() * x.element_size()
-    fwd, bwd = _Log(), _Log()
+    fwd, bwd = AtenLog(), AtenLog()
     with fwd:
         y = _megatron_clamp(x)
     g = torch.randn_like(y)
     with bwd:
         y.backward(g)
     assert len(fwd.calls) == CLAMP_FWD_KERNELS == 3
-    assert sum(b for _, b in fwd.calls) == CLAMP_FWD_BYTES * size
+    assert fwd.nbytes == CLAMP_FWD_BYTES * size
     assert len(bwd.calls) == 7, bwd.calls
-    assert sum(b for _, b in bwd.calls) == CLAMP_BWD_BYTES * size
+    assert bwd.nbytes == CLAMP_BWD_BYTES * size
 
 
 @pytest.fixture(scope="module")

@@ -62,6 +62,7 @@ from nest.costs.moe_time import (EXPERT_BIAS, EXPERT_CLAMP, MOE_SORT, busiest_ra
                                  dispatch_sync_queued, moe_expert_bias_op, moe_expert_clamp_op,
                                  synced_segment, wait_idle_s)
 from nest.costs.profiled import BYTES, ProfileSet, price_op, profile_for
+from nest.costs.rope import ROPE_UNFUSED, rope_unfused_op
 from nest.graph.layer_graph import (COLUMN_PARALLEL, RECOMPUTE_MODES, ROW_PARALLEL, LayerCost,
                                     LayerGraph, Op, Variant)
 from nest.spec.catalog import HardwareSpec, validate
@@ -97,7 +98,7 @@ def layer_times(hw: HardwareSpec, cost: LayerCost,
                 dispatcher: str = "alltoall", moe_imbalance: float = 1.0,
                 moe_padded: bool = False, expert_bias: bool = False,
                 fp8_recipe: str = "delayed", variant: Variant | None = None,
-                expert_clamp: bool = False) -> LayerTimes:
+                expert_clamp: bool = False, rope_unfused: bool = False) -> LayerTimes:
     """Forward, backward and recompute seconds of one layer; from `profile` where it covers,
     else (or with profile None) the roofline; compute: the training's compute dtype
     (nest.spec.precision: "fp8" runs the linear layers' GEMMs in FP8); dispatcher: the MoE
@@ -106,11 +107,13 @@ def layer_times(hw: HardwareSpec, cost: LayerCost,
     expert inputs padded to capacity (no device-to-host sync; `dispatch_sync_queued`);
     expert_bias: the experts have biases (`moe_expert_bias_op`); fp8_recipe and variant (None:
     tp 1): Transformer Engine's FP8 quantization kernels (nest.costs.fp8_quant); expert_clamp:
-    the experts clamp their GLU input (`moe_expert_clamp_op`)."""
+    the experts clamp their GLU input (`moe_expert_clamp_op`); rope_unfused: rotary embeddings
+    in eager PyTorch (nest.costs.rope.rope_unfused_op)."""
     v = variant or Variant()
     fused = FUSED_INTO_DISPATCH.get(dispatcher, ())
     ops = (*(op for op in cost.ops if op.name not in fused), *moe_local_sort_op(cost),
-           *moe_expert_clamp_op(cost, expert_clamp), *moe_expert_bias_op(cost, expert_bias))
+           *moe_expert_clamp_op(cost, expert_clamp), *moe_expert_bias_op(cost, expert_bias),
+           *rope_unfused_op(cost, rope_unfused))
     priced = {op.name: price_op(hw, op, profile, compute, fp8_recipe, v.tp, v.sp) for op in ops}
     busiest = busiest_rank_ops(cost, ops) if moe_imbalance != 1.0 else ()
     priced = {name: replace(t, fwd_s=t.fwd_s * moe_imbalance, bwd_s=t.bwd_s * moe_imbalance)
@@ -178,14 +181,17 @@ def moe_local_sort_op(cost: LayerCost) -> tuple[Op, ...]:
 def _recomputed(cost: LayerCost, mode: str, per_op: Mapping) -> tuple[str, ...]:
     """Op names a recompute mode re-runs (those priced: a dispatcher's fused ops are not); the
     local-expert sort with the graph's moe_permute, the expert bias with expert_down, the GLU
-    clamp with the experts' activation (or when the mode re-runs every op)."""
+    clamp with the experts' activation, eager RoPE with `rope` (or when the mode re-runs every
+    op)."""
     names = tuple(cost.recompute_ops.get(mode, ()))
     every = bool(names) and set(names) >= {op.name for op in cost.ops}
     sort = MOE_SORT in per_op and ("moe_permute" in names or every)
     bias = EXPERT_BIAS in per_op and ("expert_down" in names or every)
     clamp = EXPERT_CLAMP in per_op and (bool(set(names) & GLU_ACTS) or every)
+    rope = ROPE_UNFUSED in per_op and ("rope" in names or every)
     return (tuple(n for n in names if n in per_op) + ((MOE_SORT,) if sort else ())
-            + ((EXPERT_BIAS,) if bias else ()) + ((EXPERT_CLAMP,) if clamp else ()))
+            + ((EXPERT_BIAS,) if bias else ()) + ((EXPERT_CLAMP,) if clamp else ())
+            + ((ROPE_UNFUSED,) if rope else ()))
 
 
 GLU_ACTS = {"expert_swiglu", "expert_geglu"}  # the experts' activation op (torch_models.MoE)
@@ -232,17 +238,20 @@ class CostTable:
     padded to capacity (TrainingSettings.moe_pad_to_capacity; `dispatch_sync_queued`);
     expert_bias: the model's experts have biases (ModelSpec.linear_bias; `moe_expert_bias_op`);
     fp8_recipe: the FP8 scaling recipe (Precision.fp8_recipe; nest.costs.fp8_quant);
-    expert_clamp: the experts clamp their GLU input (ModelSpec.glu_clamp; `moe_expert_clamp_op`).
+    expert_clamp: the experts clamp their GLU input (ModelSpec.glu_clamp; `moe_expert_clamp_op`);
+    rope_unfused: rotary embeddings in eager PyTorch (TrainingSettings.rope_fusion false;
+    nest.costs.rope).
     """
 
     __slots__ = ("graph", "hw", "compute", "scale", "profile", "dispatcher", "moe_imbalance",
-                 "moe_padded", "expert_bias", "fp8_recipe", "expert_clamp")
+                 "moe_padded", "expert_bias", "fp8_recipe", "expert_clamp", "rope_unfused")
 
     def __init__(self, graph: LayerGraph, hw: HardwareSpec,
                  profile: ProfileSet | None | str = AUTO, compute: str = "bf16",
                  scale: float = 1.0, dispatcher: str = "alltoall", moe_imbalance: float = 1.0,
                  moe_padded: bool = False, expert_bias: bool = False,
-                 fp8_recipe: str = "delayed", expert_clamp: bool = False):
+                 fp8_recipe: str = "delayed", expert_clamp: bool = False,
+                 rope_unfused: bool = False):
         if isinstance(profile, str):
             if profile != AUTO:
                 raise ValueError(f"CostTable: profile must be a ProfileSet, None or {AUTO!r}")
@@ -251,7 +260,7 @@ class CostTable:
                             ("scale", scale), ("profile", profile), ("dispatcher", dispatcher),
                             ("moe_imbalance", moe_imbalance), ("moe_padded", moe_padded),
                             ("expert_bias", expert_bias), ("fp8_recipe", fp8_recipe),
-                            ("expert_clamp", expert_clamp)):
+                            ("expert_clamp", expert_clamp), ("rope_unfused", rope_unfused)):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name, value):
@@ -261,7 +270,7 @@ class CostTable:
         """One layer's times (any LayerCost of this table's graph, of `variant`)."""
         t = layer_times(self.hw, cost, self.profile, self.compute, self.dispatcher,
                         self.moe_imbalance, self.moe_padded, self.expert_bias,
-                        self.fp8_recipe, variant, self.expert_clamp)
+                        self.fp8_recipe, variant, self.expert_clamp, self.rope_unfused)
         if self.scale != 1.0:
             k = self.scale
             t = replace(t, fwd_s=t.fwd_s * k, bwd_s=t.bwd_s * k,

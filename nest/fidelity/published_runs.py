@@ -224,6 +224,11 @@ def training_for(row: dict):
         tr = tr.with_(moe_dispatcher=row["moe_dispatcher"])
     if row.get("moe_pad_to_capacity"):  # token drop, padded: no device-to-host wait
         tr = tr.with_(moe_pad_to_capacity=True)
+    if "rope_fusion" in row:  # the run's RoPE kernel (nest.costs.rope)
+        if not isinstance(row["rope_fusion"], bool):
+            raise SpecError(f"{where}: key 'rope_fusion': {row['rope_fusion']!r}: expected "
+                            "true or false")
+        tr = tr.with_(rope_fusion=row["rope_fusion"])
     if row.get("moe_force_load_balancing"):  # random router logits: the busiest rank's excess
         from nest.costs.groups import forced_balance_imbalance
 

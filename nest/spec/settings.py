@@ -103,6 +103,10 @@ class TrainingSettings:
     # capacity factor): the dispatcher knows every size on the host and never waits for the
     # device; false: dropless, one wait per MoE layer forward (nest.costs.table)
     moe_pad_to_capacity: bool = False
+    # rotary embeddings by Transformer Engine's fused kernel (Megatron-Core apply_rope_fusion);
+    # false: the eager PyTorch path, which megatron-core >= 0.16 takes for YaRN with a
+    # concentration factor != 1 such as gpt-oss's (nest.costs.rope)
+    rope_fusion: bool = True
     # the distributed optimizer's (ZeRO-1 / 2) all-gather of the updated weights overlapped with
     # the next batch's first forward, bucket by bucket (Megatron-LM --overlap-param-gather, NeMo
     # `overlap_param_sync`): only dp_sync_exposed_s(all-gather, first forward, buckets) stays
