@@ -76,9 +76,9 @@ def test_absent_when_fused_or_without_rotary_embeddings():
 
 
 def test_setting_reaches_the_cost_table_only_where_stated():
-    """The default training settings fuse RoPE (every default-run model unchanged); the
-    26.04.01 gpt-oss row states rope_fusion false, the 25.11 one does not; a bad value is
-    refused naming the key."""
+    """The default training settings fuse RoPE (every default-run model unchanged); the two
+    gpt-oss rows state rope_fusion false (megatron-core 0.16.0rc0 and 0.18.0rc), the Qwen3 rows
+    (no YaRN) nothing; a bad value is refused naming the key."""
     from nest.common.errors import SpecError
     from nest.fidelity.published_runs import load_runs, training_for
     from nest.spec.settings import load_training
@@ -86,7 +86,8 @@ def test_setting_reaches_the_cost_table_only_where_stated():
     assert load_training().rope_fusion is True
     rows = {r["id"]: r for r in load_runs()}
     assert training_for(rows["bridge260401_gpt_oss_120b_64gpu_bf16"]).rope_fusion is False
-    assert training_for(rows["bridge2511_gpt_oss_120b_64gpu_bf16"]).rope_fusion is True
+    assert training_for(rows["bridge2511_gpt_oss_120b_64gpu_bf16"]).rope_fusion is False
+    assert training_for(rows["bridge260401_qwen3_30b_a3b_16gpu_fp8"]).rope_fusion is True
     bad = dict(rows["bridge2511_gpt_oss_120b_64gpu_bf16"], rope_fusion="no")
     with pytest.raises(SpecError, match="rope_fusion"):
         training_for(bad)

@@ -7,8 +7,9 @@ calls Transformer Engine's fused_apply_rotary_pos_emb under apply_rope_fusion, e
 megatron-core 0.16 (9ed8b0c) on, when the YaRN concentration factor `mscale` is not 1 ("mscale
 ... is not supported by TE's fused RoPE. Using unfused implementation."). gpt-oss is such a
 model: YaRN factor 32 with yarn_mscale unset gives 0.1 ln 32 + 1 = 1.35
-(_yarn_get_concentration_factor, yarn_rotary_pos_embedding.py). core_v0.15.0 (the 25.11
-generation) has no such check and runs the fused kernel. The layer graph prices the fused
+(_yarn_get_concentration_factor, yarn_rotary_pos_embedding.py). core_v0.15.0 has no such check
+and runs the fused kernel; Megatron-Bridge v0.2.0 (the 25.11 release) already pins 0.16.0rc0
+(Megatron-LM 0d8e0714), which has it. The layer graph prices the fused
 kernel (its `rope` operator: one read and one write of Q and K); the eager path
 _apply_rotary_pos_emb_bshd, applied to Q and to K separately, runs per tensor t of |t| bytes
 (seq s, head dim d; freqs [s, 1, 1, d] FP32):
