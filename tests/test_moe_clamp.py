@@ -1,4 +1,5 @@
-"""The experts' GLU input clamp (gpt-oss; nest.costs.moe_time.moe_expert_clamp_op): the kernels
+"""The experts' GLU input clamp (gpt-oss; nest.costs.moe_time.moe_expert_clamp_op) and the
+module recomputation that re-runs it (nest.costs.table.MODULE_RECOMPUTE): the kernels
 and bytes of Megatron-Core's eager clamp expression, counted another way (every aten call
 PyTorch dispatches for its forward and backward, logged and summed tensor by tensor), and the
 op's place in a layer's time."""
@@ -79,3 +80,45 @@ def test_gpt_oss_states_its_clamp_and_only_it():
     assert model_spec_from_hf_config("tests/fixtures/hf/gpt_oss_20b.json", seq_len=4096).glu_clamp == 7.0
     assert load_model("config/validation/models/gpt_oss_120b.yaml").glu_clamp == 7.0
     assert load_model("mixtral_8x7b").glu_clamp == 0.0
+
+
+def test_module_recompute_reruns_the_norms_and_the_experts_activation(mixtral_ep4):
+    """Megatron-Core's recompute_modules [layernorm, moe_act] (gpt-oss's H100 preset): the
+    backward grows by the forward of norm1, norm2, the experts' activation and their clamp,
+    each priced as in the layer's own forward (host floor off); the forward is unchanged;
+    `layernorm` alone re-runs the norms only."""
+    from nest.costs.profiled import price_op
+    from nest.costs.table import MODULE_RECOMPUTE, module_recompute_ops
+
+    hw = replace(load_hardware("h100_sxm"), host_fwd_s_per_op=0.0, host_bwd_s_per_op=0.0)
+    clamp, = moe_expert_clamp_op(mixtral_ep4, True)
+    ops = {op.name: op for op in (*mixtral_ep4.ops, clamp)}
+    fwd = {n: price_op(hw, op, None).fwd_s for n, op in ops.items()}
+    base = layer_times(hw, mixtral_ep4, None, moe_padded=True, expert_clamp=True)
+    for mods, names in ((("layernorm", "moe_act"),
+                         ("norm1", "norm2", EXPERT_CLAMP, "expert_swiglu")),
+                        (("layernorm",), ("norm1", "norm2"))):
+        assert sorted(module_recompute_ops(mods, fwd)) == sorted(names)
+        t = layer_times(hw, mixtral_ep4, None, moe_padded=True, expert_clamp=True,
+                        recompute_modules=mods)
+        assert t.fwd_s == base.fwd_s
+        assert t.bwd_s - base.bwd_s == pytest.approx(sum(fwd[n] for n in names), rel=1e-12)
+    assert set(MODULE_RECOMPUTE) == {"layernorm", "moe_act"}
+
+
+def test_recompute_modules_setting_reaches_the_cost_table_only_where_stated():
+    """Default settings recompute no module (the default run unchanged); both gpt-oss rows
+    state their preset's [layernorm, moe_act]; a bad value is refused naming the key."""
+    from nest.common.errors import SpecError
+    from nest.fidelity.published_runs import load_runs, problem_for, training_for
+    from nest.spec.settings import load_training
+
+    assert load_training().recompute_modules == ()
+    rows = {r["id"]: r for r in load_runs()}
+    for rid in ("bridge260401_gpt_oss_120b_64gpu_bf16", "bridge2511_gpt_oss_120b_64gpu_bf16"):
+        assert training_for(rows[rid]).recompute_modules == ("layernorm", "moe_act")
+    assert problem_for(rows["bridge260401_gpt_oss_120b_64gpu_bf16"]).costs.recompute_modules \
+        == ("layernorm", "moe_act")
+    assert training_for(rows["bridge260401_qwen3_30b_a3b_16gpu_fp8"]).recompute_modules == ()
+    with pytest.raises(SpecError, match="recompute_modules"):
+        training_for(dict(rows["bridge2511_gpt_oss_120b_64gpu_bf16"], recompute_modules=["mlp"]))

@@ -98,7 +98,8 @@ def layer_times(hw: HardwareSpec, cost: LayerCost,
                 dispatcher: str = "alltoall", moe_imbalance: float = 1.0,
                 moe_padded: bool = False, expert_bias: bool = False,
                 fp8_recipe: str = "delayed", variant: Variant | None = None,
-                expert_clamp: bool = False, rope_unfused: bool = False) -> LayerTimes:
+                expert_clamp: bool = False, rope_unfused: bool = False,
+                recompute_modules: tuple[str, ...] = ()) -> LayerTimes:
     """Forward, backward and recompute seconds of one layer; from `profile` where it covers,
     else (or with profile None) the roofline; compute: the training's compute dtype
     (nest.spec.precision: "fp8" runs the linear layers' GEMMs in FP8); dispatcher: the MoE
@@ -108,7 +109,8 @@ def layer_times(hw: HardwareSpec, cost: LayerCost,
     expert_bias: the experts have biases (`moe_expert_bias_op`); fp8_recipe and variant (None:
     tp 1): Transformer Engine's FP8 quantization kernels (nest.costs.fp8_quant); expert_clamp:
     the experts clamp their GLU input (`moe_expert_clamp_op`); rope_unfused: rotary embeddings
-    in eager PyTorch (nest.costs.rope.rope_unfused_op)."""
+    in eager PyTorch (nest.costs.rope.rope_unfused_op); recompute_modules: Megatron-Core's
+    selective module recomputation (`module_recompute_ops`), its forward added to the backward."""
     v = variant or Variant()
     fused = FUSED_INTO_DISPATCH.get(dispatcher, ())
     ops = (*(op for op in cost.ops if op.name not in fused), *moe_local_sort_op(cost),
@@ -131,10 +133,13 @@ def layer_times(hw: HardwareSpec, cost: LayerCost,
     fwd = max(sum(f for f, _ in per_op.values()) + idle,
               hw.host_fwd_s_per_op * sum(calls.values()))
     bwd = max(sum(b for _, b in per_op.values()), hw.host_bwd_s_per_op * sum(calls.values()))
-    rec = {mode: max(sum(per_op[name][0] for name in names),
-                     hw.host_fwd_s_per_op * sum(calls[name] for name in names))
-           for mode in RECOMPUTE_MODES for names in [_recomputed(cost, mode, per_op)]}
+    def rerun_s(names) -> float:  # a recomputed forward: GPU time, or the host's issue time
+        return max(sum(per_op[name][0] for name in names),
+                   hw.host_fwd_s_per_op * sum(calls[name] for name in names))
+
+    rec = {mode: rerun_s(_recomputed(cost, mode, per_op)) for mode in RECOMPUTE_MODES}
     bwd += main_grad_accumulation_s(hw, cost)
+    bwd += rerun_s(module_recompute_ops(recompute_modules, per_op)) if recompute_modules else 0.0
     source = "roofline" if all(s == "roofline" for s in srcs.values()) else "profile"
     gemm = [per_op[op.name] for op in ops if op.kind == "matmul"]
     return LayerTimes(fwd, bwd, MappingProxyType(rec), source, MappingProxyType(srcs),
@@ -196,6 +201,20 @@ def _recomputed(cost: LayerCost, mode: str, per_op: Mapping) -> tuple[str, ...]:
 
 GLU_ACTS = {"expert_swiglu", "expert_geglu"}  # the experts' activation op (torch_models.MoE)
 
+# Megatron-Core's --recompute-modules (selective granularity) -> the graph's operators whose
+# forward re-runs in the backward: "layernorm" checkpoints the block's input_layernorm and
+# pre_mlp_layernorm (TransformerLayer, CheckpointWithoutOutput, recomputed before the consumer's
+# backward); "moe_act" the experts' bias_act_func (TEGroupedMLP.activation_checkpoint: the GLU
+# clamp where the model has one and the weighted activation). megatron-core 0.16 (9ed8b0c) and
+# 0.18.0rc (4415119), transformer_layer.py and moe/experts.py. Modules a layer lacks add nothing.
+MODULE_RECOMPUTE = {"layernorm": ("norm1", "norm2"),
+                    "moe_act": (EXPERT_CLAMP, *sorted(GLU_ACTS))}
+
+
+def module_recompute_ops(modules, per_op: Mapping) -> tuple[str, ...]:
+    """The priced operators the modules re-run (MODULE_RECOMPUTE; those a layer has)."""
+    return tuple(name for m in modules for name in MODULE_RECOMPUTE[m] if name in per_op)
+
 
 MAIN_GRAD_EXTRA_BYTES = 6  # FP32 read + write of main_grad, less the BF16 write a GEMM prices
 
@@ -240,18 +259,20 @@ class CostTable:
     fp8_recipe: the FP8 scaling recipe (Precision.fp8_recipe; nest.costs.fp8_quant);
     expert_clamp: the experts clamp their GLU input (ModelSpec.glu_clamp; `moe_expert_clamp_op`);
     rope_unfused: rotary embeddings in eager PyTorch (TrainingSettings.rope_fusion false;
-    nest.costs.rope).
+    nest.costs.rope); recompute_modules: Megatron-Core's selective module recomputation
+    (TrainingSettings.recompute_modules; `module_recompute_ops`).
     """
 
     __slots__ = ("graph", "hw", "compute", "scale", "profile", "dispatcher", "moe_imbalance",
-                 "moe_padded", "expert_bias", "fp8_recipe", "expert_clamp", "rope_unfused")
+                 "moe_padded", "expert_bias", "fp8_recipe", "expert_clamp", "rope_unfused",
+                 "recompute_modules")
 
     def __init__(self, graph: LayerGraph, hw: HardwareSpec,
                  profile: ProfileSet | None | str = AUTO, compute: str = "bf16",
                  scale: float = 1.0, dispatcher: str = "alltoall", moe_imbalance: float = 1.0,
                  moe_padded: bool = False, expert_bias: bool = False,
                  fp8_recipe: str = "delayed", expert_clamp: bool = False,
-                 rope_unfused: bool = False):
+                 rope_unfused: bool = False, recompute_modules: tuple[str, ...] = ()):
         if isinstance(profile, str):
             if profile != AUTO:
                 raise ValueError(f"CostTable: profile must be a ProfileSet, None or {AUTO!r}")
@@ -260,7 +281,8 @@ class CostTable:
                             ("scale", scale), ("profile", profile), ("dispatcher", dispatcher),
                             ("moe_imbalance", moe_imbalance), ("moe_padded", moe_padded),
                             ("expert_bias", expert_bias), ("fp8_recipe", fp8_recipe),
-                            ("expert_clamp", expert_clamp), ("rope_unfused", rope_unfused)):
+                            ("expert_clamp", expert_clamp), ("rope_unfused", rope_unfused),
+                            ("recompute_modules", tuple(recompute_modules))):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name, value):
@@ -270,7 +292,8 @@ class CostTable:
         """One layer's times (any LayerCost of this table's graph, of `variant`)."""
         t = layer_times(self.hw, cost, self.profile, self.compute, self.dispatcher,
                         self.moe_imbalance, self.moe_padded, self.expert_bias,
-                        self.fp8_recipe, variant, self.expert_clamp, self.rope_unfused)
+                        self.fp8_recipe, variant, self.expert_clamp, self.rope_unfused,
+                        self.recompute_modules)
         if self.scale != 1.0:
             k = self.scale
             t = replace(t, fwd_s=t.fwd_s * k, bwd_s=t.bwd_s * k,
