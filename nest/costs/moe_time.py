@@ -4,13 +4,14 @@ rank's expert compute under routing imbalance, and the experts' output-bias loop
 nest.costs.table.layer_times; sources in each docstring, sizes in docs/modeling.md
 ("The MoE layer as Megatron-Core runs it").
 
-Imports: moe_time <- table.
+Imports: profiled <- moe_time <- table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from nest.costs.profiled import BYTES
 from nest.graph.layer_graph import LayerCost, Op
 
 MOE_SORT = "moe_local_sort"  # the receiving side's local-expert sort (table.moe_local_sort_op)
@@ -124,6 +125,39 @@ def moe_expert_bias_op(cost: LayerCost, expert_bias: bool) -> tuple[Op, ...]:
     calls = 2 * d.count + 1
     per_call = EXPERT_BIAS_BYTES * d.shape[0] * d.shape[1] * d.count / calls
     return (Op(EXPERT_BIAS, "memory", 0.0, 0.0, per_call, per_call, (), calls),)
+
+
+EXPERT_CLAMP = "expert_clamp"
+# Megatron-Core's clamped GLU (weighted_bias_quick_geglu_impl with clamp_value set, as gpt-oss's
+# activation_func_clamp_value 7.0; megatron/core/fusions/fused_bias_geglu.py in megatron-core
+# 0.15.0, 0.16 (9ed8b0c) and 0.18.0rc (4415119)) clamps the two halves of the experts' fc1
+# output x [T, 2f] outside the fused activation, in eager PyTorch:
+#   torch.cat((x_glu.clamp(max=c), x_linear.clamp(min=-c, max=c)), -1)
+# Forward: two clamps (each reads and writes a half) and the concatenation (reads and writes x):
+# 3 kernels, 4 |x| bytes. Backward, as autograd runs it (the aten calls traced by torch's
+# profiler, tests/test_moe_clamp.py): CatBackward0 narrows (views, no kernel); ClampBackward1
+# of x_linear runs ge, le, logical_and_ (masks of 1 byte per element) and where, of x_glu le and
+# where; SplitBackward0 (chunk) concatenates the two gradients: 7 kernels, 7.5 |x| bytes
+# (per half of n elements: 14 n and 8 n bytes; the concatenation 8 n; |x| = 4 n).
+CLAMP_FWD_BYTES = 4.0  # per byte of x
+CLAMP_BWD_BYTES = 7.5
+CLAMP_FWD_KERNELS = 3
+
+
+def moe_expert_clamp_op(cost: LayerCost, clamp: bool) -> tuple[Op, ...]:
+    """The experts' GLU input clamp as Megatron-Core runs it (CLAMP_* above; gpt-oss,
+    ModelSpec.glu_clamp): () without a clamp or experts; else one memory-bound op over the
+    expert_gate_up GEMM's output (m x n per local expert, BF16), CLAMP_FWD_BYTES / _BWD_BYTES
+    per byte of it, in CLAMP_FWD_KERNELS calls (the backward's 7 kernels priced as 3 calls'
+    launches: 4 x kernel_overhead_us less, under 0.3% of a gpt-oss layer)."""
+    up = [op for op in cost.ops if op.name == "expert_gate_up"]
+    if not clamp or not up:
+        return ()
+    u = up[0]
+    x = BYTES * u.shape[0] * u.shape[1] * u.count
+    n = CLAMP_FWD_KERNELS
+    return (Op(EXPERT_CLAMP, "memory", 0.0, 0.0, CLAMP_FWD_BYTES * x / n,
+               CLAMP_BWD_BYTES * x / n, (), n),)
 
 
 def busiest_rank_ops(cost: LayerCost, ops) -> tuple[str, ...]:

@@ -81,6 +81,16 @@ ATTENTION_KERNELS = ("default", "flash2", "flash1")
 # flash_attn_triton.py (HazyResearch flash-attention @ eff9fe6, copied into llm-foundry) states
 # in its header that its forward + backward is "slightly slower" than the FA1 CUDA kernel.
 FA2_OVER_FA1 = 2.0
+# Throughput by head dimension (TFLOP/s forward, backward) where the attention table lacks a
+# shape's head_dim: Shah et al. 2024, "FlashAttention-3" (arXiv:2407.08608), Figures 5 and 6
+# (H100 80GB SXM5, BF16, batch x sequence 16k, hidden 2,048), the bars at sequence 4k: cuDNN
+# (our default table's kernel) forward 408 at head dim 64 / 609 at 128, backward 417 / 499;
+# FlashAttention-2 (the flash2 / flash1 tables) forward 321 / 368, backward 279 / 310. A shape
+# of head dim d is priced from the measured row of head dim d' with the same heads x head_dim,
+# sequence and causality, scaled by FLOPs and by TFLOP/s(d') / TFLOP/s(d) per phase (the
+# figures' non-causal ratio, applied to causal shapes too: an assumption). `attention`.
+HEAD_DIM_TFLOPS = {"default": {64: (408.0, 417.0), 128: (609.0, 499.0)},
+                   "flash2": {64: (321.0, 279.0), 128: (368.0, 310.0)}}
 
 # Memory-bound op name -> (profile CSV family, profile ops or None for all, forward and backward
 # factors converting the layer graph's bytes into the profile's byte convention, None = not
@@ -273,12 +283,21 @@ class ProfileSet:
         cands = [r for r in self._attention
                  if r["heads"] == heads and r["head_dim"] == hd and r["causal"] == causal
                  and r["s_q"] == s_q and r["s_kv"] == s_q]
+        speed = HEAD_DIM_TFLOPS["default" if self.attention_kernel == "default" else "flash2"]
+        if not cands and hd in speed:  # another head dim of the same width (HEAD_DIM_TFLOPS)
+            cands = [r for r in self._attention
+                     if r["head_dim"] in speed and r["head_dim"] != hd
+                     and r["heads"] * r["head_dim"] == heads * hd and r["causal"] == causal
+                     and r["s_q"] == s_q and r["s_kv"] == s_q]
         if not cands:
             return None, None
-        r = min(cands, key=lambda r: (abs(r["kv_heads"] - kv), abs(r["b"] - b), r["b"]))
+        r = min(cands, key=lambda r: (abs(r["kv_heads"] * r["head_dim"] - kv * hd),
+                                      abs(r["b"] - b), r["b"]))
         scale = op.fwd_flops / r["flops"]  # b and s_kv / s_q (context parallelism)
-        bwd = r["bwd"] * scale if r["bwd"] >= AUTOGRAD_FLOOR_S else None
-        return r["fwd"] * scale, bwd
+        f_hd, b_hd = ((1.0, 1.0) if r["head_dim"] == hd else
+                      (speed[r["head_dim"]][0] / speed[hd][0], speed[r["head_dim"]][1] / speed[hd][1]))
+        bwd = r["bwd"] * scale * b_hd if r["bwd"] >= AUTOGRAD_FLOOR_S else None
+        return r["fwd"] * scale * f_hd, bwd
 
     # ---- memory-bound ops ---------------------------------------------------------------------
     def _memory_curve(self, family: str, ops: tuple[str, ...] | None, phase: str):

@@ -44,7 +44,8 @@ the receiving side's sort stays (Hybrid-EP's permute kernel, "independent mode" 
 
 MoE terms the graph does not hold (nest.costs.moe_time): the dropless dispatcher's device-to-host
 wait in the forward (`launch_queue_s`, `wait_idle_s`), the busiest expert-parallel rank's expert compute
-(`busiest_rank_ops`) and the experts' output-bias loop (`moe_expert_bias_op`).
+(`busiest_rank_ops`), the experts' output-bias loop (`moe_expert_bias_op`) and their GLU input
+clamp (`moe_expert_clamp_op`).
 
 Imports: roofline <- profiled <- table; moe_time <- table.
 """
@@ -57,9 +58,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from nest.costs.moe_time import (EXPERT_BIAS, MOE_SORT, busiest_rank_ops, dispatch_sync_queued,
-                                 moe_expert_bias_op, synced_segment, wait_idle_s)
+from nest.costs.moe_time import (EXPERT_BIAS, EXPERT_CLAMP, MOE_SORT, busiest_rank_ops,
+                                 dispatch_sync_queued, moe_expert_bias_op, moe_expert_clamp_op,
+                                 synced_segment, wait_idle_s)
 from nest.costs.profiled import BYTES, ProfileSet, price_op, profile_for
+from nest.costs.rope import ROPE_UNFUSED, rope_unfused_op
 from nest.graph.layer_graph import (COLUMN_PARALLEL, RECOMPUTE_MODES, ROW_PARALLEL, LayerCost,
                                     LayerGraph, Op, Variant)
 from nest.spec.catalog import HardwareSpec, validate
@@ -94,7 +97,9 @@ def layer_times(hw: HardwareSpec, cost: LayerCost,
                 profile: ProfileSet | None = None, compute: str = "bf16",
                 dispatcher: str = "alltoall", moe_imbalance: float = 1.0,
                 moe_padded: bool = False, expert_bias: bool = False,
-                fp8_recipe: str = "delayed", variant: Variant | None = None) -> LayerTimes:
+                fp8_recipe: str = "delayed", variant: Variant | None = None,
+                expert_clamp: bool = False, rope_unfused: bool = False,
+                recompute_modules: tuple[str, ...] = ()) -> LayerTimes:
     """Forward, backward and recompute seconds of one layer; from `profile` where it covers,
     else (or with profile None) the roofline; compute: the training's compute dtype
     (nest.spec.precision: "fp8" runs the linear layers' GEMMs in FP8); dispatcher: the MoE
@@ -102,11 +107,15 @@ def layer_times(hw: HardwareSpec, cost: LayerCost,
     the busiest expert-parallel rank's tokens over the mean (`busiest_rank_ops`); moe_padded:
     expert inputs padded to capacity (no device-to-host sync; `dispatch_sync_queued`);
     expert_bias: the experts have biases (`moe_expert_bias_op`); fp8_recipe and variant (None:
-    tp 1): Transformer Engine's FP8 quantization kernels (nest.costs.fp8_quant)."""
+    tp 1): Transformer Engine's FP8 quantization kernels (nest.costs.fp8_quant); expert_clamp:
+    the experts clamp their GLU input (`moe_expert_clamp_op`); rope_unfused: rotary embeddings
+    in eager PyTorch (nest.costs.rope.rope_unfused_op); recompute_modules: Megatron-Core's
+    selective module recomputation (`module_recompute_ops`), its forward added to the backward."""
     v = variant or Variant()
     fused = FUSED_INTO_DISPATCH.get(dispatcher, ())
     ops = (*(op for op in cost.ops if op.name not in fused), *moe_local_sort_op(cost),
-           *moe_expert_bias_op(cost, expert_bias))
+           *moe_expert_clamp_op(cost, expert_clamp), *moe_expert_bias_op(cost, expert_bias),
+           *rope_unfused_op(cost, rope_unfused))
     priced = {op.name: price_op(hw, op, profile, compute, fp8_recipe, v.tp, v.sp) for op in ops}
     busiest = busiest_rank_ops(cost, ops) if moe_imbalance != 1.0 else ()
     priced = {name: replace(t, fwd_s=t.fwd_s * moe_imbalance, bwd_s=t.bwd_s * moe_imbalance)
@@ -124,10 +133,13 @@ def layer_times(hw: HardwareSpec, cost: LayerCost,
     fwd = max(sum(f for f, _ in per_op.values()) + idle,
               hw.host_fwd_s_per_op * sum(calls.values()))
     bwd = max(sum(b for _, b in per_op.values()), hw.host_bwd_s_per_op * sum(calls.values()))
-    rec = {mode: max(sum(per_op[name][0] for name in names),
-                     hw.host_fwd_s_per_op * sum(calls[name] for name in names))
-           for mode in RECOMPUTE_MODES for names in [_recomputed(cost, mode, per_op)]}
+    def rerun_s(names) -> float:  # a recomputed forward: GPU time, or the host's issue time
+        return max(sum(per_op[name][0] for name in names),
+                   hw.host_fwd_s_per_op * sum(calls[name] for name in names))
+
+    rec = {mode: rerun_s(_recomputed(cost, mode, per_op)) for mode in RECOMPUTE_MODES}
     bwd += main_grad_accumulation_s(hw, cost)
+    bwd += rerun_s(module_recompute_ops(recompute_modules, per_op)) if recompute_modules else 0.0
     source = "roofline" if all(s == "roofline" for s in srcs.values()) else "profile"
     gemm = [per_op[op.name] for op in ops if op.kind == "matmul"]
     return LayerTimes(fwd, bwd, MappingProxyType(rec), source, MappingProxyType(srcs),
@@ -173,14 +185,35 @@ def moe_local_sort_op(cost: LayerCost) -> tuple[Op, ...]:
 
 def _recomputed(cost: LayerCost, mode: str, per_op: Mapping) -> tuple[str, ...]:
     """Op names a recompute mode re-runs (those priced: a dispatcher's fused ops are not); the
-    local-expert sort with the graph's moe_permute, the expert bias with expert_down (or when
-    the mode re-runs every op)."""
+    local-expert sort with the graph's moe_permute, the expert bias with expert_down, the GLU
+    clamp with the experts' activation, eager RoPE with `rope` (or when the mode re-runs every
+    op)."""
     names = tuple(cost.recompute_ops.get(mode, ()))
     every = bool(names) and set(names) >= {op.name for op in cost.ops}
     sort = MOE_SORT in per_op and ("moe_permute" in names or every)
     bias = EXPERT_BIAS in per_op and ("expert_down" in names or every)
+    clamp = EXPERT_CLAMP in per_op and (bool(set(names) & GLU_ACTS) or every)
+    rope = ROPE_UNFUSED in per_op and ("rope" in names or every)
     return (tuple(n for n in names if n in per_op) + ((MOE_SORT,) if sort else ())
-            + ((EXPERT_BIAS,) if bias else ()))
+            + ((EXPERT_BIAS,) if bias else ()) + ((EXPERT_CLAMP,) if clamp else ())
+            + ((ROPE_UNFUSED,) if rope else ()))
+
+
+GLU_ACTS = {"expert_swiglu", "expert_geglu"}  # the experts' activation op (torch_models.MoE)
+
+# Megatron-Core's --recompute-modules (selective granularity) -> the graph's operators whose
+# forward re-runs in the backward: "layernorm" checkpoints the block's input_layernorm and
+# pre_mlp_layernorm (TransformerLayer, CheckpointWithoutOutput, recomputed before the consumer's
+# backward); "moe_act" the experts' bias_act_func (TEGroupedMLP.activation_checkpoint: the GLU
+# clamp where the model has one and the weighted activation). megatron-core 0.16 (9ed8b0c) and
+# 0.18.0rc (4415119), transformer_layer.py and moe/experts.py. Modules a layer lacks add nothing.
+MODULE_RECOMPUTE = {"layernorm": ("norm1", "norm2"),
+                    "moe_act": (EXPERT_CLAMP, *sorted(GLU_ACTS))}
+
+
+def module_recompute_ops(modules, per_op: Mapping) -> tuple[str, ...]:
+    """The priced operators the modules re-run (MODULE_RECOMPUTE; those a layer has)."""
+    return tuple(name for m in modules for name in MODULE_RECOMPUTE[m] if name in per_op)
 
 
 MAIN_GRAD_EXTRA_BYTES = 6  # FP32 read + write of main_grad, less the BF16 write a GEMM prices
@@ -223,17 +256,23 @@ class CostTable:
     (TrainingSettings.moe_routing_imbalance; `busiest_rank_ops`); moe_padded: expert inputs
     padded to capacity (TrainingSettings.moe_pad_to_capacity; `dispatch_sync_queued`);
     expert_bias: the model's experts have biases (ModelSpec.linear_bias; `moe_expert_bias_op`);
-    fp8_recipe: the FP8 scaling recipe (Precision.fp8_recipe; nest.costs.fp8_quant).
+    fp8_recipe: the FP8 scaling recipe (Precision.fp8_recipe; nest.costs.fp8_quant);
+    expert_clamp: the experts clamp their GLU input (ModelSpec.glu_clamp; `moe_expert_clamp_op`);
+    rope_unfused: rotary embeddings in eager PyTorch (TrainingSettings.rope_fusion false;
+    nest.costs.rope); recompute_modules: Megatron-Core's selective module recomputation
+    (TrainingSettings.recompute_modules; `module_recompute_ops`).
     """
 
     __slots__ = ("graph", "hw", "compute", "scale", "profile", "dispatcher", "moe_imbalance",
-                 "moe_padded", "expert_bias", "fp8_recipe")
+                 "moe_padded", "expert_bias", "fp8_recipe", "expert_clamp", "rope_unfused",
+                 "recompute_modules")
 
     def __init__(self, graph: LayerGraph, hw: HardwareSpec,
                  profile: ProfileSet | None | str = AUTO, compute: str = "bf16",
                  scale: float = 1.0, dispatcher: str = "alltoall", moe_imbalance: float = 1.0,
                  moe_padded: bool = False, expert_bias: bool = False,
-                 fp8_recipe: str = "delayed"):
+                 fp8_recipe: str = "delayed", expert_clamp: bool = False,
+                 rope_unfused: bool = False, recompute_modules: tuple[str, ...] = ()):
         if isinstance(profile, str):
             if profile != AUTO:
                 raise ValueError(f"CostTable: profile must be a ProfileSet, None or {AUTO!r}")
@@ -241,7 +280,9 @@ class CostTable:
         for name, value in (("graph", graph), ("hw", hw), ("compute", compute),
                             ("scale", scale), ("profile", profile), ("dispatcher", dispatcher),
                             ("moe_imbalance", moe_imbalance), ("moe_padded", moe_padded),
-                            ("expert_bias", expert_bias), ("fp8_recipe", fp8_recipe)):
+                            ("expert_bias", expert_bias), ("fp8_recipe", fp8_recipe),
+                            ("expert_clamp", expert_clamp), ("rope_unfused", rope_unfused),
+                            ("recompute_modules", tuple(recompute_modules))):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name, value):
@@ -251,7 +292,8 @@ class CostTable:
         """One layer's times (any LayerCost of this table's graph, of `variant`)."""
         t = layer_times(self.hw, cost, self.profile, self.compute, self.dispatcher,
                         self.moe_imbalance, self.moe_padded, self.expert_bias,
-                        self.fp8_recipe, variant)
+                        self.fp8_recipe, variant, self.expert_clamp, self.rope_unfused,
+                        self.recompute_modules)
         if self.scale != 1.0:
             k = self.scale
             t = replace(t, fwd_s=t.fwd_s * k, bwd_s=t.bwd_s * k,

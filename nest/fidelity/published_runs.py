@@ -267,6 +267,17 @@ def training_for(row: dict):
         tr = tr.with_(moe_dispatcher=row["moe_dispatcher"])
     if row.get("moe_pad_to_capacity"):  # token drop, padded: no device-to-host wait
         tr = tr.with_(moe_pad_to_capacity=True)
+    if "recompute_modules" in row:  # Megatron-Core's selective module recomputation
+        mods = row["recompute_modules"]
+        if not isinstance(mods, list) or not set(mods) <= {"layernorm", "moe_act"}:
+            raise SpecError(f"{where}: key 'recompute_modules': {mods!r}: expected a list of "
+                            "'layernorm', 'moe_act'")
+        tr = tr.with_(recompute_modules=tuple(mods))
+    if "rope_fusion" in row:  # the run's RoPE kernel (nest.costs.rope)
+        if not isinstance(row["rope_fusion"], bool):
+            raise SpecError(f"{where}: key 'rope_fusion': {row['rope_fusion']!r}: expected "
+                            "true or false")
+        tr = tr.with_(rope_fusion=row["rope_fusion"])
     if row.get("moe_force_load_balancing"):  # random router logits: the busiest rank's excess
         from nest.costs.groups import forced_balance_imbalance
 

@@ -198,6 +198,12 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
     if mtype == "gpt_oss":  # biases on Q, K, V, out, router and experts; a sink logit per head
         c.refuse("attention_bias", lambda v: v, "gpt-oss: its attention has biases")
         d.update(linear_bias=True, attention_sinks=True)
+        # its experts clamp the GLU input (transformers' GptOssExperts: gate.clamp(max=limit),
+        # up.clamp(-limit, limit)); Megatron-Core runs that as separate kernels (ModelSpec)
+        # (transformers' GptOssConfig default: 7.0)
+        c.refuse("swiglu_limit", lambda v: isinstance(v, (int, float))
+                 and not isinstance(v, bool) and v >= 0, "expected a number >= 0")
+        d["glu_clamp"] = float(c.get("swiglu_limit", 7.0))
     elif mtype not in ("qwen2", "qwen2_moe"):
         c.refuse("attention_bias", lambda v: not v, "attention biases are not modelled")
     if mtype in ("qwen3", "qwen3_moe", "gemma3_text"):

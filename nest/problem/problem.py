@@ -66,6 +66,9 @@ class Problem:
                 or self.costs.moe_imbalance != self.training.moe_routing_imbalance
                 or self.costs.moe_padded != self.training.moe_pad_to_capacity
                 or self.costs.expert_bias != (self.model.is_moe and self.model.linear_bias)
+                or self.costs.expert_clamp != (self.model.is_moe and self.model.glu_clamp > 0)
+                or self.costs.rope_unfused != (not self.training.rope_fusion)
+                or self.costs.recompute_modules != self.training.recompute_modules
                 or self.costs.fp8_recipe != self.training.precision.fp8_recipe
                 or self.cluster.comm_scale != cs.communication):
             raise ValueError(f"{where}: cost table, cluster and training settings disagree: "
@@ -98,7 +101,9 @@ class Problem:
         costs = CostTable(g, cluster.hardware, profile, training.precision.compute, cs.compute,
                           training.moe_dispatcher, training.moe_routing_imbalance,
                           training.moe_pad_to_capacity, model.is_moe and model.linear_bias,
-                          training.precision.fp8_recipe)
+                          training.precision.fp8_recipe,
+                          model.is_moe and model.glu_clamp > 0, not training.rope_fusion,
+                          training.recompute_modules)
         return cls(model, cluster, g, costs, training, model_ref, cluster_ref, raw)
 
     def _rebuild(self, **changes) -> "Problem":

@@ -136,6 +136,9 @@ class ModelSpec:
     pre_norm: bool = True  # a norm before attention and MLP (OLMo-2: after them only)
     linear_bias: bool = False  # biases on every linear: Q, K, V, out, router, experts (gpt-oss)
     attention_sinks: bool = False  # a learned sink logit per head in the softmax (gpt-oss)
+    # the experts' GLU input clamp limit (gpt-oss: Hugging Face swiglu_limit 7.0, Megatron-Core's
+    # activation_func_clamp_value); 0: none. Costs only: nest.costs.moe_time.moe_expert_clamp_op
+    glu_clamp: float = 0.0
     mtp_layers: int = 0  # multi-token-prediction modules after the head (DeepSeek-V3)
 
     @property

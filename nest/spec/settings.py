@@ -103,6 +103,15 @@ class TrainingSettings:
     # capacity factor): the dispatcher knows every size on the host and never waits for the
     # device; false: dropless, one wait per MoE layer forward (nest.costs.table)
     moe_pad_to_capacity: bool = False
+    # rotary embeddings by Transformer Engine's fused kernel (Megatron-Core apply_rope_fusion);
+    # false: the eager PyTorch path, which megatron-core >= 0.16 takes for YaRN with a
+    # concentration factor != 1 such as gpt-oss's (nest.costs.rope)
+    rope_fusion: bool = True
+    # Megatron-Core's selective module recomputation (--recompute-modules; MODULE_RECOMPUTE in
+    # nest.costs.table): "layernorm" (the block's input and pre-MLP norms), "moe_act" (the
+    # experts' activation). Their forward re-runs in the backward; the memory they free is not
+    # credited (a conservative peak). Independent of a plan's `recompute` mode.
+    recompute_modules: tuple[str, ...] = ()
     # the distributed optimizer's (ZeRO-1 / 2) all-gather of the updated weights overlapped with
     # the next batch's first forward, bucket by bucket (Megatron-LM --overlap-param-gather, NeMo
     # `overlap_param_sync`): only dp_sync_exposed_s(all-gather, first forward, buckets) stays
@@ -146,6 +155,8 @@ class TrainingSettings:
         return replace(self, precision=precision_from_dict(overrides, where, self.precision))
 
     def with_(self, **kw) -> "TrainingSettings":
+        if "recompute_modules" in kw:
+            kw["recompute_modules"] = tuple(kw["recompute_modules"])
         return replace(self, **kw)
 
 
@@ -173,4 +184,6 @@ def load_training(path=None) -> TrainingSettings:
     validate(d, "training", str(path))
     prec = precision_from_dict(d.pop("precision", None), str(path))
     scale = cost_scale_from_dict(d.pop("cost_scale", None), str(path))
+    if "recompute_modules" in d:
+        d["recompute_modules"] = tuple(d["recompute_modules"])
     return TrainingSettings(**d, precision=prec, cost_scale=scale)
