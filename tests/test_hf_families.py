@@ -558,3 +558,25 @@ def test_transformers5_rope_parameters_give_the_rope_base():
         "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}}}
     spec = model_spec_from_hf_config(gemma, seq_len=128)
     assert spec.rope_theta == 1e6 and spec.rope_scaling == "linear factor=8.0"
+
+
+def test_transformers5_saved_moe_configs_plan():
+    """Configs written by transformers >= 5 (to_json_string on 5.24): Qwen3MoeConfig saves its
+    experts as num_local_experts (attribute_map) and no num_experts; DeepseekV3Config adds
+    qk_head_dim (= nope + rope), head_dim (= the rotary part) and rope_interleave. Both were
+    refused ("not understood"); the counts equal transformers', and a qk_head_dim that is not
+    nope + rope, or a num_local_experts that contradicts num_experts, is refused by name."""
+    q = {k: v for k, v in TINY["qwen3_moe"].items() if k != "num_experts"}
+    q["num_local_experts"] = TINY["qwen3_moe"]["num_experts"]
+    spec = model_spec_from_hf_config(q, seq_len=128, parallel_variants=MOE_PV)
+    assert spec.num_experts == q["num_local_experts"]
+    assert fx.total_params(spec) == hf_num_params(TINY["qwen3_moe"])
+    with pytest.raises(SpecError, match="key 'num_local_experts'"):
+        model_spec_from_hf_config({**TINY["qwen3_moe"], "num_local_experts": 3}, seq_len=128)
+    base = {**TINY["deepseek_v3"], "num_nextn_predict_layers": None}
+    nope, rope = base["qk_nope_head_dim"], base["qk_rope_head_dim"]
+    d = {**base, "qk_head_dim": nope + rope, "head_dim": rope, "rope_interleave": True}
+    spec = model_spec_from_hf_config(d, seq_len=128, parallel_variants=MOE_PV)
+    assert fx.total_params(spec) == hf_num_params(base)
+    with pytest.raises(SpecError, match="key 'qk_head_dim'"):
+        model_spec_from_hf_config({**d, "qk_head_dim": nope}, seq_len=128)

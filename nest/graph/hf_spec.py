@@ -283,7 +283,11 @@ def _moe(c: _Cfg, mtype: str, d: dict) -> None:
         c.refuse("decoder_sparse_step", lambda v: v == 1, "MoE in every block only")
         c.refuse("mlp_only_layers", lambda v: not v, "dense blocks between MoE blocks are not "
                  "modelled")
-        d.update(num_experts=c.need("num_experts"), ffn_hidden_size=c.need("moe_intermediate_size"))
+        E = c.get("num_experts", c.get("num_local_experts"))  # the latter: transformers >= 5
+        c.refuse("num_local_experts", lambda v: v == E, f"it repeats num_experts ({short(E)})")
+        if E is None:
+            c.need("num_experts")
+        d.update(num_experts=E, ffn_hidden_size=c.need("moe_intermediate_size"))
         if mtype == "qwen2_moe" and c.get("shared_expert_intermediate_size", 0):
             d.update(shared_ffn_hidden_size=c.cfg["shared_expert_intermediate_size"],
                      shared_expert_gate=True)
@@ -303,6 +307,8 @@ def _moe(c: _Cfg, mtype: str, d: dict) -> None:
     d["mtp_layers"] = int(c.get("num_nextn_predict_layers", 0))
     # multi-head latent attention (DeepSeek-V2, section 2.1.2)
     nope, rope, vd = c.need("qk_nope_head_dim"), c.need("qk_rope_head_dim"), c.need("v_head_dim")
+    c.refuse("qk_head_dim", lambda v: v == nope + rope,
+             f"transformers' qk_nope_head_dim + qk_rope_head_dim ({nope + rope})")
     d.update(kv_lora_rank=c.need("kv_lora_rank"), q_lora_rank=c.get("q_lora_rank", 0),
              qk_rope_head_dim=rope, v_head_dim=vd, head_size=nope + rope,
              num_kv_heads=d["num_heads"])
