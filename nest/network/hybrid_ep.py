@@ -52,20 +52,21 @@ from nest.spec.catalog import ClusterSpec
 
 DISPATCHERS = ("alltoall", "hybridep")  # TrainingSettings.moe_dispatcher
 
-# HybridEP's published H100 figures (deepseek-ai/DeepEP branch hybrid-ep, docs/README_Hybrid-EP.md,
+# HybridEP's published H100 figures (deepseek-ai/DeepEP branch hybrid-ep, its README_Hybrid-EP.md,
 # "Performance Results", H100 Platform: 4,096 tokens per rank, hidden 7,168, top-8, random uniform
 # router, 8 local experts, ranks 16 / 32 / 64 = 2 / 4 / 8 nodes of 8), the rows Megatron-Core runs:
 # the Torch API (what fused_a2a.py calls, permutation included), BF16 dispatch (Megatron-Core
 # dispatches BF16 with HybridEP) and combine, 16 SMs (TransformerConfig.moe_hybridep_num_sms'
 # default; 8 SMs reach as much at 2 nodes, so more SMs would not be faster). GB/s, keyed by nodes:
 HYBRID_EP_H100_GBPS = {2: (54.47, 53.35), 4: (47.36, 52.53), 8: (41.24, 46.57)}
-# The figures are "algorithm bandwidth": the benchmark divides by the time the bytes of every node
-# a token's experts live on, its own node included (tests/utils.py count_rdma_send_from_routing_map:
+# The figures are "algorithm bandwidth": the benchmark divides by the time the bytes sent to every
+# node a token's experts live on, its own node included (its test utils.py, count_rdma_send_from_routing_map:
 # "To align with the implementation in the DeepEP, we do not set the local node map to zeros";
-# DeepEP's legacy tests/test_internode.py counts so too, and DeepEP's own README calls its figures
+# the legacy test_internode.py of DeepEP counts so too, and DeepEP's own README calls its figures
 # "logical bandwidth" that "contains local rank traffic"). Only the (N - 1) / N of them bound for
 # other nodes cross the NIC (N nodes, all alike under uniform routing), so the NIC-carried bytes move
-# at figure x (N - 1) / N. The figures' line: CX-7 400 Gb/s InfiniBand, 50 GB/s per GPU.
+# at figure x (N - 1) / N. The figures' line: the README names no NIC; a DGX H100's is CX-7 400 Gb/s
+# InfiniBand, 50 GB/s per GPU (DeepEP's own H800 figures state that NIC and "~50 GB/s").
 HYBRID_EP_LINE_GBPS = 50.0
 
 
