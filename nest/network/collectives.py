@@ -36,9 +36,10 @@ from nest.network.nvls import nvls_lines
 from nest.spec.catalog import ClusterSpec
 
 
-def path_bandwidth(cluster: ClusterSpec, level: int) -> float:
-    """Per-device bytes/s of a flow whose devices meet at `level`."""
-    bws = [lv.bytes_per_s for lv in cluster.levels[: level + 1]]
+def path_bandwidth(cluster: ClusterSpec, level: int, line: bool = False) -> float:
+    """Per-device bytes/s of a flow whose devices meet at `level`: what NCCL reaches, or with
+    `line` the links' nominal rate (for a kernel with its own measured share of it)."""
+    bws = [lv.line_bytes_per_s if line else lv.bytes_per_s for lv in cluster.levels[: level + 1]]
     return min(bws) / cluster.levels[level].oversubscription
 
 
@@ -421,7 +422,8 @@ def flattened(cluster: ClusterSpec, bytes_per_s: float | None = None) -> Cluster
     # an explicit bandwidth is as described: the cluster's comm_scale applies to it too
     bw = bytes_per_s / cluster.comm_scale if bytes_per_s else cluster.levels[0].bytes_per_s
     lat = cluster.levels[0].latency_s
+    eff = cluster.levels[0].efficiency  # the innermost level's line rate too
     levels = tuple(replace(lv, bytes_per_s=bw, latency_s=lat, oversubscription=1.0,
-                           ring_bytes_per_s=0.0, nvls_bytes_per_s=0.0)
+                           ring_bytes_per_s=0.0, nvls_bytes_per_s=0.0, efficiency=eff)
                    for lv in cluster.levels)
     return replace(cluster, name=f"{cluster.name}_flat", levels=levels)

@@ -33,7 +33,9 @@ the bytes to peers meeting at level >= l share level l's), the fractions of S ar
     level 0:   (m - 1) / m + (N - 1) P / k
     level l>0: D_l P / k     (D_l: remote domains meeting the device at level >= l)
 
-and the time is max_l fraction_l S / bw(l) + (n - 1) alpha, one line as for the flat all-to-all.
+and the time is max_l fraction_l S / bw(l) + (n - 1) alpha, one line as for the flat all-to-all,
+with bw(0) NCCL's NVLink rate and, for l > 0, the line rate times the share of it that HybridEP's
+kernels reach across nodes (`rdma_factor`; not NCCL's efficiency: these are not NCCL's kernels).
 Within one domain (N = 1), or with domains of unequal size (HybridEP needs the ranks per NVLink
 domain to divide the group), it is the flat all-to-all.
 """
@@ -49,6 +51,35 @@ from nest.network.collectives import coefficients, path_bandwidth, span_level
 from nest.spec.catalog import ClusterSpec
 
 DISPATCHERS = ("alltoall", "hybridep")  # TrainingSettings.moe_dispatcher
+
+# HybridEP's published H100 figures (deepseek-ai/DeepEP branch hybrid-ep, its README_Hybrid-EP.md,
+# "Performance Results", H100 Platform: 4,096 tokens per rank, hidden 7,168, top-8, random uniform
+# router, 8 local experts, ranks 16 / 32 / 64 = 2 / 4 / 8 nodes of 8), the rows Megatron-Core runs:
+# the Torch API (what fused_a2a.py calls, permutation included), BF16 dispatch (Megatron-Core
+# dispatches BF16 with HybridEP) and combine, 16 SMs (TransformerConfig.moe_hybridep_num_sms'
+# default; 8 SMs reach as much at 2 nodes, so more SMs would not be faster). GB/s, keyed by nodes:
+HYBRID_EP_H100_GBPS = {2: (54.47, 53.35), 4: (47.36, 52.53), 8: (41.24, 46.57)}
+# The figures are "algorithm bandwidth": the benchmark divides by the time the bytes sent to every
+# node a token's experts live on, its own node included (its test utils.py, count_rdma_send_from_routing_map:
+# "To align with the implementation in the DeepEP, we do not set the local node map to zeros";
+# the legacy test_internode.py of DeepEP counts so too, and DeepEP's own README calls its figures
+# "logical bandwidth" that "contains local rank traffic"). Only the (N - 1) / N of them bound for
+# other nodes cross the NIC (N nodes, all alike under uniform routing), so the NIC-carried bytes move
+# at figure x (N - 1) / N. The figures' line: the README names no NIC; a DGX H100's is CX-7 400 Gb/s
+# InfiniBand, 50 GB/s per GPU (DeepEP's own H800 figures state that NIC and "~50 GB/s").
+HYBRID_EP_LINE_GBPS = 50.0
+
+
+def rdma_factor(nodes: int) -> float:
+    """The share of the cross-node line rate HybridEP's dispatch and combine reach on the bytes
+    that cross it, N nodes: mean(dispatch, combine) x (N - 1) / N / 50 GB/s from the published
+    H100 row of the largest published N <= nodes (2 nodes: 0.539; 4: 0.749; 8 and more: 0.768).
+    Checked against DeepEP's normal kernels on H800 (docs/networks.md)."""
+    if nodes < 2:
+        raise ValueError(f"hybrid all-to-all: rdma_factor of {nodes} node(s): nothing crosses nodes")
+    key = max(k for k in HYBRID_EP_H100_GBPS if k <= nodes)
+    disp, comb_ = HYBRID_EP_H100_GBPS[key]
+    return (disp + comb_) / 2 * (key - 1) / key / HYBRID_EP_LINE_GBPS
 
 
 def domain_hit_probability(experts: int, top_k: int, domains: int) -> float:
@@ -91,6 +122,9 @@ def hybrid_all_to_all(cluster: ClusterSpec, group: tuple[int, ...], experts: int
     frac = level_fractions(cluster, group, experts, top_k)
     if frac is None:
         return coefficients(cluster, "all_to_all", group)[0]
-    beta = max(f / path_bandwidth(cluster, lv) for lv, f in enumerate(frac))
+    nodes = len(np.unique(np.asarray(group, dtype=np.int64) // cluster.levels[0].devices_per_group))
+    cross = rdma_factor(nodes)
+    beta = max(f / (path_bandwidth(cluster, lv) if lv == 0 else
+                    path_bandwidth(cluster, lv, line=True) * cross) for lv, f in enumerate(frac))
     top = span_level(cluster, group)
     return (len(group) - 1) * cluster.levels[top].latency_s, float(beta)

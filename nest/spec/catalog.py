@@ -475,6 +475,15 @@ class NetworkLevel:
     # first level, an NVLink switch domain of hardware with NVLink SHARP: nest.network.nvls);
     # 0: none
     nvls_bytes_per_s: float = 0.0
+    # the share of the line rate that NCCL reaches, which bytes_per_s already holds (the cluster
+    # file's `efficiency`): a kernel with its own measured rate prices against the line
+    # (nest.network.hybrid_ep)
+    efficiency: float = 1.0
+
+    @property
+    def line_bytes_per_s(self) -> float:
+        """Per device, per direction: the link's nominal rate (bandwidth_GBps)."""
+        return self.bytes_per_s / self.efficiency
 
 
 @dataclass(frozen=True)
@@ -572,6 +581,7 @@ def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSp
             latency_s=lv["latency_us"] * US,
             oversubscription=lv.get("oversubscription", 1.0),
             ring_bytes_per_s=lv.get("ring_bandwidth_GBps", 0.0) * GB * lv.get("efficiency", 1.0),
+            efficiency=lv.get("efficiency", 1.0),
         )
         for lv in d["levels"]
     )
