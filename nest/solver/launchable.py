@@ -228,7 +228,7 @@ def launchable_space(space: SearchSpace) -> SearchSpace:
     """The space without the variants with cp > 1 and ep > 1: Megatron-LM builds its expert
     groups on a grid that folds ep over the cp ranks, so no launch runs the groups such a plan
     prices (nest.interfaces.export projects it)."""
-    return space.with_(variants=tuple(v for v in space.variants if v.cp == 1 or v.ep == 1))
+    return space.with_(variants=tuple(v for v in space.variants if v.launchable))
 
 
 def search_launchable(problem: Problem, settings: dict, log=None):
