@@ -276,6 +276,7 @@ def main(names: list[str], compare: bool = True) -> None:
     from nest.interfaces.cli import main as cli
     from nest.graph import build_graph, fx_extract, meta_cache
     from nest.graph.closed_form import variants_of
+    from nest.problem.problem import launchable_variants
     from nest.spec.catalog import load_model
 
     warnings.simplefilter("ignore")
@@ -289,7 +290,8 @@ def main(names: list[str], compare: bool = True) -> None:
         meta_cache._LAYOUTS.clear()
         t0 = time.process_time()
         m = load_model(path, seq_len=SEQ)
-        build_graph(m, 1, "torch_fx")
+        traced = launchable_variants(m)  # the graph `nest plan` builds (compare: every variant)
+        build_graph(m, 1, "torch_fx", traced)
         t1 = time.process_time()
         common = ["--model", path, "--cluster", CLUSTER, "--num-devices", str(gpus),
                   "--seq-len", str(SEQ)]
@@ -299,7 +301,9 @@ def main(names: list[str], compare: bool = True) -> None:
         t3 = time.process_time()
         flag = "" if rc == rc2 == 0 else f"  (exit {rc} / {rc2})"
         cmp_s = f"{t3 - t2:>9.1f}" if compare else f"{'-':>9}"
-        print(f"{name:<14} {len(variants_of(m)):>8} {t1 - t0:>8.1f} {t2 - t1:>8.1f} "
+        every = len(variants_of(m))
+        print(f"{name:<14} {f'{len(traced or range(every))}/{every}':>8} {t1 - t0:>8.1f} "
+              f"{t2 - t1:>8.1f} "
               f"{cmp_s}{flag}", flush=True)
 
 

@@ -233,6 +233,14 @@ def declared_subset(model: ModelSpec, variants) -> tuple[Variant, ...] | None:
     return None if len(subset) == len(declared) else subset
 
 
+def launchable_variants(model: ModelSpec) -> tuple[Variant, ...] | None:
+    """`declared_subset` of the model's launchable variants (Variant.launchable): the graph
+    `nest plan` builds for its default space."""
+    from nest.graph.closed_form import variants_of
+
+    return declared_subset(model, [v for v in variants_of(model) if v.launchable])
+
+
 def make_problem(model: str, cluster: str, num_devices: int | None = None, mbs: int = 1,
                  training: TrainingSettings | None = None,
                  graph: LayerGraph | None = None, variants=(),
@@ -247,10 +255,7 @@ def make_problem(model: str, cluster: str, num_devices: int | None = None, mbs: 
     c = load_cluster(cluster, num_devices)
     tr = training or load_training()
     if graph is None and launchable_only:
-        from nest.graph.closed_form import variants_of
-
-        graph = build_graph(m, mbs, tr.graph_source,
-                            declared_subset(m, [v for v in variants_of(m) if v.launchable]))
+        graph = build_graph(m, mbs, tr.graph_source, launchable_variants(m))
     g = graph or build_graph(m, mbs, tr.graph_source)
     pr = Problem.build(m, c, g, tr, str(model), str(cluster))
     return pr.with_variants(variants) if variants else pr

@@ -142,6 +142,11 @@ def memory_aware_bound(problem: Problem, space: SearchSpace, lts, p: int,
     n = L - p + 1
     s = np.array([stash(p, j, m) for j in range(p)])[:, None, None]
     fl, cp = band_view(floor_LLR, p, n), band_view(cap, p, n)
+    # the last stage ends at layer L - 1: where none of its cells [a, L - 1] fits, no cut does
+    # (`minmax_bands` would return inf: the same value, without the other stages' cells)
+    if np.minimum.reduce(np.where(cp[p - 1, n - 1] >= s[p - 1, 0], fl[p - 1, n - 1], np.inf),
+                         axis=None) == np.inf:
+        return math.inf
     x = functools.reduce(np.minimum, [np.where(cp[..., r] >= s, fl[..., r], np.inf)
                                       for r in range(fl.shape[-1])])
     return minmax_bands(x, *send_floors)
@@ -168,7 +173,8 @@ def minmax_bands(x_JBA: np.ndarray, send_fwd_L=None, send_bwd_L=None) -> float:
     forward send of its last layer (but the last stage's) and the backward send of its first
     (but the first's), added in that order as minmax_cells adds them. g[b'] = min over a' <= b'
     of max(cost[b', a'], g_prev[a']) stage by stage (stage j - 1 ends at j - 1 + a'); min and
-    max are exact, so the same float as minmax_cells (tests/test_fast_bounds.py)."""
+    max are exact, so the same float as minmax_cells (tests/test_fast_bounds.py). A g all inf
+    (checked at stages 1, 2, 4, 8, ...) makes the bound inf."""
     p, n = x_JBA.shape[:2]
     x = x_JBA
     if p > 1 and (send_fwd_L is not None or send_bwd_L is not None):
@@ -179,6 +185,8 @@ def minmax_bands(x_JBA: np.ndarray, send_fwd_L=None, send_bwd_L=None) -> float:
             x[1:] += band_view(np.ascontiguousarray(send_bwd_L), p, n)[1:, None, :]
     g, buf = x[0, :, 0], np.empty((n, n))
     for j in range(1, p - 1):
+        if not j & (j - 1) and np.minimum.reduce(g) == np.inf:  # at j = 1, 2, 4, 8, ...
+            return math.inf  # inf stays inf under max and min: every later g is all inf
         g = np.minimum.reduce(np.maximum(x[j], g, out=buf), axis=1)
     if p > 1:
         g = np.maximum(x[p - 1, n - 1], g).min(keepdims=True)
