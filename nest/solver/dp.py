@@ -68,7 +68,7 @@ def bottleneck(primary_JLLO, secondary_JLLO, ok_JLLO, cap: float):
             f, arg, opt = _step(f, P[j], S[j], K[j], cap)
             args.append(arg)
             opts.append(opt)
-        value = float(f[L - 1])
+        value = float(np.asarray(f)[L - 1])  # on the host: no jitted slice to compile
         if not math.isfinite(value):
             return value, None
         args_np = [np.asarray(a) for a in args]

@@ -119,14 +119,17 @@ def interleaved_candidates(problem: Problem, space: SearchSpace, max_v: int | No
         prefix_LR = None
         for p, d in pp_dp_options(problem, space, var):
             m = problem.num_microbatches(d, var.ep)
-            for v in virtual_options(num_blocks, p, m, max_v):
-                if prefix_LR is None:
-                    lt = layer_table(problem, var, space.recompute_modes)
-                    floor_LR_ = floor_LR(problem, [lt], space)
-                    prefix_LR = np.concatenate([np.zeros((1, floor_LR_.shape[1])),
-                                                np.cumsum(floor_LR_, axis=0)])
-                if states_floor(problem, lt, space, d) / p > cap:
-                    break  # no device group can hold its share of the model states
+            vs = virtual_options(num_blocks, p, m, max_v)
+            if not vs:
+                continue
+            if prefix_LR is None:
+                lt = layer_table(problem, var, space.recompute_modes)
+                floor_LR_ = floor_LR(problem, [lt], space)
+                prefix_LR = np.concatenate([np.zeros((1, floor_LR_.shape[1])),
+                                            np.cumsum(floor_LR_, axis=0)])
+            if states_floor(problem, lt, space, d) / p > cap:
+                continue  # no device group can hold its share of the model states, whatever v
+            for v in vs:
                 for lay in chunk_layouts(num_blocks, p, v):
                     cuts = np.array(layout_cuts(num_blocks, p * v, lay))
                     chunk_CR = prefix_LR[cuts[:, 1] + 1] - prefix_LR[cuts[:, 0]]
