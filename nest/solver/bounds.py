@@ -94,7 +94,15 @@ def p2p_floor(problem: Problem, lts, space: SearchSpace):
     `stride` ids apart (stage-major: width, replica-major: d * width >= width; an order string:
     the product of the degrees faster than pp, d counted as 1), so a pair meets at the lowest
     level whose groups hold more than `stride` ids, or above; the cheapest of those levels
-    prices the transfer (no monotonicity of levels assumed)."""
+    prices the transfer (no monotonicity of levels assumed). Kept in the problem's cache by the
+    class's variants and the space's placements, all it reads besides the cluster (a table of
+    some recomputation modes has the all-modes table's out_L)."""
+    key = (tuple(lt.variant for lt in lts), space.placements)
+    return problem.cache.get("p2p_floor", key,
+                             lambda: read_only(_p2p_floor(problem, lts, space)))
+
+
+def _p2p_floor(problem: Problem, lts, space: SearchSpace):
     cl = problem.cluster
     stride = min(_pp_stride(pl, lt.variant) for pl in space.placements for lt in lts)
     levels = [i for i, lv in enumerate(cl.levels) if lv.devices_per_group > stride] or [
