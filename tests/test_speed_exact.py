@@ -236,3 +236,26 @@ def test_range_max_is_the_running_max_from_each_first_layer(shape):
             want[a:, a] = np.maximum.accumulate(x[a:], axis=0)
         got = range_max(x)
         assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_interleaved_candidates_below_a_time_are_the_prefix_of_all(tmp_path):
+    """interleaved_candidates(..., below=x), which passes over a whole (variant, p, d) by the
+    mean of its groups' floors, lists exactly the candidates of the full list whose bound is
+    below x, in the same order (search_interleaved stops at the first one not below its best)."""
+    from nest.problem.evaluate import make_problem
+    from nest.problem.space import declare
+    from nest.solver.launchable import interleaved_candidates
+    from nest.spec.settings import TrainingSettings
+    from tests.test_launchable import tiny8
+
+    pr = make_problem(tiny8(tmp_path, 16), "tiny_cluster", 8,
+                      training=TrainingSettings(global_batch=32))
+    space = declare(pr, {"zero_stages": [0, 3], "recompute_modes": ["none", "full"],
+                         "max_pp": 8, "heterogeneous_stages": False})
+    every = interleaved_candidates(pr, space)
+    bounds = sorted({c[0] for c in every})
+    assert len(bounds) > 10
+    for x in (bounds[0], bounds[len(bounds) // 4], bounds[len(bounds) // 2], bounds[-1],
+              bounds[-1] * 2):
+        key = [(c[0], c[1]) for c in every if c[0] < x]
+        assert [(c[0], c[1]) for c in interleaved_candidates(pr, space, below=x)] == key
