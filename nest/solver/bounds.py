@@ -210,14 +210,43 @@ def compute_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
     share them)."""
     from nest.solver.dp import lower_bounds
 
+    key = (tuple(lt.variant for lt in lts), replica_blocks_aligned(space), max_pp)
+    idx = subset_of_all(lts[0].modes)
+    if idx is not None and len(idx) == 1:  # one mode: the column of the per-mode bounds
+        def column():
+            full = [layer_table(problem, lt.variant, ALL_MODES) for lt in lts]
+            lb_PR, table = per_mode_bounds(problem, space, full, max_pp)
+            return read_only((np.ascontiguousarray(lb_PR[:, idx[0]]),
+                              np.ascontiguousarray(table[..., idx])))
+
+        return problem.cache.get(("compute_bounds", lts[0].modes), key, column)
+
     def make():
         floor = floor_LR(problem, lts, space)
         L = floor.shape[0]  # the table's a > b cells: inf (no stage; `minmax_bands` needs it)
         table = np.where(np.tri(L, dtype=bool)[..., None], range_sum(floor), np.inf)
         return read_only((lower_bounds(range_sum(floor.min(axis=1)), max_pp), table))
 
-    key = (tuple(lt.variant for lt in lts), replica_blocks_aligned(space), max_pp)
     return problem.cache.get(("compute_bounds", lts[0].modes), key, make)
+
+
+def per_mode_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
+    """`compute_bounds` of each mode of the tables `lts` alone, at once: X_lb[p, r] and the
+    floor table [b, a, r]. Column r is what compute_bounds gives the tables of mode r alone (a
+    table of some modes is the all-modes table's columns, and so are its floors; the range
+    sums and the min-max DP run column by column: exact), so the searches of one mode each
+    (nest.solver.launchable) share one computation. Kept in the problem's cache."""
+    from nest.solver.dp import lower_bounds_per_column
+
+    def make():
+        floor = floor_LR(problem, lts, space)
+        L = floor.shape[0]
+        sums = range_sum(floor)
+        table = np.where(np.tri(L, dtype=bool)[..., None], sums, np.inf)
+        return read_only((lower_bounds_per_column(sums, max_pp), table))
+
+    key = (tuple(lt.variant for lt in lts), replica_blocks_aligned(space), max_pp)
+    return problem.cache.get(("per_mode_bounds", lts[0].modes), key, make)
 
 
 def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,
