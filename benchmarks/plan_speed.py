@@ -264,7 +264,8 @@ builds the traces `nest plan` skips). DeepSeek-V3 first in the process (`--no-co
 deepseek_v3`: its graph pays torch._dynamo's import, its solve JAX's), alternated three times at
 load 1.6-2.5: graph + solve 7.2 + 7.4, 7.9 + 7.0, 6.5 + 6.1 before; 4.3 + 5.3, 5.8 + 6.8,
 4.9 + 4.5 after (14.6, 14.9, 12.6 against 9.6, 12.6, 9.4: 0.72 of before; the 10.2-10.6 of the
-idle machine above would be about 7.5). One `nest plan` process each (imports included, user s,
+idle machine above would be about 7.5); on the final code, two more pairs at load 2.4-2.7:
+4.1 + 5.3, 3.6 + 6.0 after against 7.3 + 6.6, 6.2 + 7.6 before. One `nest plan` process each (imports included, user s,
 at load 2-3): deepseek_v3 12.7-13.6, mixtral_8x22b 9.4-10.6, qwen1_5_moe 8.1-9.8, gpt_oss_20b
 6.8-8.2, llama3_70b 9.3-9.8. Exact: the `nest plan` files and printed output of DeepSeek-V3,
 Mixtral-8x22B, Qwen1.5-MoE, gpt-oss-20B and Llama-3-70B equal before and after but for the
