@@ -196,16 +196,18 @@ def test_class_arrays_are_the_kernel_stacked():
             npt.assert_array_equal(arr.ok_JLLO, np.stack(oks))
 
 
+@pytest.mark.parametrize("inf_share", [0.2, 0.6])
 @pytest.mark.parametrize("seed", range(6))
-def test_minmax_bands_is_the_full_grid_dp(seed):
+def test_minmax_bands_is_the_full_grid_dp(seed, inf_share):
     """The memory-aware bound's band DP (bounds.minmax_bands on bounds.band_view) against the
     full-grid DP above and against nest.solver.positions.minmax_cells on the band cells, on
-    random costs with unreachable cells (inf), with and without sends, every p from 1 to L."""
+    random costs with unreachable cells (inf; the larger share makes whole stages unreachable,
+    minmax_bands' early return), with and without sends, every p from 1 to L."""
     from nest.solver.positions import minmax_cells
 
     rng = np.random.default_rng(seed)
-    L = int(rng.integers(1, 12))
-    cost_LL = np.where(rng.random((L, L)) < 0.2, np.inf, rng.random((L, L)))
+    L = int(rng.integers(1, 16))
+    cost_LL = np.where(rng.random((L, L)) < inf_share, np.inf, rng.random((L, L)))
     sends = (rng.random(L) * 0.1, rng.random(L) * 0.1)
     for p in range(1, L + 1):
         # a stage-dependent cost, as the stash makes it: cells above a threshold drop out

@@ -176,3 +176,27 @@ def test_no_cp_with_ep_in_the_launchable_space():
     assert T == pytest.approx(brute_force(pr, over)[0], rel=1e-9)
     exp = to_megatron(plan, pr)
     assert not exp.warnings and exp.time_per_batch_s == pytest.approx(T, rel=1e-9)
+
+
+def test_the_launchable_graph_plans_as_the_whole_graph():
+    """`nest plan` builds the layer graph of the launchable variants only (make_problem's
+    launchable_only): the variants the launchable space searches, in the same order, so the same
+    plan, time and search statistics as with every declared variant traced, at every micro-batch
+    size (with_mbs keeps the subset)."""
+    from nest.solver.launchable import launchable_space
+
+    tr = TrainingSettings(global_batch=16)
+    full = make_problem("tiny_moe", "tiny_cluster", 8, training=tr)
+    sub = make_problem("tiny_moe", "tiny_cluster", 8, training=tr, launchable_only=True)
+    assert any(not v.launchable for v in full.graph.variants)
+    assert tuple(sub.graph.variants) == tuple(v for v in full.graph.variants if v.launchable)
+    assert sub.with_mbs(2).graph.variants == sub.graph.variants
+    over = {"zero_stages": [0, 1], "recompute_modes": ["none", "full"], "max_pp": 4}
+    assert (launchable_space(declare(sub, over)).variants
+            == launchable_space(declare(full, over)).variants)
+    settings = {"space": over, "mbs_options": [1, 2]}
+    T, plan, stats, pr = search_launchable(full, settings)
+    T2, plan2, stats2, pr2 = search_launchable(sub, settings)
+    assert plan is not None and (T2, plan2, pr2.mbs) == (T, plan, pr.mbs)
+    assert {k: stats2[k] for k in ("candidates", "visited", "interleaved")} == {
+        k: stats[k] for k in ("candidates", "visited", "interleaved")}

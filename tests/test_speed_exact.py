@@ -236,3 +236,55 @@ def test_range_max_is_the_running_max_from_each_first_layer(shape):
             want[a:, a] = np.maximum.accumulate(x[a:], axis=0)
         got = range_max(x)
         assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_interleaved_candidates_below_a_time_are_the_prefix_of_all(tmp_path):
+    """interleaved_candidates(..., below=x), which passes over a whole (variant, p, d) by the
+    mean of its groups' floors, lists exactly the candidates of the full list whose bound is
+    below x, in the same order (search_interleaved stops at the first one not below its best)."""
+    from nest.problem.evaluate import make_problem
+    from nest.problem.space import declare
+    from nest.solver.launchable import interleaved_candidates
+    from nest.spec.settings import TrainingSettings
+    from tests.test_launchable import tiny8
+
+    pr = make_problem(tiny8(tmp_path, 16), "tiny_cluster", 8,
+                      training=TrainingSettings(global_batch=32))
+    space = declare(pr, {"zero_stages": [0, 3], "recompute_modes": ["none", "full"],
+                         "max_pp": 8, "heterogeneous_stages": False})
+    every = interleaved_candidates(pr, space)
+    bounds = sorted({c[0] for c in every})
+    assert len(bounds) > 10
+    for x in (bounds[0], bounds[len(bounds) // 4], bounds[len(bounds) // 2], bounds[-1],
+              bounds[-1] * 2):
+        key = [(c[0], c[1]) for c in every if c[0] < x]
+        assert [(c[0], c[1]) for c in interleaved_candidates(pr, space, below=x)] == key
+
+
+@pytest.mark.parametrize("model", ["tiny_moe", "tests/fixtures/hf/deepseek_v3.json"])
+def test_one_mode_compute_bounds_are_columns_of_the_per_mode_ones(model):
+    """compute_bounds of a one-mode search (the launchable searches) reads its column of
+    per_mode_bounds (all modes at once): the same floats as the bounds computed from that
+    mode's tables alone (floor_LR, range_sum, lower_bounds), every p and cell."""
+    import numpy as np
+
+    from nest.costs.layers import ALL_MODES, layer_table, range_sum
+    from nest.problem.evaluate import make_problem
+    from nest.problem.space import declare
+    from nest.solver import bounds
+    from nest.solver.dp import lower_bounds
+
+    pr = make_problem(model, "tiny_cluster" if model == "tiny_moe" else "dgx_h100_superpod",
+                      8 if model == "tiny_moe" else 64, seq_len=None if model == "tiny_moe"
+                      else 4096, launchable_only=True)
+    for v in pr.graph.variants[:6]:
+        for r in ALL_MODES:
+            space = declare(pr, {"zero_stages": [1], "recompute_modes": [r],
+                                 "heterogeneous_stages": False})
+            lts = [layer_table(pr, v, (r,))]
+            lb, table = bounds.compute_bounds(pr, space, lts, 7)
+            floor = bounds.floor_LR(pr, lts, space)
+            L = floor.shape[0]
+            want_table = np.where(np.tri(L, dtype=bool)[..., None], range_sum(floor), np.inf)
+            np.testing.assert_array_equal(table, want_table)
+            np.testing.assert_array_equal(lb, lower_bounds(range_sum(floor[:, 0]), 7))

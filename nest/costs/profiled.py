@@ -206,6 +206,7 @@ class ProfileSet:
         # matmul: (n, k) -> (m grid, forward, backward); FP8 GEMMs (matmul_fp8.csv) likewise
         self._matmul = _by_nk(rows["matmul"])
         self._matmul_fp8 = _by_nk(self._read(MATMUL_FP8))
+        self._near: dict = {}  # (fp8, n, k) -> the measured (n, k) to transfer from, nearest first
         # moe: (op, experts, m, n, k) -> (forward, backward) of all local experts
         self._moe = {(r["op"], int(r["experts"]), int(r["m"]), int(r["n"]), int(r["k"])):
                      (_f(r, "fwd_time_s"), _f(r, "bwd_time_s")) for r in rows["moe"]}
@@ -234,15 +235,9 @@ class ProfileSet:
             return None
         if n % ALIGN or k % ALIGN:  # an unpadded vocabulary: price the padded GEMM
             n, k = -(-n // PAD) * PAD if n % ALIGN else n, -(-k // PAD) * PAD if k % ALIGN else k
-        if (n, k) in table:
-            cands = [(n, k)]
-        else:
-            lim = math.log(MAX_TRANSFER_RATIO) + 1e-9
-            near = [(abs(math.log(n / n2)) + abs(math.log(k / k2)), n2, k2)
-                    for n2, k2 in table
-                    if not (n2 % ALIGN or k2 % ALIGN)
-                    and abs(math.log(n / n2)) <= lim and abs(math.log(k / k2)) <= lim]
-            cands = [(n2, k2) for _, n2, k2 in sorted(near)]
+        cands = self._near.get((fp8, n, k))
+        if cands is None:  # a function of (n, k) and the table alone: found once per shape
+            cands = self._near[fp8, n, k] = self._nearest(table, n, k)
         for n2, k2 in cands:
             ms, fw, bw = table[(n2, k2)]
             if m < ms[0]:
@@ -255,6 +250,19 @@ class ProfileSet:
                 return fw[0] * scale, bw[0] * scale
             return _interp(ms, fw, m, False) * scale, _interp(ms, bw, m, False) * scale
         return None
+
+    @staticmethod
+    def _nearest(table: dict, n: int, k: int) -> list[tuple[int, int]]:
+        """The measured (n, k) a GEMM of (n, k) is priced from: itself, else every aligned one
+        within MAX_TRANSFER_RATIO in both, nearest (in log n + log k) first."""
+        if (n, k) in table:
+            return [(n, k)]
+        lim = math.log(MAX_TRANSFER_RATIO) + 1e-9
+        near = [(abs(math.log(n / n2)) + abs(math.log(k / k2)), n2, k2)
+                for n2, k2 in table
+                if not (n2 % ALIGN or k2 % ALIGN)
+                and abs(math.log(n / n2)) <= lim and abs(math.log(k / k2)) <= lim]
+        return [(n2, k2) for _, n2, k2 in sorted(near)]
 
     def moe(self, op: Op) -> tuple[float, float] | None:
         """(forward, backward) of all `op.count` local experts from an exact moe.csv row."""

@@ -45,6 +45,14 @@ class Variant:
     def width(self) -> int:
         return self.tp * self.ep * self.cp
 
+    @property
+    def launchable(self) -> bool:
+        """Whether Megatron-LM runs the groups this variant prices: not cp > 1 with ep > 1
+        (Megatron-LM builds its expert groups on a grid that folds ep over the cp ranks;
+        nest.interfaces.export projects such a plan). `nest plan`'s default space holds only
+        these (nest.solver.launchable.launchable_space), and so does the layer graph it builds."""
+        return self.cp == 1 or self.ep == 1
+
     @staticmethod
     def from_key(key: str) -> "Variant":
         parts = dict((p[:2], p[2:]) for p in key.split("_"))

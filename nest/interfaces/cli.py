@@ -187,10 +187,10 @@ def cmd_plan(a) -> int:
         check_picture_path(a.placement_picture, "--placement-picture")
     planner_entry(a.planner)  # an unknown planner before the graph is built
     training = training_of(a)
-    with progress.status("building the layer graph"):
-        problem = make_problem(a.model, a.cluster, a.num_devices, a.mbs or 1, training,
-                               seq_len=a.seq_len)
     is_nest = planner_entry(a.planner)[0] == "nest.solver:plan"
+    with progress.status("building the layer graph"):  # the launchable space's variants only
+        problem = make_problem(a.model, a.cluster, a.num_devices, a.mbs or 1, training,
+                               seq_len=a.seq_len, launchable_only=is_nest and not a.heterogeneous)
     over: dict = {}
     if is_nest:
         over["mbs_options"] = [] if a.mbs else list(a.mbs_options or DEFAULT_MBS_OPTIONS)

@@ -182,7 +182,8 @@ class Problem:
         with the variants this one has."""
         if mbs == self.mbs:
             return self
-        g = build_graph(self.model, mbs, self.training.graph_source)
+        g = build_graph(self.model, mbs, self.training.graph_source,
+                        declared_subset(self.model, self.graph.variants))
         return self._rebuild(graph=g, described=None).with_variants(self.graph.variants)
 
     def with_cluster(self, cluster: ClusterSpec) -> "Problem":
@@ -226,17 +227,40 @@ def with_mbs(problem: Problem, mbs: int) -> Problem:
     return problem.with_mbs(mbs)
 
 
+def declared_subset(model: ModelSpec, variants) -> tuple[Variant, ...] | None:
+    """The model's declared variants that are among `variants`, in declared order; None when
+    that is all of them (build_graph's whole graph, so problems share it)."""
+    from nest.graph.closed_form import variants_of
+
+    declared = variants_of(model)
+    keep = set(variants)
+    subset = tuple(v for v in declared if v in keep)
+    return None if len(subset) == len(declared) else subset
+
+
+def launchable_variants(model: ModelSpec) -> tuple[Variant, ...] | None:
+    """`declared_subset` of the model's launchable variants (Variant.launchable): the graph
+    `nest plan` builds for its default space."""
+    from nest.graph.closed_form import variants_of
+
+    return declared_subset(model, [v for v in variants_of(model) if v.launchable])
+
+
 def make_problem(model: str, cluster: str, num_devices: int | None = None, mbs: int = 1,
                  training: TrainingSettings | None = None,
                  graph: LayerGraph | None = None, variants=(),
-                 seq_len: int | None = None) -> Problem:
+                 seq_len: int | None = None, launchable_only: bool = False) -> Problem:
     """seq_len replaces the model's sequence length (a config.json has none of its own); with a
-    prebuilt `graph` it defaults to the graph's, so the model and its graph agree."""
+    prebuilt `graph` it defaults to the graph's, so the model and its graph agree.
+    launchable_only: the graph of the model's launchable variants only (Variant.launchable:
+    `nest plan`'s default space searches no other, so their traces are all it needs)."""
     if seq_len is None and graph is not None:
         seq_len = graph.seq_len
     m = load_model(model, seq_len=seq_len)
     c = load_cluster(cluster, num_devices)
     tr = training or load_training()
+    if graph is None and launchable_only:
+        graph = build_graph(m, mbs, tr.graph_source, launchable_variants(m))
     g = graph or build_graph(m, mbs, tr.graph_source)
     pr = Problem.build(m, c, g, tr, str(model), str(cluster))
     return pr.with_variants(variants) if variants else pr

@@ -110,9 +110,14 @@ def pp_dp_options(problem: Problem, space: SearchSpace, v: Variant) -> Iterator[
     n_layers = problem.graph.num_layers
     top = min(n_layers, space.max_pp or n_layers, problem.num_devices // v.width)
     d_batch = problem.training.global_batch // (problem.mbs * v.ep)
+    splits = [d for d in range(1, min(problem.num_devices // v.width, d_batch) + 1)
+              if splits_batch(problem, d, v.ep)]  # ascending: the d of any p are a prefix
     for p in range(1, top + 1):
-        for d in range(1, min(problem.num_devices // (p * v.width), d_batch) + 1):
-            if splits_batch(problem, d, v.ep) and p * d * v.width >= space.min_devices:
+        most = problem.num_devices // (p * v.width)
+        for d in splits:
+            if d > most:
+                break
+            if p * d * v.width >= space.min_devices:
                 yield p, d
 
 

@@ -8,15 +8,19 @@ the number of such points and the points where only NEST finds a plan.
 from __future__ import annotations
 
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from nest.common.errors import SpecError
 from nest.spec.catalog import config_dir, load_cluster, read_yaml
 
+if TYPE_CHECKING:  # pandas is imported where a table is built: `nest plan` reads the MFU table only
+    import pandas as pd
+
 
 def gains(df: pd.DataFrame, reference: str = "nest",
           column: str = "throughput_samples_per_s") -> pd.DataFrame:
+    import pandas as pd
+
     key = ["model", "cluster", "num_devices", "mbs"]
     df = df.assign(throughput_samples_per_s=df[column])
     ref = df[df.planner == reference].set_index(key)

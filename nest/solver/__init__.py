@@ -152,7 +152,8 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
     heap: list = []
     lts, refined, floors, sends = {}, {}, {}, {}
     form = solver_form(problem.training)
-    for ci, cls in enumerate(space.classes):
+    classes = space.classes  # a property: computed once here
+    for ci, cls in enumerate(classes):
         lts[ci] = [layer_table(problem, v, space.recompute_modes) for v in cls]
         options = list(pp_dp_options(problem, space, cls[0]))
         if not options:
@@ -170,7 +171,7 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
     visited = 0
     while heap and (heap[0][0] < best_T or not prune):
         bound, level, ci, p, d = heapq.heappop(heap)
-        cls = space.classes[ci]
+        cls = classes[ci]
         if prune and level == 0:  # cheaper bounds first
             if (ci, p) not in refined:
                 refined[(ci, p)] = memory_aware_bound(problem, space, lts[ci], p, floors[ci],
@@ -198,7 +199,7 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
                         f"d={d} {placement}")
     stats = {"candidates": num_candidates, "visited": visited, "tied": []}
     if best is not None:  # ties go to the placement its user launches (nest.planners.ties)
-        stats["tied"] = tied_candidates(problem, space, space.classes[best_ci], lts[best_ci],
+        stats["tied"] = tied_candidates(problem, space, classes[best_ci], lts[best_ci],
                                         best, best_T, form, even_cuts)
         best_T, best = stats["tied"][0]
     return best_T, best, stats

@@ -94,7 +94,15 @@ def p2p_floor(problem: Problem, lts, space: SearchSpace):
     `stride` ids apart (stage-major: width, replica-major: d * width >= width; an order string:
     the product of the degrees faster than pp, d counted as 1), so a pair meets at the lowest
     level whose groups hold more than `stride` ids, or above; the cheapest of those levels
-    prices the transfer (no monotonicity of levels assumed)."""
+    prices the transfer (no monotonicity of levels assumed). Kept in the problem's cache by the
+    class's variants and the space's placements, all it reads besides the cluster (a table of
+    some recomputation modes has the all-modes table's out_L)."""
+    key = (tuple(lt.variant for lt in lts), space.placements)
+    return problem.cache.get("p2p_floor", key,
+                             lambda: read_only(_p2p_floor(problem, lts, space)))
+
+
+def _p2p_floor(problem: Problem, lts, space: SearchSpace):
     cl = problem.cluster
     stride = min(_pp_stride(pl, lt.variant) for pl in space.placements for lt in lts)
     levels = [i for i, lv in enumerate(cl.levels) if lv.devices_per_group > stride] or [
@@ -142,6 +150,11 @@ def memory_aware_bound(problem: Problem, space: SearchSpace, lts, p: int,
     n = L - p + 1
     s = np.array([stash(p, j, m) for j in range(p)])[:, None, None]
     fl, cp = band_view(floor_LLR, p, n), band_view(cap, p, n)
+    # the last stage ends at layer L - 1: where none of its cells [a, L - 1] fits, no cut does
+    # (`minmax_bands` would return inf: the same value, without the other stages' cells)
+    if np.minimum.reduce(np.where(cp[p - 1, n - 1] >= s[p - 1, 0], fl[p - 1, n - 1], np.inf),
+                         axis=None) == np.inf:
+        return math.inf
     x = functools.reduce(np.minimum, [np.where(cp[..., r] >= s, fl[..., r], np.inf)
                                       for r in range(fl.shape[-1])])
     return minmax_bands(x, *send_floors)
@@ -168,7 +181,8 @@ def minmax_bands(x_JBA: np.ndarray, send_fwd_L=None, send_bwd_L=None) -> float:
     forward send of its last layer (but the last stage's) and the backward send of its first
     (but the first's), added in that order as minmax_cells adds them. g[b'] = min over a' <= b'
     of max(cost[b', a'], g_prev[a']) stage by stage (stage j - 1 ends at j - 1 + a'); min and
-    max are exact, so the same float as minmax_cells (tests/test_fast_bounds.py)."""
+    max are exact, so the same float as minmax_cells (tests/test_fast_bounds.py). A g all inf
+    (checked at stages 1, 2, 4, 8, ...) makes the bound inf."""
     p, n = x_JBA.shape[:2]
     x = x_JBA
     if p > 1 and (send_fwd_L is not None or send_bwd_L is not None):
@@ -179,6 +193,8 @@ def minmax_bands(x_JBA: np.ndarray, send_fwd_L=None, send_bwd_L=None) -> float:
             x[1:] += band_view(np.ascontiguousarray(send_bwd_L), p, n)[1:, None, :]
     g, buf = x[0, :, 0], np.empty((n, n))
     for j in range(1, p - 1):
+        if not j & (j - 1) and np.minimum.reduce(g) == np.inf:  # at j = 1, 2, 4, 8, ...
+            return math.inf  # inf stays inf under max and min: every later g is all inf
         g = np.minimum.reduce(np.maximum(x[j], g, out=buf), axis=1)
     if p > 1:
         g = np.maximum(x[p - 1, n - 1], g).min(keepdims=True)
@@ -194,14 +210,43 @@ def compute_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
     share them)."""
     from nest.solver.dp import lower_bounds
 
+    key = (tuple(lt.variant for lt in lts), replica_blocks_aligned(space), max_pp)
+    idx = subset_of_all(lts[0].modes)
+    if idx is not None and len(idx) == 1:  # one mode: the column of the per-mode bounds
+        def column():
+            full = [layer_table(problem, lt.variant, ALL_MODES) for lt in lts]
+            lb_PR, table = per_mode_bounds(problem, space, full, max_pp)
+            return read_only((np.ascontiguousarray(lb_PR[:, idx[0]]),
+                              np.ascontiguousarray(table[..., idx])))
+
+        return problem.cache.get(("compute_bounds", lts[0].modes), key, column)
+
     def make():
         floor = floor_LR(problem, lts, space)
         L = floor.shape[0]  # the table's a > b cells: inf (no stage; `minmax_bands` needs it)
         table = np.where(np.tri(L, dtype=bool)[..., None], range_sum(floor), np.inf)
         return read_only((lower_bounds(range_sum(floor.min(axis=1)), max_pp), table))
 
-    key = (tuple(lt.variant for lt in lts), replica_blocks_aligned(space), max_pp)
     return problem.cache.get(("compute_bounds", lts[0].modes), key, make)
+
+
+def per_mode_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
+    """`compute_bounds` of each mode of the tables `lts` alone, at once: X_lb[p, r] and the
+    floor table [b, a, r]. Column r is what compute_bounds gives the tables of mode r alone (a
+    table of some modes is the all-modes table's columns, and so are its floors; the range
+    sums and the min-max DP run column by column: exact), so the searches of one mode each
+    (nest.solver.launchable) share one computation. Kept in the problem's cache."""
+    from nest.solver.dp import lower_bounds_per_column
+
+    def make():
+        floor = floor_LR(problem, lts, space)
+        L = floor.shape[0]
+        sums = range_sum(floor)
+        table = np.where(np.tri(L, dtype=bool)[..., None], sums, np.inf)
+        return read_only((lower_bounds_per_column(sums, max_pp), table))
+
+    key = (tuple(lt.variant for lt in lts), replica_blocks_aligned(space), max_pp)
+    return problem.cache.get(("per_mode_bounds", lts[0].modes), key, make)
 
 
 def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,

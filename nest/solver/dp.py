@@ -68,7 +68,7 @@ def bottleneck(primary_JLLO, secondary_JLLO, ok_JLLO, cap: float):
             f, arg, opt = _step(f, P[j], S[j], K[j], cap)
             args.append(arg)
             opts.append(opt)
-        value = float(f[L - 1])
+        value = float(np.asarray(f)[L - 1])  # on the host: no jitted slice to compile
         if not math.isfinite(value):
             return value, None
         args_np = [np.asarray(a) for a in args]
@@ -116,6 +116,21 @@ def bottleneck_reference(primary, secondary, ok, cap: float):
         stages.append((a, b, o))
         b = a - 1
     return value, stages[::-1]
+
+
+def lower_bounds_per_column(cost_LLR: np.ndarray, max_stages: int) -> np.ndarray:
+    """`lower_bounds` of each cost_LLR[:, :, r] at once: [max_stages + 1, R] (min and max are
+    exact, so each column is the float lower_bounds gives that column alone)."""
+    L = cost_LLR.shape[0]
+    cost = np.where(np.tril(np.ones((L, L), dtype=bool))[..., None], cost_LLR, np.inf)
+    out = np.full((max_stages + 1, cost.shape[2]), np.inf)
+    f = cost[:, 0].copy()
+    out[1] = f[L - 1]
+    for p in range(2, max_stages + 1):
+        prev = np.concatenate([np.full((1, f.shape[1]), np.inf), f[:-1]])
+        f = np.min(np.maximum(cost, prev[None, :, :]), axis=1)
+        out[p] = f[L - 1]
+    return out
 
 
 def lower_bounds(cost_LL: np.ndarray, max_stages: int) -> np.ndarray:

@@ -103,11 +103,16 @@ def interleaved_cuts(problem: Problem, p: int, v: int, layout=None) -> list[tupl
                 else layout_cuts(num_blocks, p * v, layout))
 
 
-def interleaved_candidates(problem: Problem, space: SearchSpace, max_v: int | None = None):
+def interleaved_candidates(problem: Problem, space: SearchSpace, max_v: int | None = None,
+                           below: float = math.inf):
     """(bound, order, variant, p, d, v, layout, bound_R) of every interleaved candidate, bound
     first: the floor bound of the module docstring (`pipeline_floor` of the chunks' floors)
     under the cheapest recomputation mode of the space; bound_R: that floor per mode of the
-    space (nest.solver.interleaved_screen.live_knobs)."""
+    space (nest.solver.interleaved_screen.live_knobs). below: only the candidates whose bound
+    is below it, in the same order (`search_interleaved` stops at the first that is not); a
+    (variant, p, d) is passed over whole when m sum_layers floor[:, r] / p, at most every
+    layout's bound for mode r (m max_j t_j >= m mean_j t_j), reaches it for every r (with a
+    relative 1e-9 for the rounding of the chunk sums)."""
     from nest.solver.bounds import floor_LR
 
     from nest.costs.memory import allocatable
@@ -119,18 +124,25 @@ def interleaved_candidates(problem: Problem, space: SearchSpace, max_v: int | No
         prefix_LR = None
         for p, d in pp_dp_options(problem, space, var):
             m = problem.num_microbatches(d, var.ep)
-            for v in virtual_options(num_blocks, p, m, max_v):
-                if prefix_LR is None:
-                    lt = layer_table(problem, var, space.recompute_modes)
-                    floor_LR_ = floor_LR(problem, [lt], space)
-                    prefix_LR = np.concatenate([np.zeros((1, floor_LR_.shape[1])),
-                                                np.cumsum(floor_LR_, axis=0)])
-                if states_floor(problem, lt, space, d) / p > cap:
-                    break  # no device group can hold its share of the model states
+            vs = virtual_options(num_blocks, p, m, max_v)
+            if not vs:
+                continue
+            if prefix_LR is None:
+                lt = layer_table(problem, var, space.recompute_modes)
+                floor_LR_ = floor_LR(problem, [lt], space)
+                prefix_LR = np.concatenate([np.zeros((1, floor_LR_.shape[1])),
+                                            np.cumsum(floor_LR_, axis=0)])
+            if states_floor(problem, lt, space, d) / p > cap:
+                continue  # no device group can hold its share of the model states, whatever v
+            if m * float(prefix_LR[-1].min()) / p * (1 - 1e-9) >= below:
+                continue  # every layout's bound reaches `below`
+            for v in vs:
                 for lay in chunk_layouts(num_blocks, p, v):
                     cuts = np.array(layout_cuts(num_blocks, p * v, lay))
                     chunk_CR = prefix_LR[cuts[:, 1] + 1] - prefix_LR[cuts[:, 0]]
                     bound = pipeline_floor(chunk_CR.reshape(v, p, -1).sum(axis=0), m, v)
+                    if float(bound.min()) >= below:
+                        continue
                     out.append((float(bound.min()), (vi, p, d, v, lay), var, p, d, v, lay,
                                 bound))
     out.sort(key=lambda c: (c[0], c[1]))
@@ -198,7 +210,8 @@ def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
     from nest.solver.interleaved_screen import fits, live_knobs  # placement-free screens
 
     best, n = None, 0
-    for bound, _, var, p, d, v, lay, bound_R in interleaved_candidates(problem, space, max_v):
+    for bound, _, var, p, d, v, lay, bound_R in interleaved_candidates(problem, space, max_v,
+                                                                       best_T):
         if bound >= best_T:
             break
         fit = fits(problem, var, p, d, v, live_knobs(space, bound_R, best_T),
@@ -228,7 +241,7 @@ def launchable_space(space: SearchSpace) -> SearchSpace:
     """The space without the variants with cp > 1 and ep > 1: Megatron-LM builds its expert
     groups on a grid that folds ep over the cp ranks, so no launch runs the groups such a plan
     prices (nest.interfaces.export projects it)."""
-    return space.with_(variants=tuple(v for v in space.variants if v.cp == 1 or v.ep == 1))
+    return space.with_(variants=tuple(v for v in space.variants if v.launchable))
 
 
 def search_launchable(problem: Problem, settings: dict, log=None):
