@@ -214,6 +214,19 @@ def test_bad_network_names_file_and_key(tmp_path, net, msg):
     assert str(p) in str(e.value)
 
 
+def test_builder_error_names_the_file_once(tmp_path):
+    """A scale-up group that is not a multiple of the domain (500 over NVL72) said "FILE: key
+    'network': FILE: key 'network.scale_out.0.devices_per_group': ..." (the builder's SpecError
+    wrapped again as a ValueError)."""
+    net = {"kind": "scale_up", "domain": {"devices": 72, "bandwidth_GBps": 900, "latency_us": 3},
+           "scale_out": [{"name": "su", "devices_per_group": 500, "bandwidth_GBps": 50,
+                          "latency_us": 5}]}
+    p = _write(tmp_path, {"name": "bad", "hardware": "tiny_accel", "source": "t", "network": net})
+    with pytest.raises(SpecError, match=r"key 'network.scale_out.0.devices_per_group': 500") as e:
+        load_cluster(p)
+    assert str(e.value).count(str(p)) == 1
+
+
 def test_bad_graph_files(tmp_path, monkeypatch):
     def load(text, name="g.json"):
         (tmp_path / name).write_text(text)

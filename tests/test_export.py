@@ -548,6 +548,21 @@ def test_deepseek_v3_exports_mla_dense_layers_and_mtp(tmp_path):
     assert not [w for w in exp.warnings if "not expressed" in w]
 
 
+def test_qwen2_moe_gated_shared_expert_exports_megatrons_gate(tmp_path):
+    """Qwen2-MoE gates its shared expert by sigmoid(x w), w of 1 x hidden (transformers'
+    Qwen2MoeSparseMoeBlock.shared_expert_gate); megatron-core's SharedExpertMLP(gate=True) computes
+    the same (TransformerConfig.moe_shared_expert_gate, megatron-core 0.20.0): exported as
+    --moe-shared-expert-gate, no longer a warning to add it by hand."""
+    cfg = dict(model_type="qwen2_moe", hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+               num_key_value_heads=2, intermediate_size=128, vocab_size=1000,
+               max_position_embeddings=512, num_experts=4, num_experts_per_tok=2,
+               moe_intermediate_size=32, shared_expert_intermediate_size=64)
+    _, exp = _export_tiny(tmp_path, cfg, Variant(ep=2), 1, 8)
+    assert _flag(exp.args, "--moe-shared-expert-intermediate-size") == "64"
+    assert "--moe-shared-expert-gate" in exp.args
+    assert not [w for w in exp.warnings if "shared expert" in w]
+
+
 def test_windowed_families_export_megatrons_window_pattern(tmp_path):
     gemma3 = dict(model_type="gemma3_text", hidden_size=64, num_hidden_layers=6,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=32,

@@ -140,7 +140,14 @@ LLAMA3_2_1B = {
     "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False, "pretraining_tp": 1,
     "bos_token_id": 128000, "eos_token_id": 128001}
 
-FULL_SIZE = {"llama3_2_1b": LLAMA3_2_1B, "qwen2_5_7b": QWEN2_5_7B, "qwen3_8b": QWEN3_8B, "qwen3_30b_a3b": QWEN3_30B_A3B,
+# https://huggingface.co/microsoft/Phi-3-medium-4k-instruct/blob/main/config.json: 40 heads over
+# 10 KV heads allow tp 5, which splits no 4096-token sequence (it was refused: "key
+# 'parallel_variants.cp': 0 item(s)", a key the user never wrote)
+PHI3_MEDIUM_4K = {**PHI3_MINI_4K, "_name_or_path": "microsoft/Phi-3-medium-4k-instruct",
+                  "hidden_size": 5120, "intermediate_size": 17920, "num_hidden_layers": 40,
+                  "num_attention_heads": 40, "num_key_value_heads": 10, "attention_bias": False}
+
+FULL_SIZE = {"phi_3_medium_4k": PHI3_MEDIUM_4K, "llama3_2_1b": LLAMA3_2_1B, "qwen2_5_7b": QWEN2_5_7B, "qwen3_8b": QWEN3_8B, "qwen3_30b_a3b": QWEN3_30B_A3B,
              "qwen1_5_moe_a2_7b": QWEN1_5_MOE_A2_7B, "gemma_2_9b": GEMMA2_9B,
              "phi_3_mini_4k": PHI3_MINI_4K, "deepseek_v2_lite": DEEPSEEK_V2_LITE,
              "deepseek_v3": DEEPSEEK_V3}
@@ -496,3 +503,80 @@ def test_gemma3_image_text_config_plans_its_text_decoder_with_a_warning():
     with pytest.warns(UserWarning, match="vision tower"):
         spec = model_spec_from_hf_config(wrapped, seq_len=128)
     assert fx.total_params(spec) == hf_num_params(TINY["gemma3_text"])
+
+
+def test_derived_tp_divides_the_sequence():
+    """Phi-3-medium (40 heads, 10 KV heads): tp 5 divides every width but not a 4096-token
+    sequence, which sequence parallelism splits over tp; tp 1 / 2 remain, and every cp."""
+    from nest.graph.hf_spec import derive_variants
+
+    spec = model_spec_from_hf_config(PHI3_MEDIUM_4K, seq_len=4096)
+    pv = spec.parallel_variants
+    assert pv.tp == (1, 2) and pv.cp == (1, 2, 4, 8)
+    assert derive_variants({"num_heads": 40, "num_kv_heads": 10, "ffn_hidden_size": 17920,
+                            "seq_len": 4000})["tp"] == [1, 2, 5]  # 4000 = 5 x 800
+
+
+def test_gemma3_27b_published_text_config_takes_transformers_defaults():
+    """google/gemma-3-27b-pt's config.json: its text_config states no vocab_size, rope_theta,
+    rms_norm_eps or max_position_embeddings (Gemma3TextConfig's defaults apply). It was refused
+    ("key 'vocab_size': required"); now its count is transformers' Gemma3ForCausalLM's and the
+    62 blocks are 5 windowed (1024) to 1 global."""
+    text = {"head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504,
+            "model_type": "gemma3_text", "num_attention_heads": 32, "num_hidden_layers": 62,
+            "num_key_value_heads": 16, "query_pre_attn_scalar": 168,
+            "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}
+    cfg = {"architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999,
+           "eoi_token_index": 256000, "eos_token_id": [1, 106], "image_token_index": 262144,
+           "initializer_range": 0.02, "mm_tokens_per_image": 256, "model_type": "gemma3",
+           "text_config": text, "torch_dtype": "bfloat16",
+           "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152}}
+    with pytest.warns(UserWarning, match="vision tower"):
+        spec = model_spec_from_hf_config(cfg, seq_len=4096)
+    assert fx.total_params(spec) == hf_num_params(text)
+    assert spec.vocab_size == 262208 and spec.rope_theta == 1e6 and spec.sliding_window == 1024
+    assert spec.window_layers == tuple(i for i in range(62) if (i + 1) % 6)
+    assert spec.rope_scaling == "linear factor=8.0"
+
+
+def test_transformers5_rope_parameters_give_the_rope_base():
+    """transformers >= 5 saves the RoPE base inside `rope_parameters` and no top-level rope_theta
+    (LlamaConfig(...).to_json_string() on 5.24; Gemma-3 per layer type). The export said
+    --rotary-base 10000 for such a Llama-3.1 and dropped Gemma-3's linear scaling in silence."""
+    from nest.interfaces.export_model import model_args
+
+    llama = {**TINY["llama"], "rope_parameters": {
+        "factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192, "rope_theta": 500000.0, "rope_type": "llama3"}}
+    spec = model_spec_from_hf_config(llama, seq_len=128)
+    assert spec.rope_theta == 500000.0
+    args = model_args(spec, [])
+    assert args[args.index("--rotary-base") + 1] == "500000"
+    assert args[args.index("--rope-scaling-factor") + 1] == "8.0"
+    gemma = {**TINY["gemma3_text"], "rope_parameters": {
+        "full_attention": {"factor": 8.0, "rope_theta": 1000000.0, "rope_type": "linear"},
+        "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}}}
+    spec = model_spec_from_hf_config(gemma, seq_len=128)
+    assert spec.rope_theta == 1e6 and spec.rope_scaling == "linear factor=8.0"
+
+
+def test_transformers5_saved_moe_configs_plan():
+    """Configs written by transformers >= 5 (to_json_string on 5.24): Qwen3MoeConfig saves its
+    experts as num_local_experts (attribute_map) and no num_experts; DeepseekV3Config adds
+    qk_head_dim (= nope + rope), head_dim (= the rotary part) and rope_interleave. Both were
+    refused ("not understood"); the counts equal transformers', and a qk_head_dim that is not
+    nope + rope, or a num_local_experts that contradicts num_experts, is refused by name."""
+    q = {k: v for k, v in TINY["qwen3_moe"].items() if k != "num_experts"}
+    q["num_local_experts"] = TINY["qwen3_moe"]["num_experts"]
+    spec = model_spec_from_hf_config(q, seq_len=128, parallel_variants=MOE_PV)
+    assert spec.num_experts == q["num_local_experts"]
+    assert fx.total_params(spec) == hf_num_params(TINY["qwen3_moe"])
+    with pytest.raises(SpecError, match="key 'num_local_experts'"):
+        model_spec_from_hf_config({**TINY["qwen3_moe"], "num_local_experts": 3}, seq_len=128)
+    base = {**TINY["deepseek_v3"], "num_nextn_predict_layers": None}
+    nope, rope = base["qk_nope_head_dim"], base["qk_rope_head_dim"]
+    d = {**base, "qk_head_dim": nope + rope, "head_dim": rope, "rope_interleave": True}
+    spec = model_spec_from_hf_config(d, seq_len=128, parallel_variants=MOE_PV)
+    assert fx.total_params(spec) == hf_num_params(base)
+    with pytest.raises(SpecError, match="key 'qk_head_dim'"):
+        model_spec_from_hf_config({**d, "qk_head_dim": nope}, seq_len=128)

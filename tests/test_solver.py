@@ -88,6 +88,23 @@ def test_infeasible_problem_names_the_layer():
     assert "needs at least" in out.reason
 
 
+def test_infeasible_message_summarises_many_variants():
+    """Qwen2-57B-A14B on 8 GPUs listed all 168 variant keys in one 6,000-character line; more than
+    8 are now counted, with each dimension's values."""
+    from itertools import product
+
+    from nest.graph.layer_graph import Variant
+    from nest.solver import _variants_text
+
+    many = [Variant(t, sp and t > 1, e, c) for t, sp, e, c in
+            product((1, 2, 4), (False, True), (1, 2, 4, 8, 16, 32, 64), (1, 2, 4, 8))]
+    many = list(dict.fromkeys(many))
+    assert len(many) == (1 + 2 + 2) * 7 * 4
+    text = _variants_text(many)
+    assert text == "140 variants (tp 1/2/4, ep 1/2/4/8/16/32/64, cp 1/2/4/8, sp off/on)"
+    assert _variants_text(many[:3]) == f"variants {[v.key for v in many[:3]]}"
+
+
 def test_search_statistics():
     pr = make_problem("llama2_7b", "tpuv4_fattree", 256)
     best_T, best, stats = search(pr, declare(pr))

@@ -110,3 +110,34 @@ def test_mfu_of_hardware_without_published_class_says_unchecked():
             plan = expand({"model": "tiny_gpt", "cluster": cluster, "num_devices": 8, "pp": 1,
                            "dp": 8}, pr, "x")
             assert any("MFU unchecked" in line for line in lines_for(evaluate(plan, pr), pr))
+
+
+def test_mfu_ceiling_uses_the_plans_sequence_length():
+    """The MFU check of a Hugging Face config planned at --seq-len converts between FLOP
+    conventions at that length: it reloaded the config by name, which has no sequence length,
+    so every `nest plan --model config.json --seq-len 8192` warned 'no training sequence length
+    given; using seq_len=4096' after the plan, and converted with the 4096-token factor."""
+    import warnings
+    from pathlib import Path
+
+    from nest.fidelity.uncertainty import mfu_ceiling_note
+    from nest.problem.evaluate import evaluate, make_problem
+    from nest.problem.plan_spec import expand
+    from nest.reports.gains import _model_facts
+
+    cfg = str(Path(__file__).parent / "fixtures" / "tiny_llama_config.json")
+    facts = {}
+    for seq in (64, 256):
+        pr = make_problem(cfg, "dgx_h100_superpod", 8, seq_len=seq)
+        plan = expand({"model": cfg, "cluster": "dgx_h100_superpod", "num_devices": 8, "pp": 1,
+                       "dp": 8}, pr, "x")
+        ev = evaluate(plan, pr)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            mfu_ceiling_note(ev, pr)
+        assert not [w for w in seen if "sequence length" in str(w.message)]
+        facts[seq] = _model_facts(pr.model)["factor"]["full_attention"]
+        g = pr.graph  # the plan's own graph: the same ratio of full to causal attention FLOPs
+        assert facts[seq] == pytest.approx(g.model_flops_per_sample(True)
+                                           / g.model_flops_per_sample(False), rel=1e-9)
+    assert facts[256] > facts[64] > 1.0

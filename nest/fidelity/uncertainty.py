@@ -154,7 +154,7 @@ def mfu_ceiling_note(ev, problem) -> str:
 
     if not ev.feasible or ev.mfu is None:
         return ""
-    facts = _model_facts(ev.plan.model)
+    facts = _model_facts(problem.model)  # at the plan's sequence length
     if facts is None:
         return ""
     table = load_best_published_mfu()

@@ -54,14 +54,18 @@ FAMILY_KEYS = {
     "qwen2_moe": MOE_ROUTING | {"num_experts", "moe_intermediate_size", "decoder_sparse_step",
                                 "mlp_only_layers", "shared_expert_intermediate_size", "qkv_bias",
                                 "use_sliding_window", "max_window_layers", "layer_types"},
-    "qwen3_moe": MOE_ROUTING | {"num_experts", "moe_intermediate_size", "decoder_sparse_step",
-                                "mlp_only_layers", "use_sliding_window", "max_window_layers",
-                                "layer_types"},
+    # transformers >= 5 saves Qwen3MoeConfig's experts as num_local_experts (its attribute_map)
+    "qwen3_moe": MOE_ROUTING | {"num_experts", "num_local_experts", "moe_intermediate_size",
+                                "decoder_sparse_step", "mlp_only_layers", "use_sliding_window",
+                                "max_window_layers", "layer_types"},
     "deepseek_v2": MOE_ROUTING | {
         "n_routed_experts", "n_shared_experts", "moe_intermediate_size", "first_k_dense_replace",
         "moe_layer_freq", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
         "v_head_dim", "topk_method", "scoring_func", "routed_scaling_factor", "n_group",
-        "topk_group", "aux_loss_alpha", "seq_aux", "ep_size", "num_nextn_predict_layers"},
+        "topk_group", "aux_loss_alpha", "seq_aux", "ep_size", "num_nextn_predict_layers",
+        # transformers >= 5 writes these too: qk_head_dim = nope + rope (checked in hf_spec),
+        # rope_interleave (the rotary's pair order: a permutation, no cost)
+        "qk_head_dim", "rope_interleave"},
     "gpt_oss": MOE_ROUTING | {"num_local_experts", "experts_per_token", "layer_types",
                               "swiglu_limit", "swiglu_alpha", "initial_context_length"},
 }

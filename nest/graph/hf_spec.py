@@ -34,9 +34,10 @@ context, 131072 for Llama-3.1): pass `seq_len` (CLI --seq-len, a figure's seq_le
 RoPE model gets DEFAULT_SEQ_LEN (capped at max_position_embeddings) with a warning; GPT-2 and
 BERT (learned positions) get their position table's length.
 
-Parallel variants, unless given: every tp <= NODE_SIZE dividing the attention heads, KV heads and
-every MLP width; sp both ways; every power-of-two ep <= MAX_EP dividing the routed experts;
-every cp in {1, 2, 4, 8} dividing the sequence (with tp under sp).
+Parallel variants, unless given: every tp <= NODE_SIZE dividing the attention heads, KV heads,
+every MLP width and the sequence (sp splits it over tp); sp both ways; every power-of-two
+ep <= MAX_EP dividing the routed experts; every cp in {1, 2, 4, 8} dividing the sequence (with
+tp under sp).
 """
 
 from __future__ import annotations
@@ -62,6 +63,15 @@ FAMILY = {"llama": "llama", "mistral": "llama", "phi3": "llama", "qwen2": "llama
           "deepseek_v2": "mixtral", "deepseek_v3": "mixtral", "gpt_oss": "mixtral",
           "gpt2": "gpt", "bert": "bert"}
 GEMMA = ("gemma2", "gemma3_text")
+# transformers' Gemma3TextConfig defaults for the keys hf_spec reads with another default of its
+# own: google/gemma-3-4b/12b/27b-pt publish a text_config without vocab_size, rms_norm_eps,
+# rope_theta or max_position_embeddings (refused as "vocab_size: required" before). The sizes
+# (hidden_size, layers, heads, intermediate_size) stay required.
+GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262208, "num_key_value_heads": 4, "head_dim": 256,
+                        "max_position_embeddings": 131072, "rms_norm_eps": 1e-6,
+                        "rope_theta": 1000000.0, "sliding_window": 4096,
+                        "query_pre_attn_scalar": 256, "hidden_activation": "gelu_pytorch_tanh",
+                        "tie_word_embeddings": True}
 ROPE_TYPES = {"default", "linear", "dynamic", "yarn", "longrope", "llama3", "su"}
 
 
@@ -104,7 +114,7 @@ def _rope(c: _Cfg) -> str:
     export to state; an unknown type is refused."""
     out = ""
     for key in ("rope_scaling", "rope_parameters"):
-        r = c.cfg.get(key)
+        r = _full_attention(c.cfg.get(key))
         if isinstance(r, dict):
             kind = r.get("rope_type", r.get("type", "default"))
             if kind not in ROPE_TYPES:
@@ -113,9 +123,27 @@ def _rope(c: _Cfg) -> str:
                                 f"changes no FLOPs only when it is one of these)")
             if kind != "default" and not out:
                 out = " ".join([str(kind)] + [f"{k}={v}" for k, v in sorted(r.items())
-                                              if isinstance(v, (int, float))
+                                              if isinstance(v, (int, float)) and k != "rope_theta"
                                               and not isinstance(v, bool)])
     return out[:400]
+
+
+def _full_attention(r):
+    """transformers >= 5 writes `rope_parameters` per layer type for Gemma-3 ({"full_attention":
+    {...}, "sliding_attention": {...}}): the global layers' entry, the one base and scaling
+    Megatron-LM's arguments state; any other value as it is."""
+    return r["full_attention"] if isinstance(r, dict) and isinstance(r.get("full_attention"),
+                                                                     dict) else r
+
+
+def _rope_theta(cfg: dict) -> float | None:
+    """The RoPE base: `rope_theta`, or (transformers >= 5 writes it there, with no top-level key)
+    `rope_parameters.rope_theta`; a config saved so exported --rotary-base 10000 instead."""
+    theta = cfg.get("rope_theta")
+    rp = _full_attention(cfg.get("rope_parameters"))
+    if theta is None and isinstance(rp, dict):
+        theta = rp.get("rope_theta")
+    return None if theta is None else float(theta)
 
 
 def _window_layers(c: _Cfg, mtype: str, n: int) -> tuple[int, tuple[int, ...]]:
@@ -255,7 +283,11 @@ def _moe(c: _Cfg, mtype: str, d: dict) -> None:
         c.refuse("decoder_sparse_step", lambda v: v == 1, "MoE in every block only")
         c.refuse("mlp_only_layers", lambda v: not v, "dense blocks between MoE blocks are not "
                  "modelled")
-        d.update(num_experts=c.need("num_experts"), ffn_hidden_size=c.need("moe_intermediate_size"))
+        E = c.get("num_experts", c.get("num_local_experts"))  # the latter: transformers >= 5
+        c.refuse("num_local_experts", lambda v: v == E, f"it repeats num_experts ({short(E)})")
+        if E is None:
+            c.need("num_experts")
+        d.update(num_experts=E, ffn_hidden_size=c.need("moe_intermediate_size"))
         if mtype == "qwen2_moe" and c.get("shared_expert_intermediate_size", 0):
             d.update(shared_ffn_hidden_size=c.cfg["shared_expert_intermediate_size"],
                      shared_expert_gate=True)
@@ -275,6 +307,8 @@ def _moe(c: _Cfg, mtype: str, d: dict) -> None:
     d["mtp_layers"] = int(c.get("num_nextn_predict_layers", 0))
     # multi-head latent attention (DeepSeek-V2, section 2.1.2)
     nope, rope, vd = c.need("qk_nope_head_dim"), c.need("qk_rope_head_dim"), c.need("v_head_dim")
+    c.refuse("qk_head_dim", lambda v: v == nope + rope,
+             f"transformers' qk_nope_head_dim + qk_rope_head_dim ({nope + rope})")
     d.update(kv_lora_rank=c.need("kv_lora_rank"), q_lora_rank=c.get("q_lora_rank", 0),
              qk_rope_head_dim=rope, v_head_dim=vd, head_size=nope + rope,
              num_kv_heads=d["num_heads"])
@@ -287,8 +321,11 @@ def derive_variants(d: dict) -> dict:
     widths = [d["ffn_hidden_size"], d.get("shared_ffn_hidden_size") or 0,
               d.get("dense_ffn_hidden_size") or 0]
     g = math.gcd(a, kv, *widths)
-    tps = [t for t in range(1, NODE_SIZE + 1) if g % t == 0]
-    s, tmax = d["seq_len"], max(tps)
+    s = d["seq_len"]
+    # tp also divides the sequence: sp splits it over tp (Phi-3-medium's 40 / 10 heads allow
+    # tp 5, which splits no 4096-token sequence and left no cp at all)
+    tps = [t for t in range(1, NODE_SIZE + 1) if g % t == 0 and s % t == 0]
+    tmax = max(tps)
     cps = [c for c in CP_SIZES if s % (c * tmax) == 0]
     E = d.get("num_experts", 1)
     # powers of two only: ep divides the data-parallel size, a divisor of a power-of-two GPU
@@ -310,6 +347,10 @@ def model_spec_from_hf_config(config: dict | str | os.PathLike, *, name: str | N
                       f"planned", stacklevel=2)
         cfg = {"_name_or_path": cfg.get("_name_or_path"), "model_type": "gemma3_text",
                **cfg["text_config"]}
+    if cfg.get("model_type") == "gemma3_text" and "rope_parameters" not in cfg:
+        cfg = {**GEMMA3_TEXT_DEFAULTS, **cfg}  # an absent key is transformers' default
+    elif cfg.get("model_type") == "gemma3_text":  # transformers >= 5: rope_theta lives there
+        cfg = {**{k: v for k, v in GEMMA3_TEXT_DEFAULTS.items() if k != "rope_theta"}, **cfg}
     validate(cfg, "hf_config", where)  # types, ranges and finiteness before any arithmetic
     check_keys(cfg, where)
     c = _Cfg(cfg, where)
@@ -337,8 +378,8 @@ def model_spec_from_hf_config(config: dict | str | os.PathLike, *, name: str | N
     d.update(name=name or _name(cfg, where), family=family, vocab_size=c.need("vocab_size"),
              causal=family != "bert", seq_len=_seq_len(c, family, seq_len))
     # numerics the export passes on (--rotary-base, --norm-epsilon): the config's own values
-    if family not in ("gpt", "bert") and cfg.get("rope_theta") is not None:
-        d["rope_theta"] = float(cfg["rope_theta"])
+    if family not in ("gpt", "bert") and _rope_theta(cfg) is not None:
+        d["rope_theta"] = _rope_theta(cfg)
     eps = next((cfg[k] for k in ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")
                 if cfg.get(k) is not None), None)
     if eps is not None:

@@ -12,7 +12,6 @@ from nest.spec.catalog import ModelSpec
 # ModelSpec features of newer Hugging Face families Megatron-LM's GPT arguments do not carry
 UNEXPORTED = {"sandwich_norm": "--post-attention / post-MLP norms", "attn_softcap": "soft-capping",
               "final_softcap": "logit soft-capping",
-              "shared_expert_gate": "a gated shared expert",
               "qk_norm_full": "a Q/K norm over the whole projection (exported per head)"}
 MTP_LOSS_SCALE = 0.1  # Megatron-LM's default --mtp-loss-scaling-factor (DeepSeek-V3: 0.3 early,
 # then 0.1; section 4.2)
@@ -65,6 +64,11 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
               "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "1e-2"]
         if getattr(m, "shared_ffn_hidden_size", 0):
             a += ["--moe-shared-expert-intermediate-size", str(m.shared_ffn_hidden_size)]
+        if getattr(m, "shared_expert_gate", False):
+            # Qwen2-MoE's sigmoid(x w) gate on the shared expert, w of 1 x hidden: megatron-core
+            # SharedExpertMLP(gate=True) (TransformerConfig.moe_shared_expert_gate; checked with
+            # a megatron-core 0.20.0 checkout, scripts/check_megatron_args.py)
+            a.append("--moe-shared-expert-gate")
         if m.num_dense_layers:  # DeepSeek: the first blocks dense, of their own width
             a[a.index("--ffn-hidden-size") + 1] = str(m.dense_ffn_hidden_size)
             pattern = [0] * m.num_dense_layers + [1] * (m.num_layers - m.num_dense_layers)

@@ -75,6 +75,8 @@ def network_levels(net: dict, where: str, base_dir: Path | None) -> tuple[list[d
         if kind == "torus":
             return _torus(net, key)
         return _graph(net, where, base_dir)
+    except SpecError:  # already names the file and key (a ValueError too: not wrapped again)
+        raise
     except ValueError as e:  # a builder's own check (nesting, divisibility)
         raise SpecError(f"{key}': {e}") from None
 

@@ -162,15 +162,17 @@ def load_best_published_mfu(path: str | Path | None = None) -> dict:
     return doc
 
 
-def _model_facts(model: str) -> dict | None:
+def _model_facts(model) -> dict | None:
     """Architecture, parameter count and the factor from the harness's `mfu` (causal attention
-    half) to each FLOP convention, from the model's closed-form layer graph; None if unknown."""
+    half) to each FLOP convention, from the model's closed-form layer graph; None if unknown.
+    `model`: a catalog name or path, or the ModelSpec a plan was priced on (its sequence length:
+    a Hugging Face config reloaded by name would fall back to the default one)."""
     from nest.graph import build_graph
     from nest.graph.layer_graph import Variant
-    from nest.spec.catalog import load_model
+    from nest.spec.catalog import ModelSpec, load_model
 
     try:
-        spec = load_model(model)
+        spec = model if isinstance(model, ModelSpec) else load_model(model)
     except Exception:  # noqa: BLE001 (a model without a config file is reported unchecked)
         return None
     try:

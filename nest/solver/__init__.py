@@ -349,7 +349,7 @@ def infeasibility_reason(problem: Problem, space: SearchSpace, even_cuts: bool =
                 f"least {need[i] / 1e9:.2f} GB")
     limits = [f"ZeRO stages {list(space.zero_stages)}", f"recomputation "
               f"{list(space.recompute_modes)}", f"placements {list(space.placements)}",
-              f"variants {[v.key for v in space.variants]}"]
+              _variants_text(space.variants)]
     if not space.heterogeneous:
         limits.append("one variant for all stages")
     if even_cuts:
@@ -357,3 +357,17 @@ def infeasibility_reason(problem: Problem, space: SearchSpace, even_cuts: bool =
     return (f"no plan of the space fits in {hw.hbm_bytes / 1e9:.2f} GB per device ("
             + ", ".join(limits) + f"); every layer alone would fit with ZeRO-3 and full "
             f"recomputation (the largest needs {need[i] / 1e9:.2f} GB)")
+
+
+def _variants_text(variants) -> str:
+    """The space's variants for a message: their keys when few, else how many and the values
+    of each dimension (Qwen2-57B-A14B's 168 keys made a 6,000-character line)."""
+    keys = [v.key for v in variants]
+    if len(keys) <= 8:
+        return f"variants {keys}"
+    dims = {name: sorted({getattr(v, name) for v in variants}) for name in ("tp", "ep", "cp")}
+    sp = sorted({bool(v.sp) for v in variants})
+    return (f"{len(keys)} variants (" + ", ".join(f"{k} {'/'.join(map(str, x))}"
+                                                  for k, x in dims.items())
+            + f", sp {'/'.join('on' if x else 'off' for x in sp)})")
+
