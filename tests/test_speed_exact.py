@@ -140,6 +140,41 @@ def test_device_time_bounds_from_the_grid_bit_for_bit(tmp_path):
     assert n > 10
 
 
+def test_device_time_bounds_are_the_evaluator_with_its_tail(tmp_path):
+    """The interleaved search's per-plan floor (device_time_bounds, with the gradient sync's tail
+    under dp_overlap none) is, under the paper's form (the default), the evaluator's time of the
+    plan with those knobs on every chunk, to the 1e-12 slack and never above it: the tail is the
+    evaluator's own max over device groups of sync + optimizer step."""
+    pipeline_time = "paper"
+    from dataclasses import replace
+
+    from nest.problem.evaluate import evaluate, make_problem
+    from nest.problem.space import declare
+    from nest.solver.launchable import device_time_bounds
+    from nest.spec.settings import TrainingSettings
+    from tests.test_launchable import tiny8
+
+    pr = make_problem(tiny8(tmp_path, 16), "tiny_cluster", 8,
+                      training=TrainingSettings(global_batch=32, pipeline_time=pipeline_time))
+    assert pr.training.dp_overlap == "none"
+    space = declare(pr, {"zero_stages": [0, 1, 3], "recompute_modes": ["none", "full"],
+                         "max_pp": 4, "heterogeneous_stages": False})
+    n = 0
+    for *_, z, r, _cuts, plan in interleaved_plans(pr, space):
+        if (z, r) != (space.zero_stages[0], space.recompute_modes[0]):
+            continue
+        lb = device_time_bounds(pr, space, plan)
+        for zi, z2 in enumerate(space.zero_stages):
+            for ri, r2 in enumerate(space.recompute_modes):
+                q = plan.with_(stages=tuple(replace(s, zero_stage=z2, recompute=r2)
+                                            for s in plan.stages))
+                t = evaluate(q, pr).time_per_batch_s
+                assert lb[zi, ri] <= t
+                assert lb[zi, ri] == pytest.approx(t, rel=1e-9)
+                n += 1
+    assert n > 60
+
+
 @pytest.mark.parametrize("J,L,O", [(3, 24, 1), (5, 18, 4), (2, 30, 12)])
 def test_jax_bottleneck_is_the_loop_on_solver_sizes(J, L, O):
     """The jitted JAX kernel equals the plain-Python recurrence on shapes the

@@ -179,7 +179,8 @@ def device_time_bounds(problem: Problem, space: SearchSpace, plan, from_grid: bo
     chunk (nest.costs.stage.stage_cost, with the links nest.costs.pipeline.links gives it, as the
     evaluator prices it), summed per device group; the batch takes at least `pipeline_floor` of
     them, and under the paper's form exactly (m + (p - 1) / v) max_d t_d before the gradient
-    sync's tail (nest.costs.pipeline). from_grid: the chunks' position-free terms read from the
+    sync's tail (nest.costs.pipeline); with dp_overlap "none" the tail is added as the evaluator
+    prices it (max over device groups of their chunks' sync + optimizer step). from_grid: the chunks' position-free terms read from the
     whole [b, a] grid, shared by every chunk, layout and placement whose group terms are equal
     (stage_cost's from_grid: the same values, bit for bit, as pricing each chunk's cell)."""
     from nest.costs.pipeline import chunks_of, links, paper_interleaved
@@ -188,16 +189,27 @@ def device_time_bounds(problem: Problem, space: SearchSpace, plan, from_grid: bo
     p, v, m = plan.pp, plan.virtual_stages, plan.num_microbatches
     lt = layer_table(problem, plan.stage_variant(0), space.recompute_modes)
     ids = [s.device_ids for s in plan.stages]
-    t = []
+    Z, R = len(space.zero_stages), len(space.recompute_modes)
+    t, u = [], []
     for c, st in enumerate(plan.stages):
         cost = stage_cost(problem, lt, st.device_ids, plan.dp, space.options, 0.0,
                           cell=(st.first_layer, st.last_layer), from_grid=from_grid,
                           **links(ids, c))
-        t.append(np.asarray(cost.t).reshape(len(space.zero_stages), len(space.recompute_modes)))
-    t_D = np.array([sum(t[c] for c in chunks_of(g, p, len(t))) for g in range(p)])
+        t.append(np.asarray(cost.t).reshape(Z, R))
+        u.append(np.broadcast_to(np.asarray(cost.u, dtype=float), (Z,)))
+    groups = [chunks_of(g, p, len(t)) for g in range(p)]
+    t_D = np.array([sum(t[c] for c in cs) for cs in groups])
     if problem.training.pipeline_time == "paper":
-        return paper_interleaved(t_D.max(axis=0), m, p, v)
-    return pipeline_floor(t_D, m, v)
+        pipe = paper_interleaved(t_D.max(axis=0), m, p, v)
+    else:
+        pipe = pipeline_floor(t_D, m, v)
+    if problem.training.dp_overlap != "none":
+        return pipe
+    # After the flush every device group syncs its chunks' gradients and steps: the evaluator's
+    # tail max_g sum_c (sync_c + step_c) (nest.costs.pipeline.tail_s), the same kernel's u
+    # (the same sums in another order: a relative slack of 1e-12 keeps it a floor when it is exact)
+    u_D = np.array([sum(u[c] for c in cs) for cs in groups])
+    return (pipe + u_D.max(axis=0)[:, None]) * (1 - 1e-12)
 
 
 def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
