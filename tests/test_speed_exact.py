@@ -175,6 +175,41 @@ def test_device_time_bounds_are_the_evaluator_with_its_tail(tmp_path):
     assert n > 60
 
 
+@pytest.mark.parametrize("overlap", ["stage", "bucketed"])
+def test_device_time_bounds_are_floors_with_an_overlapped_sync(tmp_path, overlap):
+    """With an overlapped gradient sync the interleaved per-plan floor (the paper's pipeline
+    plus device group 0's exposed sync and step floor) never exceeds the evaluator's time of the
+    plan with those knobs on every chunk; on a slow data-parallel link the tail part is
+    positive, so the floor is not the pipeline alone."""
+    from dataclasses import replace
+
+    from nest.problem.evaluate import evaluate, make_problem
+    from nest.problem.space import declare
+    from nest.solver.launchable import device_time_bounds
+    from nest.spec.settings import TrainingSettings
+    from tests.test_launchable import tiny8
+
+    pr = make_problem(tiny8(tmp_path, 16), "tiny_cluster", 8,
+                      training=TrainingSettings(global_batch=32, dp_overlap=overlap))
+    space = declare(pr, {"zero_stages": [0, 1, 3], "recompute_modes": ["none", "full"],
+                         "max_pp": 4, "heterogeneous_stages": False})
+    n = above_pipe = 0
+    for *_, z, r, _cuts, plan in interleaved_plans(pr, space):
+        if (z, r) != (space.zero_stages[0], space.recompute_modes[0]):
+            continue
+        lb = device_time_bounds(pr, space, plan)
+        for zi, z2 in enumerate(space.zero_stages):
+            for ri, r2 in enumerate(space.recompute_modes):
+                q = plan.with_(stages=tuple(replace(s, zero_stage=z2, recompute=r2)
+                                            for s in plan.stages))
+                ev = evaluate(q, pr)
+                assert lb[zi, ri] <= ev.time_per_batch_s
+                n += 1
+                above_pipe += lb[zi, ri] > ev.time_per_batch_s - ev.breakdown_s.get(
+                    "dp_sync_and_optimizer.exposed", 0.0) + 1e-12
+    assert n > 60 and above_pipe > 0
+
+
 @pytest.mark.parametrize("J,L,O", [(3, 24, 1), (5, 18, 4), (2, 30, 12)])
 def test_jax_bottleneck_is_the_loop_on_solver_sizes(J, L, O):
     """The jitted JAX kernel equals the plain-Python recurrence on shapes the

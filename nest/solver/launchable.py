@@ -180,7 +180,9 @@ def device_time_bounds(problem: Problem, space: SearchSpace, plan, from_grid: bo
     evaluator prices it), summed per device group; the batch takes at least `pipeline_floor` of
     them, and under the paper's form exactly (m + (p - 1) / v) max_d t_d before the gradient
     sync's tail (nest.costs.pipeline); with dp_overlap "none" the tail is added as the evaluator
-    prices it (max over device groups of their chunks' sync + optimizer step). from_grid: the chunks' position-free terms read from the
+    prices it (max over device groups of their chunks' sync + optimizer step), with an
+    overlapped sync a floor of it (device group 0's sync and step beyond one chunk's time).
+    from_grid: the chunks' position-free terms read from the
     whole [b, a] grid, shared by every chunk, layout and placement whose group terms are equal
     (stage_cost's from_grid: the same values, bit for bit, as pricing each chunk's cell)."""
     from nest.costs.pipeline import chunks_of, links, paper_interleaved
@@ -203,13 +205,19 @@ def device_time_bounds(problem: Problem, space: SearchSpace, plan, from_grid: bo
         pipe = paper_interleaved(t_D.max(axis=0), m, p, v)
     else:
         pipe = pipeline_floor(t_D, m, v)
-    if problem.training.dp_overlap != "none":
-        return pipe
-    # After the flush every device group syncs its chunks' gradients and steps: the evaluator's
-    # tail max_g sum_c (sync_c + step_c) (nest.costs.pipeline.tail_s), the same kernel's u
-    # (the same sums in another order: a relative slack of 1e-12 keeps it a floor when it is exact)
     u_D = np.array([sum(u[c] for c in cs) for cs in groups])
-    return (pipe + u_D.max(axis=0)[:, None]) * (1 - 1e-12)
+    if problem.training.dp_overlap == "none":
+        # After the flush every device group syncs its chunks' gradients and steps: the
+        # evaluator's tail max_g sum_c (sync_c + step_c) (nest.costs.pipeline.tail_s), the same
+        # kernel's u (the same sums in another order: a relative slack of 1e-12 keeps it a floor
+        # when it is exact)
+        return (pipe + u_D.max(axis=0)[:, None]) * (1 - 1e-12)
+    # Overlapped ("stage" / "bucketed"): device group 0 has nothing left to drain after its last
+    # backward, and the part of its sync that its last chunk's gradient window W_0 <= t_0 / v
+    # cannot hide, then its step and weight gather, stay exposed: tail >= u_0 - t_0 / v
+    # (nest.costs.pipeline.dp_sync_tail_s with dp_sync_exposed_s(S, W, k) >= S - W)
+    tail0 = np.maximum(0.0, u_D[0][:, None] - t_D[0] / v)
+    return (pipe + tail0) * (1 - 1e-12)
 
 
 def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
