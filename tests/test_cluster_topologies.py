@@ -347,3 +347,42 @@ def test_dragonfly_graph_is_not_a_tree_and_says_so():
     assert [lv.devices_per_group for lv in c.levels] == [8, 32, 288]
     assert any("chains of cheaper routes" in n for n in c.notes)
     assert c.levels[2].oversubscription > 1
+
+
+def test_nvlink_sharp_only_on_an_nvlink_switch_domain(tmp_path):
+    """NVLS reduces in the NVLink switch: an H100 torus (direct links between neighbours) has none,
+    so its first block's all-reduce is the rings' (nvls_bytes_per_s 0); a level file's first level
+    and a graph file's keep it unless the file says `nvlink_switch: false`, and then the graph
+    prices an all-reduce over one node as the same graph without NVLS (hardware with
+    nvls_efficiency 0) does."""
+    torus = {"name": "h100_torus", "hardware": "h100_sxm", "sizes": [64],
+             "network": {"kind": "torus", "dims": [4, 4, 4], "link_GBps": 25},
+             "source": "test: H100 on a torus (not a real machine)"}
+    t = cluster_from_dict(torus, "torus.yaml", 64)
+    assert t.levels[0].nvls_bytes_per_s == 0.0
+    assert load_cluster("h100_spineleaf", 128).levels[0].nvls_bytes_per_s > 0
+    import shutil
+
+    d = read_yaml(config_dir() / "clusters" / "h100_spineleaf_graph.yaml")
+    net = d["network"]
+    shutil.copy(config_dir() / "clusters" / net["file"], tmp_path / "g.json")
+
+    def graph(**kw):
+        return load_cluster(_write(tmp_path, {**d, "network": {**net, "file": "g.json", **kw}}),
+                            128)
+
+    with_nvls, no_switch = graph(), graph(nvlink_switch=False)
+    assert with_nvls.levels[0].nvls_bytes_per_s > 0 and no_switch.levels[0].nvls_bytes_per_s == 0
+    from dataclasses import replace
+
+    hw0 = replace(with_nvls.hardware, nvls_efficiency=0.0)
+    plain = replace(with_nvls, hardware=hw0,
+                    levels=(replace(with_nvls.levels[0], nvls_bytes_per_s=0.0),
+                            *with_nvls.levels[1:]))
+    node = tuple(range(8))
+    assert collective_time(no_switch, "all_reduce", node, 3e8) == collective_time(
+        plain, "all_reduce", node, 3e8)
+    assert collective_time(with_nvls, "all_reduce", node, 3e8) < collective_time(
+        no_switch, "all_reduce", node, 3e8)
+    with pytest.raises(SpecError, match="nvlink_switch"):
+        graph(nvlink_switch="no")

@@ -499,6 +499,31 @@ def test_hosts_come_from_the_node_definition_not_the_first_network_level():
     assert make_problem("llama2_7b", "h100_spineleaf", 128).cluster.node_size == 8
 
 
+def test_a_scale_up_cluster_without_hosts_says_what_the_export_assumed(tmp_path):
+    """A cluster file whose first level is a 72-GPU NVLink domain and that states no
+    devices_per_node launches hosts of 72 (the only size it gives), and the export says so and
+    names the key; the shipped file (trays of 4) exports without that warning."""
+    import yaml
+
+    from nest.problem.plan_spec import block_cuts
+    from nest.spec.catalog import config_dir, read_yaml
+
+    d = read_yaml(config_dir() / "clusters" / "gb200_nvl72.yaml")
+    d.pop("devices_per_node")
+    path = tmp_path / "nvl72_no_hosts.yaml"
+    path.write_text(yaml.safe_dump(d))
+    for cluster, warned in ((str(path), True), ("gb200_nvl72", False)):
+        pr = make_problem("llama2_7b", cluster, 144)
+        plan = make_plan(pr, "h", Variant(tp=8, sp=True), 2, 9, block_cuts(32, 2), [1, 1],
+                         ["none", "none"], "replica_major")
+        exp = to_megatron(plan, pr)
+        said = [w for w in exp.warnings if "devices_per_node" in w]
+        assert bool(said) == warned, exp.warnings
+        assert exp.num_agents == (2 if warned else 36)
+        if warned:
+            assert "72 devices each" in said[0] and "'devices_per_node'" in said[0]
+
+
 def test_a_node_size_that_does_not_divide_the_cluster_is_refused(tmp_path):
     from nest.common.errors import SpecError
     from nest.spec.catalog import cluster_from_dict, config_dir, read_yaml

@@ -489,6 +489,11 @@ def check_plan_text(plan: Plan, model_name: str) -> None:
     check_text(model_name, "model name")
 
 
+# The most accelerators one host (server, compute tray) holds in the systems the catalog ships
+# (DGX / HGX: 8); a first network level above it is a scale-up domain, not a host.
+MAX_USUAL_HOST = 8
+
+
 def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
     m, g = problem.model, problem.graph
     check_plan_text(plan, m.name)
@@ -496,6 +501,11 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
     original = evaluate(plan, problem)
     out = _project(plan, warnings)
     hw_per_node = problem.cluster.node_size  # hosts, not the first network level
+    if not problem.cluster.devices_per_node and hw_per_node > MAX_USUAL_HOST:
+        warnings.append(f"cluster '{problem.cluster.name}' states no devices_per_node: hosts are "
+                        f"taken as its first network level, {hw_per_node} devices each (the "
+                        f"sbatch and the rank placement); set the cluster file's key "
+                        f"'devices_per_node' to the GPUs of one server or tray")
     if out.heterogeneous:
         out = _project_variants(out, problem, hw_per_node, original.time_per_batch_s, warnings)
     if out.cp > 1 and out.ep > 1:

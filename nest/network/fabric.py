@@ -251,7 +251,9 @@ def _torus(net: dict, key: str) -> tuple[list[dict], list[str]]:
              f"rings on all of the block's links; any other group, and every all-to-all, is "
              f"priced at the smallest block holding it (its hop diameter and bisection share), "
              f"an upper bound on its time"]
-    return _effs(t.levels, net.get("efficiency"), key), notes
+    levels = _effs(t.levels, net.get("efficiency"), key)
+    levels[0]["nvlink_switch"] = False  # direct links between neighbours: no switch to reduce in
+    return levels, notes
 
 
 def resolve_graph_file(name: str, where: str, base_dir: Path | None) -> Path:
@@ -330,7 +332,10 @@ def _graph(net: dict, where: str, base_dir: Path | None) -> tuple[list[dict], li
         _GRAPH_LEVELS[memo] = (json.dumps(r.levels), [f"graph {path.name}: {w}"
                                                       for w in r.warnings])
     levels, notes = _GRAPH_LEVELS[memo]
-    return _effs(json.loads(levels), net.get("efficiency"), f"{where}: key 'network"), notes
+    levels = _effs(json.loads(levels), net.get("efficiency"), f"{where}: key 'network")
+    if "nvlink_switch" in net:  # a graph does not say whether its first level is a switch
+        levels[0]["nvlink_switch"] = bool(net["nvlink_switch"])
+    return levels, notes
 
 
 _GRAPH_LEVELS: dict = {}  # (path, mtime, size, names, message bytes) -> (levels JSON, notes)

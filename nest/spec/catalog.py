@@ -613,7 +613,8 @@ def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSp
         hardware = load_hardware(d["hardware"])
     except SpecError as e:
         raise SpecError(f"{where}: key 'hardware': {e}") from None
-    if hardware.nvls_efficiency > 0:  # the first level is the NVLink switch domain
+    if hardware.nvls_efficiency > 0 and d["levels"][0].get("nvlink_switch", True):
+        # the first level is the NVLink switch domain (a torus's or a stated non-switch is not)
         levels = (replace(levels[0], nvls_bytes_per_s=d["levels"][0]["bandwidth_GBps"] * GB
                           * hardware.nvls_efficiency), *levels[1:])
     return ClusterSpec(
