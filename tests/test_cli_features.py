@@ -140,6 +140,8 @@ def test_compare_table_and_csv(capsys, tmp_path):
             assert float(r["vs_best"]) == pytest.approx(t / best - 1)
             assert float(r["throughput_samples_per_s"]) > 0 and 0 < float(r["mfu"]) <= 1
     assert float(by["nest"]["time_per_batch_s"]) <= float(by["manual"]["time_per_batch_s"])
+    # the nest row is not `nest plan`'s answer: the table says which space it searched
+    assert "the nest row is the paper's search" in out and "`nest plan` searches" in out
 
 
 def test_compare_holds_the_highest_mfu_to_the_published_ceiling(capsys, monkeypatch):

@@ -393,6 +393,11 @@ def cmd_compare(a) -> int:
                              f"global batch {problem.training.global_batch}"))
     if skipped:
         print(f"not applicable here (left out): {', '.join(r.planner for r in skipped)}")
+    if any(r.planner == "nest" for r in rows):
+        print(f"note: the nest row is the paper's search, run as the baselines are (1F1B, "
+              f"mbs={problem.mbs}, per-stage variants, ZeRO and recomputation); `nest plan` "
+              f"searches what Megatron-LM launches as priced, interleaved schedules and "
+              f"micro-batch sizes included, so its plan may be faster than this row")
     for line in mfu_notes(rows, problem):
         print(line)
     for line in model_notes(problem):
