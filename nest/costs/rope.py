@@ -27,10 +27,10 @@ kernel's 1 kernel and 2 |t| bytes each way.
 
 from __future__ import annotations
 
+from nest.costs.profiled import BYTES  # BF16 Q and K, as in the layer graph
 from nest.graph.layer_graph import LayerCost, Op
 
 ROPE_UNFUSED = "rope_unfused"
-BYTES = 2  # BF16 Q and K
 FREQ_BYTES_FWD = 48  # per s x d element of the frequency table, per tensor
 FREQ_BYTES_BWD = 4
 T_BYTES_FWD, T_BYTES_BWD = 12, 14  # per byte of the tensor (the eager path)

@@ -47,7 +47,7 @@ wait in the forward (`launch_queue_s`, `wait_idle_s`), the busiest expert-parall
 (`busiest_rank_ops`), the experts' output-bias loop (`moe_expert_bias_op`) and their GLU input
 clamp (`moe_expert_clamp_op`).
 
-Imports: roofline <- profiled <- table; moe_time <- table.
+Imports: roofline <- profiled <- table; profiled <- moe_time, rope <- table.
 """
 
 from __future__ import annotations

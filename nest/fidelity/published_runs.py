@@ -268,10 +268,12 @@ def training_for(row: dict):
     if row.get("moe_pad_to_capacity"):  # token drop, padded: no device-to-host wait
         tr = tr.with_(moe_pad_to_capacity=True)
     if "recompute_modules" in row:  # Megatron-Core's selective module recomputation
+        from nest.costs.table import MODULE_RECOMPUTE
+
         mods = row["recompute_modules"]
-        if not isinstance(mods, list) or not set(mods) <= {"layernorm", "moe_act"}:
+        if not isinstance(mods, list) or not set(mods) <= set(MODULE_RECOMPUTE):
             raise SpecError(f"{where}: key 'recompute_modules': {mods!r}: expected a list of "
-                            "'layernorm', 'moe_act'")
+                            f"{', '.join(repr(k) for k in MODULE_RECOMPUTE)}")
         tr = tr.with_(recompute_modules=tuple(mods))
     if "rope_fusion" in row:  # the run's RoPE kernel (nest.costs.rope)
         if not isinstance(row["rope_fusion"], bool):

@@ -61,15 +61,8 @@ class Problem:
         if self.described is not None and self.described.attention != "described":
             raise ValueError(f"{where}: `described` must be the layer graph as built")
         if (self.costs.graph is not self.graph or self.costs.hw != self.cluster.hardware
-                or self.costs.compute != self.compute or self.costs.scale != cs.compute
-                or self.costs.dispatcher != self.training.moe_dispatcher
-                or self.costs.moe_imbalance != self.training.moe_routing_imbalance
-                or self.costs.moe_padded != self.training.moe_pad_to_capacity
-                or self.costs.expert_bias != (self.model.is_moe and self.model.linear_bias)
-                or self.costs.expert_clamp != (self.model.is_moe and self.model.glu_clamp > 0)
-                or self.costs.rope_unfused != (not self.training.rope_fusion)
-                or self.costs.recompute_modules != self.training.recompute_modules
-                or self.costs.fp8_recipe != self.training.precision.fp8_recipe
+                or any(getattr(self.costs, k) != x
+                       for k, x in cost_settings(self.model, self.training).items())
                 or self.cluster.comm_scale != cs.communication):
             raise ValueError(f"{where}: cost table, cluster and training settings disagree: "
                              f"build problems with Problem.build")
@@ -98,12 +91,7 @@ class Problem:
         cs = training.cost_scale
         if cluster.comm_scale != cs.communication:
             cluster = cluster.with_comm_scale(cs.communication)
-        costs = CostTable(g, cluster.hardware, profile, training.precision.compute, cs.compute,
-                          training.moe_dispatcher, training.moe_routing_imbalance,
-                          training.moe_pad_to_capacity, model.is_moe and model.linear_bias,
-                          training.precision.fp8_recipe,
-                          model.is_moe and model.glu_clamp > 0, not training.rope_fusion,
-                          training.recompute_modules)
+        costs = CostTable(g, cluster.hardware, profile, **cost_settings(model, training))
         return cls(model, cluster, g, costs, training, model_ref, cluster_ref, raw)
 
     def _rebuild(self, **changes) -> "Problem":
@@ -225,6 +213,21 @@ def check_variant(m: ModelSpec, v: Variant, where: str) -> None:
 
 def with_mbs(problem: Problem, mbs: int) -> Problem:
     return problem.with_mbs(mbs)
+
+
+def cost_settings(model: ModelSpec, training: TrainingSettings) -> dict:
+    """The cost table's settings (nest.costs.table.CostTable's keyword arguments, also its
+    attributes) that the model and the training settings decide: the one place they are read,
+    by `Problem.build` and by the check that a problem's table agrees with them."""
+    return {"compute": training.precision.compute, "scale": training.cost_scale.compute,
+            "dispatcher": training.moe_dispatcher,
+            "moe_imbalance": training.moe_routing_imbalance,
+            "moe_padded": training.moe_pad_to_capacity,
+            "expert_bias": model.is_moe and model.linear_bias,
+            "fp8_recipe": training.precision.fp8_recipe,
+            "expert_clamp": model.is_moe and model.glu_clamp > 0,
+            "rope_unfused": not training.rope_fusion,
+            "recompute_modules": tuple(training.recompute_modules)}
 
 
 def declared_subset(model: ModelSpec, variants) -> tuple[Variant, ...] | None:

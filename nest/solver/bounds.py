@@ -223,11 +223,17 @@ def compute_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
 
     def make():
         floor = floor_LR(problem, lts, space)
-        L = floor.shape[0]  # the table's a > b cells: inf (no stage; `minmax_bands` needs it)
-        table = np.where(np.tri(L, dtype=bool)[..., None], range_sum(floor), np.inf)
-        return read_only((lower_bounds(range_sum(floor.min(axis=1)), max_pp), table))
+        return read_only((lower_bounds(range_sum(floor.min(axis=1)), max_pp),
+                          _floor_table(range_sum(floor))))
 
     return problem.cache.get(("compute_bounds", lts[0].modes), key, make)
+
+
+def _floor_table(sums_LLR: np.ndarray) -> np.ndarray:
+    """The floor table [b, a, r] of range sums, inf where a > b (no stage; `minmax_bands` needs
+    it)."""
+    L = sums_LLR.shape[0]
+    return np.where(np.tri(L, dtype=bool)[..., None], sums_LLR, np.inf)
 
 
 def per_mode_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
@@ -239,11 +245,8 @@ def per_mode_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
     from nest.solver.dp import lower_bounds_per_column
 
     def make():
-        floor = floor_LR(problem, lts, space)
-        L = floor.shape[0]
-        sums = range_sum(floor)
-        table = np.where(np.tri(L, dtype=bool)[..., None], sums, np.inf)
-        return read_only((lower_bounds_per_column(sums, max_pp), table))
+        sums = range_sum(floor_LR(problem, lts, space))
+        return read_only((lower_bounds_per_column(sums, max_pp), _floor_table(sums)))
 
     key = (tuple(lt.variant for lt in lts), replica_blocks_aligned(space), max_pp)
     return problem.cache.get(("per_mode_bounds", lts[0].modes), key, make)

@@ -135,14 +135,6 @@ def lower_bounds_per_column(cost_LLR: np.ndarray, max_stages: int) -> np.ndarray
 
 def lower_bounds(cost_LL: np.ndarray, max_stages: int) -> np.ndarray:
     """X_lb[p] = min over cuts into p stages of the max stage cost (no options, no memory):
-    a lower bound on the bottleneck stage time for every p (index 0 unused)."""
-    L = cost_LL.shape[0]
-    cost = np.where(np.tril(np.ones((L, L), dtype=bool)), cost_LL, np.inf)
-    out = np.full(max_stages + 1, np.inf)
-    f = cost[:, 0].copy()
-    out[1] = f[L - 1]
-    for p in range(2, max_stages + 1):
-        prev = np.concatenate([[np.inf], f[:-1]])
-        f = np.min(np.maximum(cost, prev[None, :]), axis=1)
-        out[p] = f[L - 1]
-    return out
+    a lower bound on the bottleneck stage time for every p (index 0 unused). The one column of
+    `lower_bounds_per_column`."""
+    return lower_bounds_per_column(np.asarray(cost_LL)[:, :, None], max_stages)[:, 0]
