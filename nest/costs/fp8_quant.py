@@ -24,7 +24,14 @@ v2.9 `pytorch/csrc/quantizer.cpp` `Float8CurrentScalingQuantizer::quantize_impl`
 quantized tensor, `nvte_compute_amax_with_config` (one read of the BF16 tensor), the amax
 all-reduce over the tp group when the quantizer has `with_amax_reduction`, then
 `nvte_compute_scale_from_amax` (one small kernel), then the cast; delayed scaling casts in one
-pass with the previous steps' amax. `quantize_with_amax` skips the amax kernel: only a TE norm
+pass with the previous steps' amax. Every current-scaling quantization first zeroes its amax,
+one more launch (`ZERO_AMAX_KERNELS`): the amax pass's `launch_amax_kernel` starts with
+`zero_amax_kernel<<<1, 1>>>` (v2.9-v2.16 `common/recipe/current_scaling.cu`; v2.2-v2.5 a
+`cudaMemsetAsync` of the amax in the same place), and a TE norm that hands over its amax zeroes
+it before the norm kernel (`Float8CurrentScalingQuantizer::create_unquantized_tensor_with_amax`:
+`amax.zero_()`, v2.9-v2.16 `pytorch/csrc/quantizer.cpp`). So under current scaling a quantized
+tensor costs 4 kernels (zero, amax, scale, cast) where TE computes its amax, 3 where a norm
+hands it over (zero, scale, cast; the norm kernel itself is the graph's). `quantize_with_amax` skips the amax kernel: only a TE norm
 (`extensions/normalization.cpp`, FUSED_NORM_AMAX_FP8, the norm of
 TELayerNormColumnParallelLinear: the QKV and MLP-up inputs, NORM_FED) and TE's own activations
 (`extensions/activation.cpp`, FUSED_ACTIVATION_AMAX_FP8; Megatron-Core's MLP runs its own
@@ -53,6 +60,10 @@ CURRENT_SCALING = ("tensorwise",)  # the recipes that run TE's Float8CurrentScal
 # Linear); the row-parallel output gradients are the ones all-gathered over tp under sp
 NORM_FED = COLUMN_PARALLEL
 AMAX_BYTES = 4  # one fp32 amax per quantized tensor
+# launches of a current-scaling quantization besides its cast and amax pass: the amax's zeroing
+# (zero_amax_kernel / amax.zero_()) and nvte_compute_scale_from_amax (module docstring)
+ZERO_AMAX_KERNELS = 1
+SCALE_KERNELS = 1
 
 
 def fp8_cast_s(hw: HardwareSpec, op: Op, recipe: str = "delayed", tp: int = 1,
@@ -70,10 +81,11 @@ def fp8_cast_s(hw: HardwareSpec, op: Op, recipe: str = "delayed", tp: int = 1,
         grad_read = 2.0 * m * n
         bwd = streaming_s(hw, 2.0 * grad_read) + launch
     if recipe in CURRENT_SCALING:
-        fwd += launch  # the scale kernel
+        fwd += (ZERO_AMAX_KERNELS + SCALE_KERNELS) * launch
         if op.name not in NORM_FED:
             fwd += streaming_s(hw, 2.0 * m * k) + launch  # the amax pass over the input
-        bwd += streaming_s(hw, grad_read) + 2 * launch  # amax pass and scale kernel
+        # the output gradient: its amax pass, the amax's zeroing and the scale kernel
+        bwd += streaming_s(hw, grad_read) + (1 + ZERO_AMAX_KERNELS + SCALE_KERNELS) * launch
     return fwd * op.count, bwd * op.count
 
 
