@@ -90,7 +90,8 @@ def priced_alike_keys(problem, lts, groups: dict) -> list[list[bytes]]:
     cluster = problem.cluster
     P = len(next(iter(groups.values())))
     by_lt = [problem.cache.get(lt.store, ("kinds_by_group",),
-                               lambda lt=lt: _kinds_by_group(lt, problem.training.precision))
+                               lambda lt=lt: _kinds_by_group(lt, problem.training.precision,
+                                                             problem.training.moe_dispatcher))
              for lt in lts]
     rows = {}  # per group name: (sorted groups, pattern rows, first of each, index, levels)
     for name in sorted({n for by in by_lt for n, _ in by}):
@@ -146,10 +147,12 @@ def _hybrid_lines(problem, group: np.ndarray) -> tuple:
     return (hybrid_all_to_all(problem.cluster, tuple(group.tolist()), m.num_experts, m.top_k),)
 
 
-def _kinds_by_group(lt, precision=None) -> tuple:
+def _kinds_by_group(lt, precision=None, dispatcher: str = "alltoall") -> tuple:
     """((group name, (collective kinds run on it, sorted)), ...) of the variant's collectives,
-    the FP8 amax all-reduces on tp (nest.costs.fp8_quant.amax_reductions, under `precision`)
-    and the data-parallel sync (`SYNC_KINDS` on dp_dense and dp_expert), sorted by name."""
+    the FP8 amax all-reduces on tp (nest.costs.fp8_quant.amax_reductions, under `precision`),
+    HybridEP's routing-map all-gather on ep (nest.costs.groups.routing_map_bytes, under the
+    `dispatcher` "hybridep") and the data-parallel sync (`SYNC_KINDS` on dp_dense and
+    dp_expert), sorted by name."""
     kinds: dict[str, set] = {"dp_dense": set(SYNC_KINDS), "dp_expert": set(SYNC_KINDS)}
     v = lt.variant
     for c in {id(c): c for c in lt.costs}.values():
@@ -158,4 +161,7 @@ def _kinds_by_group(lt, precision=None) -> tuple:
         if (precision is not None and precision.fp8
                 and any(amax_reductions(c, precision.fp8_recipe, v.tp, v.sp))):
             kinds.setdefault("tp", set()).add("all_reduce")
+        if dispatcher == "hybridep" and any(col.kind == "all_to_all" and col.group == "ep"
+                                            for col in c.collectives):
+            kinds.setdefault("ep", set()).add("all_gather")
     return tuple((n, tuple(sorted(k))) for n, k in sorted(kinds.items()))

@@ -129,6 +129,7 @@ def _group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
                 fwd.append(col.phase == "fwd")
             row.append((k, x))
         row += amax_terms(problem, c, v, groups, time, names, fwd, col_of)
+        row += routing_map_terms(problem, c, groups, time, names, fwd, col_of)
         rows[id(c)] = row
     L, K = lt.num_layers, len(names)
     x_LK = np.zeros((L, K))
@@ -177,6 +178,53 @@ def amax_terms(problem, c, v, groups, time, names, fwd, col_of) -> list[tuple[in
                 fwd.append(is_fwd)
             out.append((k, one * n))
     return out
+
+
+ROUTING_MAP = "ep_routing_map_all_gather"  # HybridEP's routing-map all-gather (routing_map_terms)
+
+
+def routing_map_bytes(c, dispatcher: str) -> float:
+    """Bytes of the routing map one rank contributes to HybridEP's all-gather in one MoE layer's
+    forward: 0 unless `dispatcher` is "hybridep" and the layer has an expert-parallel
+    all-to-all; else T x E (one bool byte per token and expert, T the tokens the rank routes:
+    the router GEMM's rows, E its columns). Megatron-Core's HybridEPDispatch.forward calls
+    HybridEPBuffer.dispatch_with_permute without a handle (megatron/core/transformer/moe/
+    fused_a2a.py in megatron-core 0.16 9ed8b0c and 0.18.0rc 4415119), so every forward dispatch
+    runs `metadata_preprocessing`, which first gathers the [T, E] torch.bool routing maps of the
+    whole EP group (csrc/hybrid_ep/executor/executor.cu `allgather_routing_map`: NCCL's
+    all_gather_into_tensor across nodes, a custom NVLink all-gather inside one; DeepEP
+    hybrid-ep 34152ae, the commit Megatron-Bridge 21d102f's container builds). The combine
+    and the backward reuse the handle: no further gather. The published HybridEP rates
+    (nest.network.hybrid_ep) time dispatch with a handle (tests/test_hybrid_ep.py's benchmark
+    passes `handle`), so this gather is not in them."""
+    if dispatcher != "hybridep" or not any(
+            col.kind == "all_to_all" and col.group == "ep" and col.phase == "fwd"
+            for col in c.collectives):
+        return 0.0
+    router = [op for op in c.ops if op.name == "router"]
+    if not router:
+        return 0.0
+    return float(router[0].shape[0] * router[0].shape[1])
+
+
+def routing_map_terms(problem, c, groups, time, names, fwd, col_of) -> list[tuple[int, float]]:
+    """HybridEP's routing-map all-gather of one layer (`routing_map_bytes`): one all-gather of
+    ep x those bytes on the ep group's NCCL lines per forward, term ROUTING_MAP.<level>,
+    appended to names / fwd / col_of as amax_terms does. The custom NVLink gather inside one
+    node is priced on the same lines (no published rate of its own)."""
+    nbytes = routing_map_bytes(c, problem.training.moe_dispatcher)
+    ep = len(groups["ep"][0])
+    if not nbytes or ep <= 1:
+        return []
+    x = time("all_gather", "ep", ep * nbytes)
+    if not x:
+        return []
+    name = f"{ROUTING_MAP}.{level_name(problem.cluster, groups['ep'][0])}"
+    k = col_of.setdefault((name, True), len(names))
+    if k == len(names):
+        names.append(name)
+        fwd.append(True)
+    return [(k, x)]
 
 
 def ep_lines(problem, groups) -> list:
