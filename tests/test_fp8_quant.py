@@ -106,3 +106,33 @@ def test_amax_all_reduces_priced_on_the_tp_group_and_only_under_current_scaling(
             assert {k: x for k, x in bd.items() if k in bd_d and not k.startswith("compute")} \
                 == pytest.approx({k: x for k, x in bd_d.items() if not k.startswith("compute")})
         assert bd["compute_fwd"] > bd_d["compute_fwd"] and bd["compute_bwd"] > bd_d["compute_bwd"]
+
+
+def test_amax_zeroing_is_one_launch_per_quantized_tensor_on_a_moe_layer(hw, monkeypatch):
+    """Mixtral-8x7B's block at ep 4 (2 local experts), FP8 current scaling: TE quantizes, per
+    micro-batch, the QKV and out-projection inputs and each local expert's fc1 and fc2 inputs
+    in forward (2 + 2 x 2 = 6 tensors; the router stays BF16) and their output gradients in
+    backward (6 more), and each quantization first zeroes its amax (zero_amax_kernel or
+    amax.zero_()). Without the zeroing (ZERO_AMAX_KERNELS = 0) the layer is exactly 6 launches
+    shorter in each phase; delayed scaling has no amax to zero."""
+    import nest.costs.fp8_quant as fq
+
+    v = Variant(ep=4)
+    cost = block_cost(load_model("mixtral_8x7b", seq_len=4096), 1, v)
+    local = [op.count for op in cost.ops if op.name == "expert_gate_up"]
+    assert local == [2]
+    bare = replace_hw(hw)
+    with_zero = layer_times(bare, cost, None, "fp8", fp8_recipe="tensorwise", variant=v)
+    delayed = layer_times(bare, cost, None, "fp8", fp8_recipe="delayed", variant=v)
+    monkeypatch.setattr(fq, "ZERO_AMAX_KERNELS", 0)
+    without = layer_times(bare, cost, None, "fp8", fp8_recipe="tensorwise", variant=v)
+    assert with_zero.fwd_s - without.fwd_s == pytest.approx(6 * hw.kernel_overhead_s, rel=1e-9)
+    assert with_zero.bwd_s - without.bwd_s == pytest.approx(6 * hw.kernel_overhead_s, rel=1e-9)
+    assert layer_times(bare, cost, None, "fp8", fp8_recipe="delayed", variant=v) == delayed
+
+
+def replace_hw(hw):
+    """The hardware without its host floor, so the layer time is the GPU's sum."""
+    from dataclasses import replace
+
+    return replace(hw, host_fwd_s_per_op=0.0, host_bwd_s_per_op=0.0)
