@@ -77,6 +77,19 @@ def _former_floor(t_D, m, v):
     return np.max(m * t_D + before / v, axis=0)
 
 
+def test_floor_without_sends_is_the_former_candidate_bound_bit_for_bit():
+    """The candidates' floors (per-layer floors, no sends) keep their former values, so the
+    walk under the default form visits the same candidates in the same order."""
+    from nest.solver.launchable import pipeline_floor
+
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        p, v, m, R = (int(x) for x in (rng.integers(2, 9), rng.integers(2, 6),
+                                       rng.integers(1, 9), rng.integers(1, 4)))
+        t = rng.random((p, R)) * 10.0 ** rng.integers(-3, 3)
+        assert pipeline_floor(t, m, v).tobytes() == _former_floor(t, m, v).tobytes()
+
+
 @pytest.mark.parametrize("form,overlap", [("critical_path", "none"), ("simulated", "bucketed")])
 def test_device_time_bounds_below_the_simulated_pipeline(tmp_path, form, overlap):
     pr = _problem(tmp_path, 16, 8, 32, form, overlap=overlap)

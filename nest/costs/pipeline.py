@@ -334,8 +334,8 @@ def interleaved_floor(t, send_fwd, send_bwd, m: int, v: int):
     axes = (slice(None),) + (None,) * (t.ndim - 1)
     SF = np.asarray(send_fwd, dtype=float)[axes]
     SB = np.asarray(send_bwd, dtype=float)[axes]
-    e = (t - SF - SB) / v + (sf[0] + sb[0])[axes]
-    before = np.cumsum(e, axis=0) - e
+    c = (sf[0] + sb[0])[axes] - (SF + SB) / v  # e_d - t_d / v: 0 without sends
+    before = (np.cumsum(t, axis=0) - t) / v + (np.cumsum(c, axis=0) - c)
     return np.max(m * t + before, axis=0)
 
 
