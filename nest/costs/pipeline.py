@@ -274,8 +274,9 @@ def tail_s(dt: DeviceTimes, schedule: str, overlap: str, m: int, v: int = 1) -> 
 def simulate_times(dt: DeviceTimes, schedule: str, m: int, v: int = 1,
                    overlap: str | None = None):
     """Discrete-event simulation (nest.costs.simulate) of the schedule with these times; overlap
-    None: the pipeline alone, else the gradient sync and optimizer step too (interleaved: per
-    chunk, the mean of the device's chunks' sends)."""
+    None: the pipeline alone, else the gradient sync and optimizer step too (interleaved: a
+    device's compute split evenly over its chunks, its sends over the chunks that send,
+    `interleaved_chunk_sends`)."""
     from nest.costs.simulate import simulate
 
     v = v if schedule == "interleaved" else 1
@@ -284,9 +285,58 @@ def simulate_times(dt: DeviceTimes, schedule: str, m: int, v: int = 1,
         kw = dict(sync_s=[s - g for s, g in zip(dt.sync, dt.gather)], opt_s=dt.opt,
                   overlap=overlap, num_buckets=dt.buckets, recompute_s=dt.recompute,
                   gather_s=dt.gather)
-    return simulate(schedule, dt.fwd, dt.bwd, m, num_chunks=v,
-                    send_fwd_s=[x / v for x in dt.send_fwd],
-                    send_bwd_s=[x / v for x in dt.send_bwd], **kw)
+    if v > 1:
+        sf, sb = interleaved_chunk_sends(dt.send_fwd, dt.send_bwd, v)
+    else:
+        sf, sb = dt.send_fwd, dt.send_bwd
+    return simulate(schedule, dt.fwd, dt.bwd, m, num_chunks=v, send_fwd_s=sf, send_bwd_s=sb,
+                    **kw)
+
+
+def interleaved_chunk_sends(send_fwd, send_bwd, v: int) -> tuple[np.ndarray, np.ndarray]:
+    """(v, p) arrays [chunk, device group]: the blocking send after each chunk's forward (of
+    its output) and backward (of its input's gradient), as the simulation runs them, from each
+    group's sums over its chunks (DeviceTimes.send_fwd / send_bwd): a group's sum split evenly
+    over its chunks that send. Megatron-Core's interleaved loop sends no activation from the
+    last virtual stage (chunk v - 1 of group p - 1) and no gradient from the first (chunk 0 of
+    group 0): schedules.py, forward_backward_pipelining_with_interleaving, sets output_tensor /
+    input_tensor_grad to None there (0.16.1); every other chunk sends, group p - 1's chunks to
+    group 0 (p2p_communication: next rank (r + 1) mod p) and back. The stage kernel prices those
+    two chunks without the send (nest.costs.pipeline.links), so those two sums hold v - 1
+    sends, and each sending chunk gets sum / (v - 1) there, sum / v elsewhere: a group's ops
+    send exactly its sum per micro-batch."""
+    sf = np.array(send_fwd, dtype=float)
+    sb = np.array(send_bwd, dtype=float)
+    p = len(sf)
+    nf, nb = np.full(p, float(v)), np.full(p, float(v))
+    nf[-1] = nb[0] = max(v - 1, 1)
+    SF, SB = np.tile(sf / nf, (v, 1)), np.tile(sb / nb, (v, 1))
+    SF[v - 1, p - 1] = 0.0
+    SB[0, 0] = 0.0
+    return SF, SB
+
+
+def interleaved_floor(t, send_fwd, send_bwd, m: int, v: int):
+    """A floor on the simulated interleaved pipeline (`simulate_times`: the time from the first
+    forward to the last backward) from each device group's busy time per micro-batch t_d (axis
+    0: the sum of its chunks' times, sends included; trailing axes broadcast; floors of t with
+    the sends given are floors of this) and its sums of sends (length p). The simulation runs
+    group d's m v forwards and m v backwards for m t_d in all (its compute split evenly over its
+    chunks, its sends over the chunks that send, `interleaved_chunk_sends`); group j's first
+    operation, micro-batch 0's forward of chunk 0, waits for that forward of chunk 0 on groups
+    0 .. j - 1, and its last, micro-batch m - 1's backward of chunk 0 (`interleaved_order`),
+    precedes that backward on groups j - 1 .. 0. Chunk 0's two operations on group d take
+    e_d = (t_d - SF_d - SB_d) / v + sf[0, d] + sb[0, d] (t_d / v but on group 0, whose chunk 0
+    sends no gradient), so the batch takes at least max_j m t_j + sum_{d<j} e_d
+    (<= the paper's form (m + (p - 1) / v) max_d t_d when the sends are 0)."""
+    t = np.asarray(t, dtype=float)
+    sf, sb = interleaved_chunk_sends(send_fwd, send_bwd, v)
+    axes = (slice(None),) + (None,) * (t.ndim - 1)
+    SF = np.asarray(send_fwd, dtype=float)[axes]
+    SB = np.asarray(send_bwd, dtype=float)[axes]
+    c = (sf[0] + sb[0])[axes] - (SF + SB) / v  # e_d - t_d / v: 0 without sends
+    before = (np.cumsum(t, axis=0) - t) / v + (np.cumsum(c, axis=0) - c)
+    return np.max(m * t + before, axis=0)
 
 
 def batch_time_s(dt: DeviceTimes, schedule: str, training, m: int, v: int = 1,

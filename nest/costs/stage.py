@@ -141,6 +141,10 @@ class StageCost:
     # its last backward, and its backward busy time the later stages' syncs hide under
     tail: np.ndarray | None = None
     drain: np.ndarray | None = None
+    # the pipeline sends inside t, [...] over the cells: of the output forward, of the input's
+    # gradient backward (0 at the ends)
+    send_fwd: np.ndarray | float = 0.0
+    send_bwd: np.ndarray | float = 0.0
 
 
 def tied_sync_s(problem, lt: LayerTable, ids, partner) -> float:
@@ -201,7 +205,7 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
     u = sync_Z + tied
     stash = np.asarray(stash, dtype=float)
     mem = peak(held_bytes(fixed_ZR, stash[..., None, None], act_R[..., None, :], step_Z), hw)
-    out = StageCost(t, u, mem)
+    out = StageCost(t, u, mem, send_fwd=send_fwd, send_bwd=send_bwd)
     if ov is not None:
         out.tail, out.drain = overlap_terms(problem, ov, base_R, per_mb_Z, send_bwd, tied)
     if detail:

@@ -22,10 +22,14 @@ placement, ZeRO, recomputation) and priced by the shared evaluator itself
 (nest.costs.pipeline's interleaved form: interleaved_order, interleaved_peak_activations);
 candidates are visited in order of a lower bound and the walk stops when the bound reaches the
 best time: t_d sums the per-layer floors of device group d's chunks (nest.solver.bounds.floor_LR:
-its compute plus the least collective any stage of the variant pays), the batch takes at least
-max_j m t_j + sum_{d<j} t_d / v (`pipeline_floor`: group j's own work, after the first
-micro-batch's forward reached it and before the last one's backward left it). Ties keep the first found: 1F1B before interleaved, fewer
-chunks first, the smaller micro-batch first.
+its compute plus the least collective any stage of the variant pays, no sends), the batch takes
+at least max_j m t_j + sum_{d<j} t_d / v (`pipeline_floor`: group j's own work, after the first
+micro-batch's forward reached it and before the last one's backward left it); each plan's
+knobs are then walked in order of `device_time_bounds`. Under pipeline_time critical_path /
+simulated (the simulated pipeline) both are floors of the simulation's own per-operation times
+(nest.costs.pipeline.interleaved_floor), so the interleaved walk stays exact there; the 1F1B
+part then optimises the paper's form, an upper bound, and re-scores (nest.solver). Ties keep
+the first found: 1F1B before interleaved, fewer chunks first, the smaller micro-batch first.
 """
 
 from __future__ import annotations
@@ -149,15 +153,18 @@ def interleaved_candidates(problem: Problem, space: SearchSpace, max_v: int | No
     return out
 
 
-def pipeline_floor(t_D, m: int, v: int):
-    """A floor on an interleaved batch's time from each device group's time per micro-batch
-    t_D (axis 0; floors of it are floors of this): the evaluator splits a group's time evenly
-    over its v chunks (nest.costs.pipeline.simulate_times), so group j starts only after the
-    first micro-batch's forward crossed the chunks of groups 0..j-1 and ends only after the last
-    one's backward crossed them back: max_j m t_j + sum_{d<j} t_d / v (<= the paper's form
+def pipeline_floor(t_D, m: int, v: int, send_fwd=None, send_bwd=None):
+    """A floor on an interleaved batch's pipeline time from each device group's time per
+    micro-batch t_D (axis 0; floors of it are floors of this) and its sums of sends (none: 0,
+    for floors of t_D without sends, as nest.solver.bounds.floor_LR's):
+    nest.costs.pipeline.interleaved_floor, max_j m t_j + sum_{d<j} (chunk 0's share of t_d),
+    from the per-operation times the simulation runs (<= the paper's form
     (m + (p - 1) / v) max_d t_d)."""
-    before = np.cumsum(t_D, axis=0) - t_D
-    return np.max(m * t_D + before / v, axis=0)
+    from nest.costs.pipeline import interleaved_floor
+
+    zero = np.zeros(len(t_D))
+    return interleaved_floor(t_D, zero if send_fwd is None else send_fwd,
+                             zero if send_bwd is None else send_bwd, m, v)
 
 
 def states_floor(problem: Problem, lt, space: SearchSpace, d: int) -> float:
@@ -178,8 +185,9 @@ def device_time_bounds(problem: Problem, space: SearchSpace, plan, from_grid: bo
     for `plan` with those knobs on every chunk: the stage kernel's time per micro-batch of each
     chunk (nest.costs.stage.stage_cost, with the links nest.costs.pipeline.links gives it, as the
     evaluator prices it), summed per device group; the batch takes at least `pipeline_floor` of
-    them, and under the paper's form exactly (m + (p - 1) / v) max_d t_d before the gradient
-    sync's tail (nest.costs.pipeline); with dp_overlap "none" the tail is added as the evaluator
+    them (with the groups' sums of sends, as the simulation runs them), and under the paper's
+    form exactly (m + (p - 1) / v) max_d t_d before the gradient sync's tail
+    (nest.costs.pipeline); with dp_overlap "none" the tail is added as the evaluator
     prices it (max over device groups of their chunks' sync + optimizer step), with an
     overlapped sync a floor of it (device group 0's sync and step beyond one chunk's time).
     from_grid: the chunks' position-free terms read from the
@@ -192,19 +200,21 @@ def device_time_bounds(problem: Problem, space: SearchSpace, plan, from_grid: bo
     lt = layer_table(problem, plan.stage_variant(0), space.recompute_modes)
     ids = [s.device_ids for s in plan.stages]
     Z, R = len(space.zero_stages), len(space.recompute_modes)
-    t, u = [], []
+    t, u, sends = [], [], []
     for c, st in enumerate(plan.stages):
         cost = stage_cost(problem, lt, st.device_ids, plan.dp, space.options, 0.0,
                           cell=(st.first_layer, st.last_layer), from_grid=from_grid,
                           **links(ids, c))
         t.append(np.asarray(cost.t).reshape(Z, R))
         u.append(np.broadcast_to(np.asarray(cost.u, dtype=float), (Z,)))
+        sends.append((float(cost.send_fwd), float(cost.send_bwd)))
     groups = [chunks_of(g, p, len(t)) for g in range(p)]
     t_D = np.array([sum(t[c] for c in cs) for cs in groups])
     if problem.training.pipeline_time == "paper":
         pipe = paper_interleaved(t_D.max(axis=0), m, p, v)
-    else:
-        pipe = pipeline_floor(t_D, m, v)
+    else:  # the groups' sums of sends, as the evaluator sums them (nest.problem.evaluate)
+        sf_D, sb_D = ([sum(sends[c][k] for c in cs) for cs in groups] for k in (0, 1))
+        pipe = pipeline_floor(t_D, m, v, sf_D, sb_D)
     u_D = np.array([sum(u[c] for c in cs) for cs in groups])
     if problem.training.dp_overlap == "none":
         # After the flush every device group syncs its chunks' gradients and steps: the
