@@ -164,3 +164,15 @@ def test_torus_default_blocks_nest_on_sides_that_are_not_powers_of_two(dims, uni
     assert torus_levels((16, 16, 16), optical_block=(4, 4, 4)).block_shapes == [
         (2, 1, 1), (2, 2, 1), (2, 2, 2), (4, 4, 4), (8, 8, 8), (16, 16, 16)]
 
+
+def test_odd_torus_bisection_is_the_graph_cut():
+    """An odd side is cut too: a 3x5 torus's level share is the max-flow across the cut
+    perpendicular to its side of 5 (2 wrapped links on each of 3 rings) over half the devices,
+    not the six-link share of a block with no bisection (it was 187.5 GB/s, 4 links x 46.875)."""
+    G = torus_graph((3, 5), link_GBps=10.0)
+    t = torus_levels((3, 5), link_GBps=10.0)
+    side = {c for c in G if c[1] in (0, 1)}
+    flow = max_flow(G, side, set(G) - side) / 1e9
+    assert flow == pytest.approx(6 * 10.0)
+    assert t.levels[-1]["bandwidth_GBps"] == pytest.approx(flow / (15 / 2))
+    assert t.levels[-1]["ring_bandwidth_GBps"] == pytest.approx(4 * 10.0)

@@ -230,7 +230,9 @@ def torus_levels(dims=(4, 4, 4), link_GBps: float = 46.875, *, block_shapes=None
         ring = [(sliced or (wrap and k == d)) and k > 2 for k, d in zip(s, dims)]
         diam = sum(k // 2 if r else k - 1 for k, r in zip(s, ring))
         links = sum((2 if r else 1) if k > 1 else 0 for k, r in zip(s, ring))  # per device
-        cuts = [n // k * (2 if r else 1) for k, r in zip(s, ring) if k > 1 and k % 2 == 0]
+        # links cut by halving the block across one dimension (an odd side is cut as evenly as
+        # it goes: a ring still loses 2 links, a line 1), per device of a half (n / 2)
+        cuts = [n // k * (2 if r else 1) for k, r in zip(s, ring) if k > 1]
         bis = min(cuts) * link_GBps / (n / 2) if cuts else links * link_GBps
         eff = min(links * link_GBps, bis)  # no switches: the share itself, oversubscription 1
         name = names[i] if names else f"hop{diam}"
