@@ -573,6 +573,19 @@ def test_deepseek_v3_exports_mla_dense_layers_and_mtp(tmp_path):
     assert not [w for w in exp.warnings if "not expressed" in w]
 
 
+def test_mla_exports_the_latent_norms(tmp_path):
+    """DeepSeek's MLA normalises its compressed latents (transformers' kv_a_layernorm and, with a
+    Q LoRA rank, q_a_layernorm: 2 x (32 + 24) of the counted parameters here); megatron-core's
+    MLA spec builds them only with --qk-layernorm (else IdentityOp), so an export without it
+    trains a model without those norms. DeepSeek-V2-Lite (no Q LoRA rank) keeps the KV norm."""
+    _, exp = _export_tiny(tmp_path, _TINY_DSV3, Variant(ep=2), 1, 4)
+    assert exp.args.count("--qk-layernorm") == 1
+    lite = {**_TINY_DSV3, "q_lora_rank": None, "model_type": "deepseek_v2",
+            "num_nextn_predict_layers": None}
+    _, exp = _export_tiny(tmp_path, lite, Variant(ep=2), 1, 4)
+    assert exp.args.count("--qk-layernorm") == 1 and "--q-lora-rank" not in exp.args
+
+
 def test_qwen2_moe_gated_shared_expert_exports_megatrons_gate(tmp_path):
     """Qwen2-MoE gates its shared expert by sigmoid(x w), w of 1 x hidden (transformers'
     Qwen2MoeSparseMoeBlock.shared_expert_gate); megatron-core's SharedExpertMLP(gate=True) computes

@@ -46,11 +46,16 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
               "--qk-pos-emb-head-dim", str(m.qk_rope_head_dim), "--v-head-dim", str(m.v_head_dim)]
         if m.q_lora_rank:
             a += ["--q-lora-rank", str(m.q_lora_rank)]
+        # DeepSeek's RMSNorm on the compressed latents (transformers' kv_a_layernorm, and
+        # q_a_layernorm with a Q LoRA rank; priced and counted in the graph): megatron-core's MLA
+        # spec builds them only under qk_layernorm (gpt_layer_specs: linear_q/kv_up_proj become
+        # layer-norm linears), else IdentityOp; Megatron-Bridge's DeepSeek bridges set it
+        a.append("--qk-layernorm")
     if m.attention_sinks:  # gpt-oss: a learned sink logit per head
         a += ["--softmax-type", "learnable"]
     if m.sliding_window and m.window_layers:
         a += _window_args(m, warnings)
-    if getattr(m, "qk_norm", False):
+    if getattr(m, "qk_norm", False) and not m.is_mla:
         a.append("--qk-layernorm")
     if m.ffn_type == "swiglu":
         a.append("--swiglu")
