@@ -623,3 +623,20 @@ def test_gpt_oss_exports_sinks_and_biases(tmp_path):
     assert _flag(a, "--softmax-type") == "learnable" and "--disable-bias-linear" not in a
     assert _flag(a, "--expert-tensor-parallel-size") == "1"
     assert any("--expert-tensor-parallel-size 1" in w for w in exp.warnings)
+
+
+def test_every_example_names_its_model_and_cluster_from_any_folder(tmp_path, monkeypatch):
+    """A plan file's relative model / cluster path is read against the file's own folder
+    (docs/planning.md: `nest evaluate examples/...` works from any folder): four examples named
+    `examples/models/...`, which resolved only from the repository root ('file not found' from
+    /tmp or from examples/)."""
+    from nest.problem.plan_spec import resolve_relative
+    from nest.spec.catalog import read_yaml
+
+    monkeypatch.chdir(tmp_path)
+    for f in sorted(EXAMPLES.glob("*.yaml")):
+        d = read_yaml(f)
+        for key in ("model", "cluster"):
+            ref = resolve_relative(d[key], f.parent)
+            if ref.endswith((".yaml", ".yml", ".json")) or "/" in ref:
+                assert Path(ref).is_file(), (f.name, key, d[key])
