@@ -4,6 +4,7 @@ hardware, planners)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -650,7 +651,8 @@ def main(argv: list[str] | None = None) -> int:
     _INTERRUPTED.clear()
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        return _main(argv)  # a caller's own handling (or SIGINT ignored) is left alone
+        with _warnings_as_lines():
+            return _main(argv)  # a caller's own handling (or SIGINT ignored) is left alone
     old = signal.signal(signal.SIGINT, _on_sigint)
     old_hook = sys.unraisablehook
 
@@ -663,10 +665,35 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.unraisablehook = quiet_interrupt
     try:
-        return _main(argv)
+        with _warnings_as_lines():
+            return _main(argv)
     finally:
         signal.signal(signal.SIGINT, old)
         sys.unraisablehook = old_hook
+
+
+@contextlib.contextmanager
+def _warnings_as_lines():
+    """The library's own warnings (a UserWarning raised in nest/: no sequence length given, the
+    text decoder of an image-and-text config, ...) as one `warning: ...` line on stderr, like the
+    planners' warnings, not Python's 'nest/spec/catalog.py:321: UserWarning: ...' followed by
+    the source line that raised it; any other warning keeps Python's format."""
+    import warnings
+
+    root = str(Path(__file__).resolve().parents[1])
+    old = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, UserWarning) and str(filename).startswith(root):
+            print(f"warning: {message}", file=file or sys.stderr)
+        else:
+            old(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = old
 
 
 def _main(argv: list[str]) -> int:
