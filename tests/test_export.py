@@ -640,3 +640,35 @@ def test_every_example_names_its_model_and_cluster_from_any_folder(tmp_path, mon
             ref = resolve_relative(d[key], f.parent)
             if ref.endswith((".yaml", ".yml", ".json")) or "/" in ref:
                 assert Path(ref).is_file(), (f.name, key, d[key])
+
+
+def test_router_numerics_are_exported(tmp_path):
+    """The router as transformers computes it, in megatron-core's arguments (moe_utils.
+    topk_routing_with_score_function): DeepSeek-V3 selects on sigmoid scores plus a per-expert
+    bias in the best 4 of 8 groups and scales by 2.5 (its published config.json; Megatron-
+    Bridge's DeepSeek-V3 bridge sets the same); Qwen2-MoE and DeepSeek-V2 take the top k of a
+    softmax over every expert without renormalising (norm_topk_prob false:
+    --moe-router-pre-softmax); Mixtral's softmax over the top-k logits is Megatron's default.
+    Exports had said none of it, so every one trained Mixtral's router."""
+    v3 = {**_TINY_DSV3, "n_routed_experts": 8, "n_group": 4, "topk_group": 2,
+          "routed_scaling_factor": 2.5, "norm_topk_prob": True, "scoring_func": "sigmoid",
+          "topk_method": "noaux_tc"}
+    _, exp = _export_tiny(tmp_path, v3, Variant(ep=2), 1, 4)
+    a = exp.args
+    assert _flag(a, "--moe-router-score-function") == "sigmoid"
+    assert "--moe-router-enable-expert-bias" in a and "--moe-router-pre-softmax" not in a
+    assert [_flag(a, f) for f in ("--moe-router-topk-scaling-factor", "--moe-router-num-groups",
+                                  "--moe-router-group-topk")] == ["2.5", "4", "2"]
+    v2 = {**_TINY_DSV3, "model_type": "deepseek_v2", "num_nextn_predict_layers": None,
+          "norm_topk_prob": False, "topk_method": "greedy", "scoring_func": "softmax"}
+    _, exp = _export_tiny(tmp_path, v2, Variant(ep=2), 1, 4)
+    assert "--moe-router-pre-softmax" in exp.args
+    assert "--moe-router-score-function" not in exp.args
+    assert "--moe-router-topk-scaling-factor" not in exp.args
+    mixtral = dict(model_type="mixtral", hidden_size=64, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
+                   vocab_size=1000, max_position_embeddings=512, num_local_experts=4,
+                   num_experts_per_tok=2)
+    _, exp = _export_tiny(tmp_path, mixtral, Variant(ep=2), 1, 4)
+    assert not [f for f in exp.args if f.startswith("--moe-router-") and f not in (
+        "--moe-router-topk", "--moe-router-load-balancing-type")]

@@ -279,8 +279,51 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
     return d
 
 
+def _router(c: _Cfg, mtype: str) -> tuple[str, list[str]]:
+    """The router's numerics as ModelSpec.router (no cost: every routing is priced balanced) and
+    the parts Megatron-LM's router cannot state. transformers' modeling per family: Mixtral and
+    gpt-oss take the softmax of the top-k logits (Megatron-LM's default); Qwen2/3-MoE and
+    DeepSeek-V2 take the top k of a softmax over every expert and renormalise only under
+    norm_topk_prob (default false: Megatron's --moe-router-pre-softmax); DeepSeek-V3 selects on
+    sigmoid scores plus a per-expert bias inside the best topk_group of n_group groups,
+    renormalises (norm_topk_prob) and scales by routed_scaling_factor (megatron-core
+    moe_utils.topk_routing_with_score_function; Megatron-Bridge's DeepSeek bridges)."""
+    if mtype in ("mixtral", "gpt_oss"):
+        return "", []
+    v3 = mtype == "deepseek_v3"
+    tokens, notes = [], []
+    score = c.get("scoring_func", "sigmoid" if v3 else "softmax")
+    renorm = bool(c.get("norm_topk_prob", v3))
+    if score == "sigmoid":
+        tokens.append("sigmoid")
+        if not renorm:
+            notes.append("sigmoid routing weights not renormalised over the top k "
+                         "(norm_topk_prob false; Megatron-LM renormalises them)")
+    elif score == "softmax":
+        if not renorm:
+            tokens.append("pre_softmax")
+    else:
+        notes.append(f"router score function {short(score)} (scoring_func)")
+    if v3 or c.get("topk_method") == "noaux_tc":
+        tokens.append("expert_bias")
+    scale = float(c.get("routed_scaling_factor", 2.5 if v3 else 1.0))
+    if scale != 1.0:
+        tokens.append(f"scale={scale!r}")
+    groups, group_k = int(c.get("n_group", 8 if v3 else 1)), int(c.get("topk_group", 4 if v3
+                                                                          else 1))
+    if groups > 1 and (v3 or c.get("topk_method") == "group_limited_greedy"):
+        tokens += [f"groups={groups}", f"group_topk={group_k}"]
+        if not v3:
+            notes.append("groups ranked by their best expert (DeepSeek-V2's group_limited_greedy;"
+                         " Megatron-LM ranks them by the sum of their top k / group_topk)")
+    return " ".join(tokens), notes
+
+
 def _moe(c: _Cfg, mtype: str, d: dict) -> None:
     n = d["num_layers"]
+    d["router"], notes = _router(c, mtype)
+    if notes:
+        d["numerics_notes"] = list(d.get("numerics_notes", [])) + notes
     if mtype in ("mixtral", "gpt_oss"):  # gpt-oss: intermediate_size is each expert's width
         d.update(num_experts=c.need("num_local_experts"), top_k=c.need("num_experts_per_tok"))
         return

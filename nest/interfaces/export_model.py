@@ -67,6 +67,7 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
               "--moe-token-dispatcher-type", "alltoall",  # the all-to-all the evaluator prices
               "--moe-grouped-gemm",  # the local experts as one batched GEMM, as priced
               "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "1e-2"]
+        a += _router_args(m.router)
         if getattr(m, "shared_ffn_hidden_size", 0):
             a += ["--moe-shared-expert-intermediate-size", str(m.shared_ffn_hidden_size)]
         if getattr(m, "shared_expert_gate", False):
@@ -91,6 +92,21 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
     if left:
         warnings.append(f"{m.name} uses {', '.join(left)}: not expressed by these Megatron-LM "
                         f"arguments (add them by hand)")
+    return a
+
+
+def _router_args(router: str) -> list[str]:
+    """ModelSpec.router -> megatron-core's router arguments (TransformerConfig moe_router_*;
+    topk_routing_with_score_function): the default is the softmax of the top-k logits."""
+    flags = {"pre_softmax": ["--moe-router-pre-softmax"],
+             "sigmoid": ["--moe-router-score-function", "sigmoid"],
+             "expert_bias": ["--moe-router-enable-expert-bias"]}
+    values = {"scale": "--moe-router-topk-scaling-factor", "groups": "--moe-router-num-groups",
+              "group_topk": "--moe-router-group-topk"}
+    a: list[str] = []
+    for tok in router.split():
+        key, _, val = tok.partition("=")
+        a += [values[key], val] if val else flags[key]
     return a
 
 

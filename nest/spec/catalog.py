@@ -124,6 +124,11 @@ class ModelSpec:
     # numerics of a Hugging Face family that cost nothing here but that Megatron-LM's arguments
     # do not state (Gemma's embedding scale, ...): `nest export` warns with them
     numerics_notes: tuple[str, ...] = ()
+    # how the router turns logits into the top-k weights, when not Megatron-LM's default (softmax
+    # over the top k logits): space-separated "pre_softmax" (softmax over every expert, top k not
+    # renormalised: Hugging Face norm_topk_prob false), "sigmoid", "expert_bias" (aux-loss-free
+    # balancing), "scale=F", "groups=N", "group_topk=K". No cost; `nest export` states it
+    router: str = ""
     shared_ffn_hidden_size: int = 0  # always-active shared expert(s) of an MoE layer, in total
     shared_expert_gate: bool = False  # sigmoid gate Linear(h, 1) on the shared expert (Qwen2-MoE)
     num_dense_layers: int = 0  # the first blocks of an MoE model with a dense MLP (DeepSeek)
