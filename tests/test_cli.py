@@ -147,3 +147,26 @@ def test_library_warnings_are_one_line_each(tmp_path):
     said = [x for x in r.stderr.splitlines() if "no training sequence length" in x]
     assert len(said) == 1 and said[0].startswith("warning: "), r.stderr
     assert "UserWarning" not in r.stderr and "catalog.py" not in r.stderr, r.stderr
+
+
+def test_a_plan_names_its_model_file_from_its_own_folder(tmp_path, monkeypatch):
+    """`nest plan --model m/model.yaml -o out/p.json`, then `nest evaluate` / `nest export` of
+    out/p.json from another folder: the plan stored 'm/model.yaml' (relative to the folder the
+    plan was made in) and the reader resolves against the plan's folder, so it was 'file not
+    found'. Now stored as '../m/model.yaml'; a catalog name stays a name."""
+    from nest.spec.catalog import config_dir
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "m" / "model.yaml").write_text(
+        (config_dir() / "models" / "tiny_gpt.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    r = nest("plan", "--model", "m/model.yaml", "--cluster", "tiny_cluster", "--num-devices",
+             "4", "--planner", "manual", "-o", "out/p.json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads((tmp_path / "out" / "p.json").read_text())
+    assert plan["model"] == "../m/model.yaml" and plan["cluster"] == "tiny_cluster"
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    r = nest("evaluate", str(tmp_path / "out" / "p.json"))
+    assert r.returncode == 0 and "time per batch" in r.stdout, r.stderr

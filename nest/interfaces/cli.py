@@ -238,6 +238,12 @@ def cmd_plan(a) -> int:
         plan.extra["training"] = overrides(a)
     if a.output:
         stop_if_interrupted()
+        from nest.problem.plan_spec import relative_to_file
+
+        # a model / cluster file named relative to this folder is stored relative to the plan's
+        # own folder, where `nest evaluate` / `nest export` read it from (any working folder)
+        plan = plan.with_(model=relative_to_file(plan.model, a.output),
+                          cluster=relative_to_file(plan.cluster, a.output))
         plan.write(a.output)
         print(f"plan written to {a.output}")
     if a.placement_picture:

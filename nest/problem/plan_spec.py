@@ -38,6 +38,7 @@ errors name the file and the key.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from nest.common.errors import PlanError, SpecError
@@ -163,6 +164,19 @@ def resolve_relative(name: str, base: Path) -> str:
         return name
     here = base / p
     return str(here) if here.exists() or not p.exists() else name
+
+
+def relative_to_file(name: str, plan_path: str | Path) -> str:
+    """The inverse of resolve_relative for a plan about to be written to `plan_path`: a model /
+    cluster path relative to the working folder, as the user typed it, becomes relative to the
+    plan file's folder; catalog names, absolute paths and paths that name no file stay as they
+    are."""
+    if not (name.endswith((".yaml", ".yml", ".json")) or "/" in name):
+        return name
+    p = Path(name)
+    if p.is_absolute() or not p.exists():
+        return name
+    return Path(os.path.relpath(p.resolve(), Path(plan_path).resolve().parent)).as_posix()
 
 
 def load_plan(path: str | Path, training=None, overrides: dict | None = None):
