@@ -389,6 +389,19 @@ def test_unpriced_feature_is_an_error_naming_the_key(family, extra, key):
         model_spec_from_hf_config({**TINY[family], **extra}, seq_len=64)
 
 
+@pytest.mark.parametrize("family, extra, key", [
+    ("qwen2", {"num_key_value_heads": 3}, "num_key_value_heads"),
+    ("mixtral", {"num_experts_per_tok": 9}, "num_experts_per_tok"),
+    ("qwen3_moe", {"num_experts_per_tok": 99}, "num_experts_per_tok"),
+])
+def test_inconsistent_shapes_name_the_configs_own_key(family, extra, key):
+    """A config whose KV heads do not divide its heads, or that routes to more experts than it
+    has, is refused naming the config.json key (it named the ModelSpec's num_kv_heads / top_k,
+    which a user does not find in the file)."""
+    with pytest.raises(SpecError, match=f"key '{key}'"):
+        model_spec_from_hf_config({**TINY[family], **extra}, seq_len=64)
+
+
 def test_closed_form_refuses_what_it_does_not_model():
     from nest.graph import closed_form as cf
 

@@ -213,8 +213,11 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
         c.refuse(key, lambda v: v == 0, "dropout in a decoder is not modelled")
     c.refuse("mlp_bias", lambda v: not v, "MLP biases are not modelled")
     rope = _rope(c)
-    d = dict(num_layers=n, hidden_size=h, num_heads=a,
-             num_kv_heads=c.get("num_key_value_heads", a),
+    kv = c.get("num_key_value_heads", a)
+    if a % kv:  # checked again on the ModelSpec, whose key names are not the config's
+        raise SpecError(f"{c.where}: key 'num_key_value_heads': {kv} must divide "
+                        f"num_attention_heads ({a})")
+    d = dict(num_layers=n, hidden_size=h, num_heads=a, num_kv_heads=kv,
              ffn_hidden_size=c.need("intermediate_size"), ffn_type="swiglu",
              tied_embeddings=bool(c.get("tie_word_embeddings", mtype in GEMMA)))
     if rope:
@@ -424,6 +427,9 @@ def model_spec_from_hf_config(config: dict | str | os.PathLike, *, name: str | N
         d = _decoder(c, mtype)
         if family == "mixtral":
             _moe(c, mtype, d)
+            if d["top_k"] > d["num_experts"]:  # named as the config names it
+                raise SpecError(f"{where}: key 'num_experts_per_tok': {d['top_k']} exceeds the "
+                                f"{d['num_experts']} routed experts")
     d.update(name=name or _name(cfg, where), family=family, vocab_size=c.need("vocab_size"),
              causal=family != "bert", seq_len=_seq_len(c, family, seq_len))
     # numerics the export passes on (--rotary-base, --norm-epsilon): the config's own values
