@@ -310,11 +310,20 @@ def read_graph(path: Path, key: str) -> nx.Graph:
                         f"a graph file may hold at most {MAX_GRAPH_DEVICES} devices and "
                         f"{MAX_GRAPH_NODES} nodes (route costs are kept per device and node): "
                         f"describe a larger fabric with a named builder")
-    kinds = {d.get("kind") for _, d in G.nodes(data=True)}
-    if not kinds <= {"device", "switch"}:
-        raise SpecError(f"{key}: {path.name}: node attribute kind must be 'device' or "
-                        f"'switch', got {sorted(map(str, kinds - {'device', 'switch'}))}")
+    odd = sorted((str(n) for n, d in G.nodes(data=True) if d.get("kind") not in
+                  ("device", "switch")), key=lambda n: (len(n), n))
+    if odd:  # an edge to a node the file does not list creates one without attributes
+        n = odd[0]
+        raise SpecError(f"{key}: {path.name}: node {n!r}: attribute kind = "
+                        f"{G.nodes[_node_id(G, n)].get('kind')!r}; expected 'device' or "
+                        f"'switch' (a node an edge names must be listed with its kind)"
+                        + (f" ({len(odd) - 1} more such node(s))" if len(odd) > 1 else ""))
     return G
+
+
+def _node_id(G, name: str):
+    """The node of G whose str() is `name` (GraphML ids are strings, node-link ids any JSON)."""
+    return next(n for n in G.nodes if str(n) == name)
 
 
 def _graph(net: dict, where: str, base_dir: Path | None) -> tuple[list[dict], list[str]]:
