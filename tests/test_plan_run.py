@@ -197,3 +197,26 @@ def test_idle_devices_explained():
     assert out.plan.devices_used == 3  # dp 3 beats a 4-stage pipeline of 3 micro-batches
     w = " | ".join(warnings_for(out.plan, out.evaluation, pr, full))
     assert "the best plan on all 4, pp 4 x dp 1" in w and "vs this plan" in w
+
+
+def test_global_batch_flag_on_an_interleaved_plan_names_the_flag(capsys, tmp_path):
+    """`nest evaluate plan.json --global-batch N` on an interleaved plan whose micro-batch count
+    would not be a multiple of pp: one error naming --global-batch and a batch that works (it
+    blamed the plan's key 'num_microbatches', which the user never wrote)."""
+    from nest.graph.layer_graph import Variant
+    from nest.problem.plan import Stage
+    from nest.problem.space import make_plan
+
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=TrainingSettings(global_batch=8))
+    base = make_plan(pr, "h", Variant(), 2, 2, [(0, 2), (3, 5)], [0, 0], ["none"] * 2,
+                     "replica_major")
+    g0, g1 = base.stages[0].device_ids, base.stages[1].device_ids
+    chunks = (Stage(0, 1, 2, g0), Stage(2, 2, 2, g1), Stage(3, 3, 2, g0), Stage(4, 5, 2, g1))
+    p = tmp_path / "p.json"
+    base.with_(schedule="interleaved", virtual_stages=2, stages=chunks).write(p)
+    rc, out, err = run(capsys, "evaluate", str(p), "--global-batch", "6", "-q")
+    assert rc == cli.EXIT_ERROR, out + err
+    assert "--global-batch 6: 3 micro-batches" in err and "multiple of 4" in err, err
+    assert "num_microbatches" not in err
+    rc, out, _ = run(capsys, "evaluate", str(p), "--global-batch", "12", "-q")
+    assert rc == 0 and "micro-batches=6" in out, out

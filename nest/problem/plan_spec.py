@@ -211,8 +211,14 @@ def load_plan(path: str | Path, training=None, overrides: dict | None = None):
     seq = over.pop("seq_len", None) or plan.extra.get("seq_len")
     tr = training_overrides(tr, over, "command line")
     if tr.global_batch != plan.global_batch:  # --global-batch on a full plan: its micro-batches
-        plan = plan.with_(global_batch=tr.global_batch,
-                          num_microbatches=-(-tr.global_batch // (plan.mbs * plan.dp * plan.ep)))
+        k = plan.mbs * plan.dp * plan.ep
+        m = -(-tr.global_batch // k)
+        if plan.schedule == "interleaved" and m % plan.pp:  # named as the user gave it
+            raise PlanError(f"{where}: --global-batch {tr.global_batch}: {m} micro-batches of "
+                            f"mbs x dp x ep = {k} samples; this plan's interleaved schedule "
+                            f"needs a multiple of pp = {plan.pp} (a global batch that is a "
+                            f"multiple of {k * plan.pp})")
+        plan = plan.with_(global_batch=tr.global_batch, num_microbatches=m)
     return plan, _problem(where, resolve_relative(plan.model, base),
                           resolve_relative(plan.cluster, base), plan.num_devices, plan.mbs, tr,
                           seq)
