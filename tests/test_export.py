@@ -524,6 +524,21 @@ def test_a_scale_up_cluster_without_hosts_says_what_the_export_assumed(tmp_path)
             assert "72 devices each" in said[0] and "'devices_per_node'" in said[0]
 
 
+def test_a_torus_without_hosts_says_what_the_export_assumed():
+    """A torus's first level is two chips on one link (the TPU v4 torus: hop-1 pairs), not a
+    host; with no devices_per_node the export launched 32 agents of 2 for 64 chips without a
+    word. It now says so and names the key, as for a scale-up domain."""
+    from nest.problem.plan_spec import block_cuts
+
+    pr = make_problem("llama2_7b", "tpuv4_torus", 64)
+    assert pr.cluster.network == "torus" and pr.cluster.node_size == 2
+    plan = make_plan(pr, "h", Variant(tp=2), 2, 16, block_cuts(32, 2), [1, 1],
+                     ["none", "none"], "replica_major")
+    exp = to_megatron(plan, pr)
+    said = [w for w in exp.warnings if "devices_per_node" in w]
+    assert said and "2 devices each" in said[0], exp.warnings
+
+
 def test_a_node_size_that_does_not_divide_the_cluster_is_refused(tmp_path):
     from nest.common.errors import SpecError
     from nest.spec.catalog import cluster_from_dict, config_dir, read_yaml

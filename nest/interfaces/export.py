@@ -501,7 +501,9 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
     original = evaluate(plan, problem)
     out = _project(plan, warnings)
     hw_per_node = problem.cluster.node_size  # hosts, not the first network level
-    if not problem.cluster.devices_per_node and hw_per_node > MAX_USUAL_HOST:
+    # a torus's first level is a pair of chips on one link, never a host (a TPU v4 host has 4)
+    if not problem.cluster.devices_per_node and (hw_per_node > MAX_USUAL_HOST
+                                                 or problem.cluster.network == "torus"):
         warnings.append(f"cluster '{problem.cluster.name}' states no devices_per_node: hosts are "
                         f"taken as its first network level, {hw_per_node} devices each (the "
                         f"sbatch and the rank placement); set the cluster file's key "
