@@ -687,3 +687,19 @@ def test_router_numerics_are_exported(tmp_path):
     _, exp = _export_tiny(tmp_path, mixtral, Variant(ep=2), 1, 4)
     assert not [f for f in exp.args if f.startswith("--moe-router-") and f not in (
         "--moe-router-topk", "--moe-router-load-balancing-type")]
+
+
+def test_top1_moe_exports_a_router_megatron_accepts(tmp_path):
+    """Top-1 routing with the softmax after the choice gives every token a weight of 1 and the
+    router no gradient; megatron-core refuses it ("Please use --moe-router-pre-softmax when
+    topk is 1"), so such an export failed Megatron-LM's own checks. It is exported with
+    --moe-router-pre-softmax and a warning saying what changes."""
+    mixtral = dict(model_type="mixtral", hidden_size=64, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
+                   vocab_size=1000, max_position_embeddings=512, num_local_experts=4,
+                   num_experts_per_tok=1)
+    _, exp = _export_tiny(tmp_path, mixtral, Variant(ep=2), 1, 4)
+    assert exp.args.count("--moe-router-pre-softmax") == 1
+    assert [w for w in exp.warnings if "Switch Transformer" in w]
+    _, exp = _export_tiny(tmp_path, dict(mixtral, num_experts_per_tok=2), Variant(ep=2), 1, 4)
+    assert "--moe-router-pre-softmax" not in exp.args

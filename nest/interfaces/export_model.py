@@ -67,7 +67,17 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
               "--moe-token-dispatcher-type", "alltoall",  # the all-to-all the evaluator prices
               "--moe-grouped-gemm",  # the local experts as one batched GEMM, as priced
               "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "1e-2"]
-        a += _router_args(m.router)
+        router = m.router
+        if m.top_k == 1 and not {"pre_softmax", "sigmoid"} & set(router.split()):
+            # the softmax of one logit is 1: the router would get no gradient, and megatron-core
+            # refuses it ("Please use --moe-router-pre-softmax when topk is 1",
+            # TransformerConfig.__post_init__); the runnable top-1 router is Switch's
+            router = f"pre_softmax {router}".strip()
+            warnings.append(f"{m.name} routes each token to 1 expert with the softmax taken "
+                            f"after the top-1 choice (a weight of 1), which Megatron-LM refuses: "
+                            f"exported with --moe-router-pre-softmax (the weight is the chosen "
+                            f"expert's softmax probability, as in Switch Transformer)")
+        a += _router_args(router)
         if getattr(m, "shared_ffn_hidden_size", 0):
             a += ["--moe-shared-expert-intermediate-size", str(m.shared_ffn_hidden_size)]
         if getattr(m, "shared_expert_gate", False):
