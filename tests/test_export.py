@@ -703,3 +703,22 @@ def test_top1_moe_exports_a_router_megatron_accepts(tmp_path):
     assert [w for w in exp.warnings if "Switch Transformer" in w]
     _, exp = _export_tiny(tmp_path, dict(mixtral, num_experts_per_tok=2), Variant(ep=2), 1, 4)
     assert "--moe-router-pre-softmax" not in exp.args
+
+
+def test_mla_yarn_is_exported(tmp_path):
+    """DeepSeek's YaRN (factor 40, mscale / mscale_all_dim) under multi-latent attention: the
+    export states --rope-type yarn, --rotary-scaling-factor, --mscale and --mscale-all-dim
+    (megatron-core's MLATransformerConfig otherwise trains with the arguments' defaults 1 / 1 / 0:
+    checked with scripts/check_megatron_args.py's TransformerConfig at Megatron-LM d98e8a64); an
+    original length or beta other than MLATransformerConfig's fixed 4096 / 32 / 1 stays a
+    warning."""
+    yarn = {"type": "yarn", "factor": 40, "mscale": 0.707, "mscale_all_dim": 0.707,
+            "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1}
+    cfg = {**_TINY_DSV3, "rope_scaling": yarn}
+    _, exp = _export_tiny(tmp_path, cfg, Variant(ep=2), 1, 4)
+    assert [_flag(exp.args, f) for f in ("--rope-type", "--rotary-scaling-factor", "--mscale",
+                                         "--mscale-all-dim")] == ["yarn", "40.0", "0.707", "0.707"]
+    assert not [w for w in exp.warnings if "RoPE scaling" in w]
+    cfg = {**_TINY_DSV3, "rope_scaling": {**yarn, "original_max_position_embeddings": 8192}}
+    _, exp = _export_tiny(tmp_path, cfg, Variant(ep=2), 1, 4)
+    assert "--rope-type" not in exp.args and [w for w in exp.warnings if "RoPE scaling" in w]

@@ -127,6 +127,13 @@ MEGATRON_LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0,
                         "original_max_position_embeddings": 8192.0}
 
 
+# megatron-core MLATransformerConfig's YaRN fields that no Megatron-LM argument sets (its
+# argument_utils maps only --rotary-scaling-factor, --mscale and --mscale-all-dim onto them;
+# the --yarn-* arguments fill the non-MLA yarn_* attributes); Hugging Face DeepSeek's defaults too
+MEGATRON_MLA_YARN = {"original_max_position_embeddings": 4096.0, "beta_fast": 32.0,
+                     "beta_slow": 1.0}
+
+
 def _rope_scaling_args(m: ModelSpec, warnings: list[str]) -> list[str]:
     """Llama-3 RoPE scaling with Megatron-LM's fixed constants -> --use-rope-scaling and its
     factor; any other scaling (yarn, linear, longrope, other constants) -> a warning, never
@@ -136,6 +143,14 @@ def _rope_scaling_args(m: ModelSpec, warnings: list[str]) -> list[str]:
     if kind == "llama3" and "factor" in vals and all(
             vals.get(k) == v for k, v in MEGATRON_LLAMA3_ROPE.items()):
         return ["--use-rope-scaling", "--rope-scaling-factor", repr(vals["factor"])]
+    if kind == "yarn" and m.is_mla and "factor" in vals and all(
+            vals.get(k, v) == v for k, v in MEGATRON_MLA_YARN.items()):
+        # multi-latent attention's YaRN: the factor and both mscales are arguments (their
+        # defaults, 1 / 1 / 0, would train another rotation and attention scale); the original
+        # length and betas are MLATransformerConfig's fixed defaults, checked equal above
+        return ["--rope-type", "yarn", "--rotary-scaling-factor", repr(vals["factor"]),
+                "--mscale", repr(vals.get("mscale", 1.0)),
+                "--mscale-all-dim", repr(vals.get("mscale_all_dim", 0.0))]
     warnings.append(f"{m.name} uses RoPE scaling ({m.rope_scaling}): not expressed by these "
                     f"Megatron-LM arguments (add them by hand, e.g. --rope-type yarn "
                     f"--rotary-scaling-factor --mscale --mscale-all-dim for multi-latent "
