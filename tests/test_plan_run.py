@@ -116,6 +116,18 @@ def test_nothing_fits_says_how_many_devices_would(capsys):
     assert "devices with a plan" in err or "no plan on up to the cluster's" in err
 
 
+def test_a_batch_no_device_count_splits_skips_the_device_search(capsys, monkeypatch):
+    """--mbs 3 with a global batch of 16: no device count helps, so `nest plan` says why and does
+    not plan again on 2x, 4x, ... the devices (it did, then printed "no plan on up to the
+    cluster's N devices either")."""
+    import nest.interfaces.cli_run as cr
+
+    monkeypatch.setattr(cr, "devices_that_fit", lambda *a, **k: pytest.fail("searched devices"))
+    rc, _, err = run(capsys, "plan", *TINY, "--global-batch", "16", "--mbs", "3")
+    assert rc == cli.EXIT_INFEASIBLE
+    assert "not a multiple of mbs=3" in err and "devices" not in err.split("mbs=3")[1], err
+
+
 def test_one_file_states_a_run(tmp_path, monkeypatch):
     """seq_len, training overrides and a model path relative to the plan file, read from another
     folder; Megatron's MoE data-parallel convention (dp_includes_ep)."""

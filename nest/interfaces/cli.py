@@ -202,7 +202,9 @@ def cmd_plan(a) -> int:
         out = run_planner(a.planner, seen, over, log_crash=debug_enabled())
     if out.plan is None:
         print(f"{a.planner}: {out.reason}", file=sys.stderr)
-        if out.status != "crashed":
+        # a micro-batch size that does not divide the global batch fails on any device count
+        batch_only = out.kind == "batch" and problem.training.global_batch % problem.mbs
+        if out.status != "crashed" and not batch_only:
             with progress.status("searching how many devices would do"):
                 k = devices_that_fit(a.model, a.cluster, a.num_devices, a.mbs or 1, training,
                                      a.planner, a.seq_len, over, problem.graph)
