@@ -722,3 +722,32 @@ def test_mla_yarn_is_exported(tmp_path):
     cfg = {**_TINY_DSV3, "rope_scaling": {**yarn, "original_max_position_embeddings": 8192}}
     _, exp = _export_tiny(tmp_path, cfg, Variant(ep=2), 1, 4)
     assert "--rope-type" not in exp.args and [w for w in exp.warnings if "RoPE scaling" in w]
+
+
+def test_yarn_on_ordinary_attention_is_exported(tmp_path):
+    """gpt-oss's YaRN (its published config: factor 32, original 4096, betas 32 / 1, truncate
+    false) as Megatron-LM's yarn position embedding, the values Megatron-Bridge's gpt-oss bridge
+    sets (checked with Megatron-LM d98e8a64's TransformerConfig: yarn_rotary_scaling_factor 32,
+    yarn_correction_range_round_to_int False); the export had only warned and trained plain
+    RoPE. A YaRN key Megatron-LM has no argument for stays a warning."""
+    yarn = {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
+            "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}
+    cfg = dict(model_type="gpt_oss", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=32, intermediate_size=64, num_local_experts=4,
+               num_experts_per_tok=2, vocab_size=1000, max_position_embeddings=512,
+               sliding_window=32, attention_bias=True, rope_scaling=yarn)
+    _, exp = _export_tiny(tmp_path, cfg, Variant(ep=2), 1, 4)
+    a = exp.args
+    assert a.count("--position-embedding-type") == 1
+    assert [_flag(a, f) for f in ("--position-embedding-type", "--rotary-scaling-factor",
+                                  "--yarn-original-max-position-embeddings", "--yarn-beta-fast",
+                                  "--yarn-beta-slow")] == ["yarn", "32.0", "4096", "32.0", "1.0"]
+    assert "--no-yarn-correction-range-round-to-int" in a and "--mscale" not in a
+    assert not [w for w in exp.warnings if "RoPE scaling" in w]
+    rounded = dict(cfg, rope_scaling={k: v for k, v in yarn.items() if k != "truncate"})
+    _, exp = _export_tiny(tmp_path, rounded, Variant(ep=2), 1, 4)
+    assert "--no-yarn-correction-range-round-to-int" not in exp.args
+    other = dict(cfg, rope_scaling={**yarn, "attention_factor": 1.2})
+    _, exp = _export_tiny(tmp_path, other, Variant(ep=2), 1, 4)
+    assert _flag(exp.args, "--position-embedding-type") == "rope"
+    assert [w for w in exp.warnings if "RoPE scaling" in w]

@@ -290,8 +290,10 @@ def test_gemma2_published_window_repeat_accepted_only_when_equal():
 def test_rope_scaling_reaches_the_export():
     """RoPE scaling changes no cost but does change the trained model: Llama-3.2-1B's llama3
     scaling (Megatron-LM's fixed constants 1 / 4 / 8192) exports as --use-rope-scaling with the
-    config's factor 32; DeepSeek-V2-Lite's yarn has no such argument and is a warning naming it,
-    never dropped in silence; a config without scaling exports neither."""
+    config's factor 32; DeepSeek-V2-Lite's yarn under multi-latent attention as --rope-type yarn
+    with its factor and mscales; a scaling Megatron-LM cannot state (llama3 with other constants,
+    an MLA yarn with another original length) is a warning naming it, never dropped in silence;
+    a config without scaling exports neither."""
     from nest.interfaces.export_model import model_args
 
     warn: list[str] = []
@@ -303,7 +305,13 @@ def test_rope_scaling_reaches_the_export():
                                                 seq_len=4096), warn)
     assert "--use-rope-scaling" not in args and "RoPE scaling (llama3" in warn.pop()
     args = model_args(model_spec_from_hf_config(DEEPSEEK_V2_LITE, seq_len=4096), warn)
-    assert "--use-rope-scaling" not in args
+    assert "--use-rope-scaling" not in args and not warn
+    assert args[args.index("--rotary-scaling-factor") + 1] == "40.0"
+    assert args[args.index("--rope-type") + 1] == "yarn"
+    longer = {**DEEPSEEK_V2_LITE["rope_scaling"], "original_max_position_embeddings": 8192}
+    args = model_args(model_spec_from_hf_config({**DEEPSEEK_V2_LITE, "rope_scaling": longer},
+                                                seq_len=4096), warn)
+    assert "--rope-type" not in args
     assert any("RoPE scaling (yarn" in w and "factor=40" in w for w in warn)
     warn.clear()
     args = model_args(model_spec_from_hf_config(QWEN3_8B, seq_len=4096), warn)

@@ -122,9 +122,10 @@ def _rope(c: _Cfg) -> str:
                                 f"(known: {', '.join(sorted(ROPE_TYPES))}; a RoPE variant "
                                 f"changes no FLOPs only when it is one of these)")
             if kind != "default" and not out:
-                out = " ".join([str(kind)] + [f"{k}={v}" for k, v in sorted(r.items())
-                                              if isinstance(v, (int, float)) and k != "rope_theta"
-                                              and not isinstance(v, bool)])
+                # a flag (YaRN's truncate: round the correction range or not) as 0 / 1
+                out = " ".join([str(kind)] + [f"{k}={int(v) if isinstance(v, bool) else v}"
+                                              for k, v in sorted(r.items())
+                                              if isinstance(v, (int, float)) and k != "rope_theta"])
     return out[:400]
 
 

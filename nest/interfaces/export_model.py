@@ -35,7 +35,11 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
         a += ["--position-embedding-type", "rope", "--rotary-base",
               str(int(m.rope_theta or 10000))]
         if m.rope_scaling:
-            a += _rope_scaling_args(m, warnings)
+            scaling = _rope_scaling_args(m, warnings)
+            if scaling[:2] == ["--position-embedding-type", "yarn"]:  # replaces rope
+                a[a.index("--position-embedding-type") + 1] = "yarn"
+                scaling = scaling[2:]
+            a += scaling
         if not m.linear_bias:  # Megatron-LM's default adds them (gpt-oss keeps the default)
             a.append("--disable-bias-linear")
         if getattr(m, "qkv_bias", False):
@@ -130,6 +134,12 @@ MEGATRON_LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0,
 # megatron-core MLATransformerConfig's YaRN fields that no Megatron-LM argument sets (its
 # argument_utils maps only --rotary-scaling-factor, --mscale and --mscale-all-dim onto them;
 # the --yarn-* arguments fill the non-MLA yarn_* attributes); Hugging Face DeepSeek's defaults too
+# the YaRN keys Megatron-LM's yarn position embedding takes (megatron/training/arguments.py:
+# --rotary-scaling-factor, --yarn-original-max-position-embeddings, --yarn-beta-fast / -slow,
+# --mscale, --mscale-all-dim, --[no-]yarn-correction-range-round-to-int); any other (an explicit
+# attention_factor, ...) leaves the scaling to a warning
+YARN_KEYS = {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
+             "mscale_all_dim", "truncate"}
 MEGATRON_MLA_YARN = {"original_max_position_embeddings": 4096.0, "beta_fast": 32.0,
                      "beta_slow": 1.0}
 
@@ -151,6 +161,21 @@ def _rope_scaling_args(m: ModelSpec, warnings: list[str]) -> list[str]:
         return ["--rope-type", "yarn", "--rotary-scaling-factor", repr(vals["factor"]),
                 "--mscale", repr(vals.get("mscale", 1.0)),
                 "--mscale-all-dim", repr(vals.get("mscale_all_dim", 0.0))]
+    if kind == "yarn" and not m.is_mla and "factor" in vals and set(vals) <= YARN_KEYS:
+        # YaRN on ordinary attention (gpt-oss, Qwen long-context): Megatron-LM's yarn position
+        # embedding; its --mscale / --mscale-all-dim defaults (1, 0) give transformers' attention
+        # factor 0.1 ln(factor) + 1 when the config states neither
+        a = ["--position-embedding-type", "yarn", "--rotary-scaling-factor",
+             repr(vals["factor"]), "--yarn-original-max-position-embeddings",
+             str(int(vals.get("original_max_position_embeddings", 4096))),
+             "--yarn-beta-fast", repr(vals.get("beta_fast", 32.0)),
+             "--yarn-beta-slow", repr(vals.get("beta_slow", 1.0))]
+        for key in ("mscale", "mscale_all_dim"):
+            if key in vals:
+                a += [f"--{key.replace('_', '-')}", repr(vals[key])]
+        if not vals.get("truncate", 1):  # transformers' truncate: false
+            a.append("--no-yarn-correction-range-round-to-int")
+        return a
     warnings.append(f"{m.name} uses RoPE scaling ({m.rope_scaling}): not expressed by these "
                     f"Megatron-LM arguments (add them by hand, e.g. --rope-type yarn "
                     f"--rotary-scaling-factor --mscale --mscale-all-dim for multi-latent "
