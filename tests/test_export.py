@@ -751,3 +751,38 @@ def test_yarn_on_ordinary_attention_is_exported(tmp_path):
     _, exp = _export_tiny(tmp_path, other, Variant(ep=2), 1, 4)
     assert _flag(exp.args, "--position-embedding-type") == "rope"
     assert [w for w in exp.warnings if "RoPE scaling" in w]
+
+
+def test_rank_map_names_graph_nodes_and_torus_chips(tmp_path):
+    """A graph cluster file lists its devices in any order; the reduction numbers them group by
+    group (here g0, g2 share switch s0 but are listed first and third), so the rank map's device
+    ids were not the file's order and nothing said which node each is. rank_map.csv now names
+    the graph node (and a torus chip's coordinate) beside the id."""
+    import json
+
+    import yaml
+
+    nodes = [{"id": "s0", "kind": "switch"}, {"id": "s1", "kind": "switch"},
+             {"id": "top", "kind": "switch"}] + [{"id": f"g{i}", "kind": "device"}
+                                                 for i in (0, 1, 2, 3)]
+    links = [{"source": f"g{i}", "target": f"s{i % 2}", "bandwidth": 1e11, "latency": 1e-6}
+             for i in range(4)]
+    links += [{"source": f"s{j}", "target": "top", "bandwidth": 1e10, "latency": 5e-6}
+              for j in (0, 1)]
+    (tmp_path / "g.json").write_text(json.dumps({"directed": False, "multigraph": False,
+                                                 "graph": {}, "nodes": nodes, "links": links}))
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(
+        {"name": "g4", "hardware": "tiny_accel", "source": "t", "devices_per_node": 2,
+         "network": {"kind": "graph", "file": "g.json"}}))
+    pr = make_problem("tiny_gpt", str(tmp_path / "c.yaml"), 4)
+    assert pr.cluster.device_names == ("g0", "g2", "g1", "g3")
+    plan = make_plan(pr, "h", Variant(tp=2), 1, 2, [(0, pr.graph.num_layers - 1)], [0],
+                     ["none"], "replica_major")
+    rows = list(csv.DictReader(to_megatron(plan, pr).files()["rank_map.csv"].splitlines()))
+    by_node: dict = {}
+    for r in rows:
+        by_node.setdefault(r["node"], set()).add(r["device_name"])
+    assert sorted(by_node.values(), key=sorted) == [{"g0", "g2"}, {"g1", "g3"}]
+    torus = make_problem("llama2_7b", "tpuv4_torus", 64).cluster.device_names
+    assert torus[:3] == ("0,0,0", "1,0,0", "0,1,0") and len(set(torus)) == 4096
+    assert make_problem("tiny_gpt", "tiny_cluster", 4).cluster.device_names == ()
