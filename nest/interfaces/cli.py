@@ -715,12 +715,16 @@ def _main(argv: list[str]) -> int:
 
             return validate.main(argv[1:]) or 0
         a = build_parser().parse_args(argv)
-        if getattr(a, "quiet", False):
-            from nest.common import progress
+        from nest.common import progress
 
+        was = progress.enabled()  # --quiet holds for this command only, not the process
+        if getattr(a, "quiet", False):
             progress.set_enabled(False)
-        rc = a.fn(a)
-        stop_if_interrupted()
+        try:
+            rc = a.fn(a)
+            stop_if_interrupted()
+        finally:
+            progress.set_enabled(was)
         return rc
     except SpecError as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
