@@ -147,7 +147,28 @@ PHI3_MEDIUM_4K = {**PHI3_MINI_4K, "_name_or_path": "microsoft/Phi-3-medium-4k-in
                   "hidden_size": 5120, "intermediate_size": 17920, "num_hidden_layers": 40,
                   "num_attention_heads": 40, "num_key_value_heads": 10, "attention_bias": False}
 
-FULL_SIZE = {"phi_3_medium_4k": PHI3_MEDIUM_4K, "llama3_2_1b": LLAMA3_2_1B, "qwen2_5_7b": QWEN2_5_7B, "qwen3_8b": QWEN3_8B, "qwen3_30b_a3b": QWEN3_30B_A3B,
+# https://huggingface.co/mistralai/Mistral-Nemo-Base-2407/blob/main/config.json: head_dim 128,
+# not hidden / heads = 160 (Q/K/V/O are 4096 wide in a 5120 model)
+MISTRAL_NEMO = {
+    "_name_or_path": "mistralai/Mistral-Nemo-Base-2407", "model_type": "mistral",
+    "architectures": ["MistralForCausalLM"], "hidden_size": 5120, "intermediate_size": 14336,
+    "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+    "vocab_size": 131072, "max_position_embeddings": 128000, "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-05, "hidden_act": "silu", "tie_word_embeddings": False,
+    "sliding_window": None, "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2}
+
+# https://huggingface.co/microsoft/phi-4/blob/main/config.json: 40 heads over 10 KV heads
+PHI_4 = {
+    "_name_or_path": "microsoft/phi-4", "model_type": "phi3", "architectures": ["Phi3ForCausalLM"],
+    "hidden_size": 5120, "intermediate_size": 17920, "num_hidden_layers": 40,
+    "num_attention_heads": 40, "num_key_value_heads": 10, "vocab_size": 100352,
+    "max_position_embeddings": 16384, "original_max_position_embeddings": 16384,
+    "rope_theta": 250000, "rope_scaling": None, "rms_norm_eps": 1e-05, "hidden_act": "silu",
+    "tie_word_embeddings": False, "sliding_window": None, "attention_bias": False,
+    "attention_dropout": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0, "bos_token_id": 100257,
+    "eos_token_id": 100265, "pad_token_id": 100349}
+
+FULL_SIZE = {"mistral_nemo": MISTRAL_NEMO, "phi_4": PHI_4, "phi_3_medium_4k": PHI3_MEDIUM_4K, "llama3_2_1b": LLAMA3_2_1B, "qwen2_5_7b": QWEN2_5_7B, "qwen3_8b": QWEN3_8B, "qwen3_30b_a3b": QWEN3_30B_A3B,
              "qwen1_5_moe_a2_7b": QWEN1_5_MOE_A2_7B, "gemma_2_9b": GEMMA2_9B,
              "phi_3_mini_4k": PHI3_MINI_4K, "deepseek_v2_lite": DEEPSEEK_V2_LITE,
              "deepseek_v3": DEEPSEEK_V3}
