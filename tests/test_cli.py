@@ -130,3 +130,43 @@ def test_evaluate_a_compact_hand_written_plan(tmp_path):
     r = nest("evaluate", str(bad))
     assert r.returncode == 2 and "bad.yaml: key 'recompute'" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_library_warnings_are_one_line_each(tmp_path):
+    """A Hugging Face config without a training sequence length: the warning reaches the user as
+    `warning: ...`, not as Python's 'nest/spec/catalog.py:321: UserWarning: ...' plus the source
+    line that raised it (a fresh process: Python shows a warning once per place)."""
+    cfg = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "vocab_size": 1000, "max_position_embeddings": 1024}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = subprocess.run([sys.executable, "-m", "nest.interfaces.cli", "graph", "--model",
+                        str(tmp_path / "config.json"), "-o", str(tmp_path / "g.json")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    said = [x for x in r.stderr.splitlines() if "no training sequence length" in x]
+    assert len(said) == 1 and said[0].startswith("warning: "), r.stderr
+    assert "UserWarning" not in r.stderr and "catalog.py" not in r.stderr, r.stderr
+
+
+def test_a_plan_names_its_model_file_from_its_own_folder(tmp_path, monkeypatch):
+    """`nest plan --model m/model.yaml -o out/p.json`, then `nest evaluate` / `nest export` of
+    out/p.json from another folder: the plan stored 'm/model.yaml' (relative to the folder the
+    plan was made in) and the reader resolves against the plan's folder, so it was 'file not
+    found'. Now stored as '../m/model.yaml'; a catalog name stays a name."""
+    from nest.spec.catalog import config_dir
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "m" / "model.yaml").write_text(
+        (config_dir() / "models" / "tiny_gpt.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    r = nest("plan", "--model", "m/model.yaml", "--cluster", "tiny_cluster", "--num-devices",
+             "4", "--planner", "manual", "-o", "out/p.json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads((tmp_path / "out" / "p.json").read_text())
+    assert plan["model"] == "../m/model.yaml" and plan["cluster"] == "tiny_cluster"
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    r = nest("evaluate", str(tmp_path / "out" / "p.json"))
+    assert r.returncode == 0 and "time per batch" in r.stdout, r.stderr

@@ -5,6 +5,7 @@ In-process through nest.interfaces.cli.main on tiny_gpt / tiny_cluster; pictures
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import time
@@ -258,3 +259,12 @@ def test_timeline_through_the_cli(capsys, tmp_path, plan8):
                        "-q")
     assert rc == 0, err
     assert (tmp_path / "t.png").stat().st_size > 0 and "timeline written" in out
+
+
+def test_quiet_holds_for_one_command_only():
+    """`nest -q ...` called in-process switched progress lines off for the rest of the process
+    (a later call without -q, or a test after it, drew none)."""
+    assert progress.enabled()
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli.main(["-q", "models"]) == 0
+    assert progress.enabled()

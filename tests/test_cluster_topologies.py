@@ -242,9 +242,16 @@ def test_bad_graph_files(tmp_path, monkeypatch):
         load(json.dumps(data))()
     with pytest.raises(SpecError, match="not a readable graph"):
         load("{not json")()
-    with pytest.raises(SpecError, match="kind must be 'device' or 'switch'"):
+    with pytest.raises(SpecError, match="node 'a': attribute kind = 'gpu'; expected 'device' or "
+                                        "'switch'"):
         bad = dict(data, links=[dict(edge, bandwidth=1e9)],
                    nodes=[{"id": "a", "kind": "gpu"}, {"id": "b", "kind": "device"}])
+        load(json.dumps(bad))()
+    # an edge to a node the file does not list: networkx creates it with no attributes; the
+    # message names that node (it said "got ['None']")
+    with pytest.raises(SpecError, match="node 'c': attribute kind = None"):
+        bad = dict(data, links=[dict(edge, bandwidth=1e9),
+                                dict(edge, target="c", bandwidth=1e9)])
         load(json.dumps(bad))()
     monkeypatch.setattr(fabric, "MAX_GRAPH_DEVICES", 1)
     with pytest.raises(SpecError, match="at most 1 devices"):

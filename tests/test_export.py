@@ -524,6 +524,21 @@ def test_a_scale_up_cluster_without_hosts_says_what_the_export_assumed(tmp_path)
             assert "72 devices each" in said[0] and "'devices_per_node'" in said[0]
 
 
+def test_a_torus_without_hosts_says_what_the_export_assumed():
+    """A torus's first level is two chips on one link (the TPU v4 torus: hop-1 pairs), not a
+    host; with no devices_per_node the export launched 32 agents of 2 for 64 chips without a
+    word. It now says so and names the key, as for a scale-up domain."""
+    from nest.problem.plan_spec import block_cuts
+
+    pr = make_problem("llama2_7b", "tpuv4_torus", 64)
+    assert pr.cluster.network == "torus" and pr.cluster.node_size == 2
+    plan = make_plan(pr, "h", Variant(tp=2), 2, 16, block_cuts(32, 2), [1, 1],
+                     ["none", "none"], "replica_major")
+    exp = to_megatron(plan, pr)
+    said = [w for w in exp.warnings if "devices_per_node" in w]
+    assert said and "2 devices each" in said[0], exp.warnings
+
+
 def test_a_node_size_that_does_not_divide_the_cluster_is_refused(tmp_path):
     from nest.common.errors import SpecError
     from nest.spec.catalog import cluster_from_dict, config_dir, read_yaml
@@ -573,6 +588,19 @@ def test_deepseek_v3_exports_mla_dense_layers_and_mtp(tmp_path):
     assert not [w for w in exp.warnings if "not expressed" in w]
 
 
+def test_mla_exports_the_latent_norms(tmp_path):
+    """DeepSeek's MLA normalises its compressed latents (transformers' kv_a_layernorm and, with a
+    Q LoRA rank, q_a_layernorm: 2 x (32 + 24) of the counted parameters here); megatron-core's
+    MLA spec builds them only with --qk-layernorm (else IdentityOp), so an export without it
+    trains a model without those norms. DeepSeek-V2-Lite (no Q LoRA rank) keeps the KV norm."""
+    _, exp = _export_tiny(tmp_path, _TINY_DSV3, Variant(ep=2), 1, 4)
+    assert exp.args.count("--qk-layernorm") == 1
+    lite = {**_TINY_DSV3, "q_lora_rank": None, "model_type": "deepseek_v2",
+            "num_nextn_predict_layers": None}
+    _, exp = _export_tiny(tmp_path, lite, Variant(ep=2), 1, 4)
+    assert exp.args.count("--qk-layernorm") == 1 and "--q-lora-rank" not in exp.args
+
+
 def test_qwen2_moe_gated_shared_expert_exports_megatrons_gate(tmp_path):
     """Qwen2-MoE gates its shared expert by sigmoid(x w), w of 1 x hidden (transformers'
     Qwen2MoeSparseMoeBlock.shared_expert_gate); megatron-core's SharedExpertMLP(gate=True) computes
@@ -610,3 +638,151 @@ def test_gpt_oss_exports_sinks_and_biases(tmp_path):
     assert _flag(a, "--softmax-type") == "learnable" and "--disable-bias-linear" not in a
     assert _flag(a, "--expert-tensor-parallel-size") == "1"
     assert any("--expert-tensor-parallel-size 1" in w for w in exp.warnings)
+
+
+def test_every_example_names_its_model_and_cluster_from_any_folder(tmp_path, monkeypatch):
+    """A plan file's relative model / cluster path is read against the file's own folder
+    (docs/planning.md: `nest evaluate examples/...` works from any folder): four examples named
+    `examples/models/...`, which resolved only from the repository root ('file not found' from
+    /tmp or from examples/)."""
+    from nest.problem.plan_spec import resolve_relative
+    from nest.spec.catalog import read_yaml
+
+    monkeypatch.chdir(tmp_path)
+    for f in sorted(EXAMPLES.glob("*.yaml")):
+        d = read_yaml(f)
+        for key in ("model", "cluster"):
+            ref = resolve_relative(d[key], f.parent)
+            if ref.endswith((".yaml", ".yml", ".json")) or "/" in ref:
+                assert Path(ref).is_file(), (f.name, key, d[key])
+
+
+def test_router_numerics_are_exported(tmp_path):
+    """The router as transformers computes it, in megatron-core's arguments (moe_utils.
+    topk_routing_with_score_function): DeepSeek-V3 selects on sigmoid scores plus a per-expert
+    bias in the best 4 of 8 groups and scales by 2.5 (its published config.json; Megatron-
+    Bridge's DeepSeek-V3 bridge sets the same); Qwen2-MoE and DeepSeek-V2 take the top k of a
+    softmax over every expert without renormalising (norm_topk_prob false:
+    --moe-router-pre-softmax); Mixtral's softmax over the top-k logits is Megatron's default.
+    Exports had said none of it, so every one trained Mixtral's router."""
+    v3 = {**_TINY_DSV3, "n_routed_experts": 8, "n_group": 4, "topk_group": 2,
+          "routed_scaling_factor": 2.5, "norm_topk_prob": True, "scoring_func": "sigmoid",
+          "topk_method": "noaux_tc"}
+    _, exp = _export_tiny(tmp_path, v3, Variant(ep=2), 1, 4)
+    a = exp.args
+    assert _flag(a, "--moe-router-score-function") == "sigmoid"
+    assert "--moe-router-enable-expert-bias" in a and "--moe-router-pre-softmax" not in a
+    assert [_flag(a, f) for f in ("--moe-router-topk-scaling-factor", "--moe-router-num-groups",
+                                  "--moe-router-group-topk")] == ["2.5", "4", "2"]
+    v2 = {**_TINY_DSV3, "model_type": "deepseek_v2", "num_nextn_predict_layers": None,
+          "norm_topk_prob": False, "topk_method": "greedy", "scoring_func": "softmax"}
+    _, exp = _export_tiny(tmp_path, v2, Variant(ep=2), 1, 4)
+    assert "--moe-router-pre-softmax" in exp.args
+    assert "--moe-router-score-function" not in exp.args
+    assert "--moe-router-topk-scaling-factor" not in exp.args
+    mixtral = dict(model_type="mixtral", hidden_size=64, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
+                   vocab_size=1000, max_position_embeddings=512, num_local_experts=4,
+                   num_experts_per_tok=2)
+    _, exp = _export_tiny(tmp_path, mixtral, Variant(ep=2), 1, 4)
+    assert not [f for f in exp.args if f.startswith("--moe-router-") and f not in (
+        "--moe-router-topk", "--moe-router-load-balancing-type")]
+
+
+def test_top1_moe_exports_a_router_megatron_accepts(tmp_path):
+    """Top-1 routing with the softmax after the choice gives every token a weight of 1 and the
+    router no gradient; megatron-core refuses it ("Please use --moe-router-pre-softmax when
+    topk is 1"), so such an export failed Megatron-LM's own checks. It is exported with
+    --moe-router-pre-softmax and a warning saying what changes."""
+    mixtral = dict(model_type="mixtral", hidden_size=64, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
+                   vocab_size=1000, max_position_embeddings=512, num_local_experts=4,
+                   num_experts_per_tok=1)
+    _, exp = _export_tiny(tmp_path, mixtral, Variant(ep=2), 1, 4)
+    assert exp.args.count("--moe-router-pre-softmax") == 1
+    assert [w for w in exp.warnings if "Switch Transformer" in w]
+    _, exp = _export_tiny(tmp_path, dict(mixtral, num_experts_per_tok=2), Variant(ep=2), 1, 4)
+    assert "--moe-router-pre-softmax" not in exp.args
+
+
+def test_mla_yarn_is_exported(tmp_path):
+    """DeepSeek's YaRN (factor 40, mscale / mscale_all_dim) under multi-latent attention: the
+    export states --rope-type yarn, --rotary-scaling-factor, --mscale and --mscale-all-dim
+    (megatron-core's MLATransformerConfig otherwise trains with the arguments' defaults 1 / 1 / 0:
+    checked with scripts/check_megatron_args.py's TransformerConfig at Megatron-LM d98e8a64); an
+    original length or beta other than MLATransformerConfig's fixed 4096 / 32 / 1 stays a
+    warning."""
+    yarn = {"type": "yarn", "factor": 40, "mscale": 0.707, "mscale_all_dim": 0.707,
+            "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1}
+    cfg = {**_TINY_DSV3, "rope_scaling": yarn}
+    _, exp = _export_tiny(tmp_path, cfg, Variant(ep=2), 1, 4)
+    assert [_flag(exp.args, f) for f in ("--rope-type", "--rotary-scaling-factor", "--mscale",
+                                         "--mscale-all-dim")] == ["yarn", "40.0", "0.707", "0.707"]
+    assert not [w for w in exp.warnings if "RoPE scaling" in w]
+    cfg = {**_TINY_DSV3, "rope_scaling": {**yarn, "original_max_position_embeddings": 8192}}
+    _, exp = _export_tiny(tmp_path, cfg, Variant(ep=2), 1, 4)
+    assert "--rope-type" not in exp.args and [w for w in exp.warnings if "RoPE scaling" in w]
+
+
+def test_yarn_on_ordinary_attention_is_exported(tmp_path):
+    """gpt-oss's YaRN (its published config: factor 32, original 4096, betas 32 / 1, truncate
+    false) as Megatron-LM's yarn position embedding, the values Megatron-Bridge's gpt-oss bridge
+    sets (checked with Megatron-LM d98e8a64's TransformerConfig: yarn_rotary_scaling_factor 32,
+    yarn_correction_range_round_to_int False); the export had only warned and trained plain
+    RoPE. A YaRN key Megatron-LM has no argument for stays a warning."""
+    yarn = {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
+            "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}
+    cfg = dict(model_type="gpt_oss", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=32, intermediate_size=64, num_local_experts=4,
+               num_experts_per_tok=2, vocab_size=1000, max_position_embeddings=512,
+               sliding_window=32, attention_bias=True, rope_scaling=yarn)
+    _, exp = _export_tiny(tmp_path, cfg, Variant(ep=2), 1, 4)
+    a = exp.args
+    assert a.count("--position-embedding-type") == 1
+    assert [_flag(a, f) for f in ("--position-embedding-type", "--rotary-scaling-factor",
+                                  "--yarn-original-max-position-embeddings", "--yarn-beta-fast",
+                                  "--yarn-beta-slow")] == ["yarn", "32.0", "4096", "32.0", "1.0"]
+    assert "--no-yarn-correction-range-round-to-int" in a and "--mscale" not in a
+    assert not [w for w in exp.warnings if "RoPE scaling" in w]
+    rounded = dict(cfg, rope_scaling={k: v for k, v in yarn.items() if k != "truncate"})
+    _, exp = _export_tiny(tmp_path, rounded, Variant(ep=2), 1, 4)
+    assert "--no-yarn-correction-range-round-to-int" not in exp.args
+    other = dict(cfg, rope_scaling={**yarn, "attention_factor": 1.2})
+    _, exp = _export_tiny(tmp_path, other, Variant(ep=2), 1, 4)
+    assert _flag(exp.args, "--position-embedding-type") == "rope"
+    assert [w for w in exp.warnings if "RoPE scaling" in w]
+
+
+def test_rank_map_names_graph_nodes_and_torus_chips(tmp_path):
+    """A graph cluster file lists its devices in any order; the reduction numbers them group by
+    group (here g0, g2 share switch s0 but are listed first and third), so the rank map's device
+    ids were not the file's order and nothing said which node each is. rank_map.csv now names
+    the graph node (and a torus chip's coordinate) beside the id."""
+    import json
+
+    import yaml
+
+    nodes = [{"id": "s0", "kind": "switch"}, {"id": "s1", "kind": "switch"},
+             {"id": "top", "kind": "switch"}] + [{"id": f"g{i}", "kind": "device"}
+                                                 for i in (0, 1, 2, 3)]
+    links = [{"source": f"g{i}", "target": f"s{i % 2}", "bandwidth": 1e11, "latency": 1e-6}
+             for i in range(4)]
+    links += [{"source": f"s{j}", "target": "top", "bandwidth": 1e10, "latency": 5e-6}
+              for j in (0, 1)]
+    (tmp_path / "g.json").write_text(json.dumps({"directed": False, "multigraph": False,
+                                                 "graph": {}, "nodes": nodes, "links": links}))
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(
+        {"name": "g4", "hardware": "tiny_accel", "source": "t", "devices_per_node": 2,
+         "network": {"kind": "graph", "file": "g.json"}}))
+    pr = make_problem("tiny_gpt", str(tmp_path / "c.yaml"), 4)
+    assert pr.cluster.device_names == ("g0", "g2", "g1", "g3")
+    plan = make_plan(pr, "h", Variant(tp=2), 1, 2, [(0, pr.graph.num_layers - 1)], [0],
+                     ["none"], "replica_major")
+    rows = list(csv.DictReader(to_megatron(plan, pr).files()["rank_map.csv"].splitlines()))
+    by_node: dict = {}
+    for r in rows:
+        by_node.setdefault(r["node"], set()).add(r["device_name"])
+    assert sorted(by_node.values(), key=sorted) == [{"g0", "g2"}, {"g1", "g3"}]
+    torus = make_problem("llama2_7b", "tpuv4_torus", 64).cluster.device_names
+    assert torus[:3] == ("0,0,0", "1,0,0", "0,1,0") and len(set(torus)) == 4096
+    assert make_problem("tiny_gpt", "tiny_cluster", 4).cluster.device_names == ()

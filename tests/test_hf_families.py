@@ -147,7 +147,28 @@ PHI3_MEDIUM_4K = {**PHI3_MINI_4K, "_name_or_path": "microsoft/Phi-3-medium-4k-in
                   "hidden_size": 5120, "intermediate_size": 17920, "num_hidden_layers": 40,
                   "num_attention_heads": 40, "num_key_value_heads": 10, "attention_bias": False}
 
-FULL_SIZE = {"phi_3_medium_4k": PHI3_MEDIUM_4K, "llama3_2_1b": LLAMA3_2_1B, "qwen2_5_7b": QWEN2_5_7B, "qwen3_8b": QWEN3_8B, "qwen3_30b_a3b": QWEN3_30B_A3B,
+# https://huggingface.co/mistralai/Mistral-Nemo-Base-2407/blob/main/config.json: head_dim 128,
+# not hidden / heads = 160 (Q/K/V/O are 4096 wide in a 5120 model)
+MISTRAL_NEMO = {
+    "_name_or_path": "mistralai/Mistral-Nemo-Base-2407", "model_type": "mistral",
+    "architectures": ["MistralForCausalLM"], "hidden_size": 5120, "intermediate_size": 14336,
+    "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+    "vocab_size": 131072, "max_position_embeddings": 128000, "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-05, "hidden_act": "silu", "tie_word_embeddings": False,
+    "sliding_window": None, "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2}
+
+# https://huggingface.co/microsoft/phi-4/blob/main/config.json: 40 heads over 10 KV heads
+PHI_4 = {
+    "_name_or_path": "microsoft/phi-4", "model_type": "phi3", "architectures": ["Phi3ForCausalLM"],
+    "hidden_size": 5120, "intermediate_size": 17920, "num_hidden_layers": 40,
+    "num_attention_heads": 40, "num_key_value_heads": 10, "vocab_size": 100352,
+    "max_position_embeddings": 16384, "original_max_position_embeddings": 16384,
+    "rope_theta": 250000, "rope_scaling": None, "rms_norm_eps": 1e-05, "hidden_act": "silu",
+    "tie_word_embeddings": False, "sliding_window": None, "attention_bias": False,
+    "attention_dropout": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0, "bos_token_id": 100257,
+    "eos_token_id": 100265, "pad_token_id": 100349}
+
+FULL_SIZE = {"mistral_nemo": MISTRAL_NEMO, "phi_4": PHI_4, "phi_3_medium_4k": PHI3_MEDIUM_4K, "llama3_2_1b": LLAMA3_2_1B, "qwen2_5_7b": QWEN2_5_7B, "qwen3_8b": QWEN3_8B, "qwen3_30b_a3b": QWEN3_30B_A3B,
              "qwen1_5_moe_a2_7b": QWEN1_5_MOE_A2_7B, "gemma_2_9b": GEMMA2_9B,
              "phi_3_mini_4k": PHI3_MINI_4K, "deepseek_v2_lite": DEEPSEEK_V2_LITE,
              "deepseek_v3": DEEPSEEK_V3}
@@ -290,8 +311,10 @@ def test_gemma2_published_window_repeat_accepted_only_when_equal():
 def test_rope_scaling_reaches_the_export():
     """RoPE scaling changes no cost but does change the trained model: Llama-3.2-1B's llama3
     scaling (Megatron-LM's fixed constants 1 / 4 / 8192) exports as --use-rope-scaling with the
-    config's factor 32; DeepSeek-V2-Lite's yarn has no such argument and is a warning naming it,
-    never dropped in silence; a config without scaling exports neither."""
+    config's factor 32; DeepSeek-V2-Lite's yarn under multi-latent attention as --rope-type yarn
+    with its factor and mscales; a scaling Megatron-LM cannot state (llama3 with other constants,
+    an MLA yarn with another original length) is a warning naming it, never dropped in silence;
+    a config without scaling exports neither."""
     from nest.interfaces.export_model import model_args
 
     warn: list[str] = []
@@ -303,7 +326,13 @@ def test_rope_scaling_reaches_the_export():
                                                 seq_len=4096), warn)
     assert "--use-rope-scaling" not in args and "RoPE scaling (llama3" in warn.pop()
     args = model_args(model_spec_from_hf_config(DEEPSEEK_V2_LITE, seq_len=4096), warn)
-    assert "--use-rope-scaling" not in args
+    assert "--use-rope-scaling" not in args and not warn
+    assert args[args.index("--rotary-scaling-factor") + 1] == "40.0"
+    assert args[args.index("--rope-type") + 1] == "yarn"
+    longer = {**DEEPSEEK_V2_LITE["rope_scaling"], "original_max_position_embeddings": 8192}
+    args = model_args(model_spec_from_hf_config({**DEEPSEEK_V2_LITE, "rope_scaling": longer},
+                                                seq_len=4096), warn)
+    assert "--rope-type" not in args
     assert any("RoPE scaling (yarn" in w and "factor=40" in w for w in warn)
     warn.clear()
     args = model_args(model_spec_from_hf_config(QWEN3_8B, seq_len=4096), warn)
@@ -385,6 +414,19 @@ def test_rope_scaling_accepted_unknown_refused():
     ("llama", {"model_type": "falcon"}, "model_type"),
 ])
 def test_unpriced_feature_is_an_error_naming_the_key(family, extra, key):
+    with pytest.raises(SpecError, match=f"key '{key}'"):
+        model_spec_from_hf_config({**TINY[family], **extra}, seq_len=64)
+
+
+@pytest.mark.parametrize("family, extra, key", [
+    ("qwen2", {"num_key_value_heads": 3}, "num_key_value_heads"),
+    ("mixtral", {"num_experts_per_tok": 9}, "num_experts_per_tok"),
+    ("qwen3_moe", {"num_experts_per_tok": 99}, "num_experts_per_tok"),
+])
+def test_inconsistent_shapes_name_the_configs_own_key(family, extra, key):
+    """A config whose KV heads do not divide its heads, or that routes to more experts than it
+    has, is refused naming the config.json key (it named the ModelSpec's num_kv_heads / top_k,
+    which a user does not find in the file)."""
     with pytest.raises(SpecError, match=f"key '{key}'"):
         model_spec_from_hf_config({**TINY[family], **extra}, seq_len=64)
 

@@ -211,6 +211,18 @@ def test_cluster_level_keys(key, value, says, tmp_path, capsys):
     check_refusal(rc, out, t, cli.EXIT_ERROR, "c.yaml", f"key 'levels.0.{key}'", says)
 
 
+def test_a_nested_unknown_key_is_quoted_once(tmp_path, capsys):
+    """A typo inside a level: key 'levels.0.devices_per_grup' (it read
+    key 'levels.0.'devices_per_grup'')."""
+    text = cluster().replace("devices_per_group", "devices_per_grup", 1)
+    (tmp_path / "c.yaml").write_text(text)
+    rc, out, t = run(["plan", "--model", "tiny_gpt", "--cluster", str(tmp_path / "c.yaml"),
+                      "--num-devices", "4"], capsys)
+    check_refusal(rc, out, t, cli.EXIT_ERROR, "c.yaml",
+                  "key 'levels.0.devices_per_grup': unknown key (did you mean "
+                  "'devices_per_group'?)")
+
+
 SPEC_INT_KEYS = ["num_devices", "global_batch", "mbs", "tp", "pp", "dp", "ep", "cp",
                  "virtual_stages"]
 SPEC_VARIANTS = {"float": ("2.0", "is a float"), "string": ("'2'", "is a string"),

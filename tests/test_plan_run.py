@@ -116,6 +116,18 @@ def test_nothing_fits_says_how_many_devices_would(capsys):
     assert "devices with a plan" in err or "no plan on up to the cluster's" in err
 
 
+def test_a_batch_no_device_count_splits_skips_the_device_search(capsys, monkeypatch):
+    """--mbs 3 with a global batch of 16: no device count helps, so `nest plan` says why and does
+    not plan again on 2x, 4x, ... the devices (it did, then printed "no plan on up to the
+    cluster's N devices either")."""
+    import nest.interfaces.cli_run as cr
+
+    monkeypatch.setattr(cr, "devices_that_fit", lambda *a, **k: pytest.fail("searched devices"))
+    rc, _, err = run(capsys, "plan", *TINY, "--global-batch", "16", "--mbs", "3")
+    assert rc == cli.EXIT_INFEASIBLE
+    assert "not a multiple of mbs=3" in err and "devices" not in err.split("mbs=3")[1], err
+
+
 def test_one_file_states_a_run(tmp_path, monkeypatch):
     """seq_len, training overrides and a model path relative to the plan file, read from another
     folder; Megatron's MoE data-parallel convention (dp_includes_ep)."""
@@ -197,3 +209,26 @@ def test_idle_devices_explained():
     assert out.plan.devices_used == 3  # dp 3 beats a 4-stage pipeline of 3 micro-batches
     w = " | ".join(warnings_for(out.plan, out.evaluation, pr, full))
     assert "the best plan on all 4, pp 4 x dp 1" in w and "vs this plan" in w
+
+
+def test_global_batch_flag_on_an_interleaved_plan_names_the_flag(capsys, tmp_path):
+    """`nest evaluate plan.json --global-batch N` on an interleaved plan whose micro-batch count
+    would not be a multiple of pp: one error naming --global-batch and a batch that works (it
+    blamed the plan's key 'num_microbatches', which the user never wrote)."""
+    from nest.graph.layer_graph import Variant
+    from nest.problem.plan import Stage
+    from nest.problem.space import make_plan
+
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=TrainingSettings(global_batch=8))
+    base = make_plan(pr, "h", Variant(), 2, 2, [(0, 2), (3, 5)], [0, 0], ["none"] * 2,
+                     "replica_major")
+    g0, g1 = base.stages[0].device_ids, base.stages[1].device_ids
+    chunks = (Stage(0, 1, 2, g0), Stage(2, 2, 2, g1), Stage(3, 3, 2, g0), Stage(4, 5, 2, g1))
+    p = tmp_path / "p.json"
+    base.with_(schedule="interleaved", virtual_stages=2, stages=chunks).write(p)
+    rc, out, err = run(capsys, "evaluate", str(p), "--global-batch", "6", "-q")
+    assert rc == cli.EXIT_ERROR, out + err
+    assert "--global-batch 6: 3 micro-batches" in err and "multiple of 4" in err, err
+    assert "num_microbatches" not in err
+    rc, out, _ = run(capsys, "evaluate", str(p), "--global-batch", "12", "-q")
+    assert rc == 0 and "micro-batches=6" in out, out

@@ -143,3 +143,36 @@ def test_cluster_yaml_round_trip(tmp_path):
     assert back.levels == ref.levels
     with pytest.raises(ValueError, match="devices_per_group"):
         cluster_dict("bad", "tpuv4_like", fat_tree_levels()[::-1], source="x")
+
+
+@pytest.mark.parametrize("dims, unit", [((4, 4, 12), None), ((8, 8, 12), (4, 4, 4)),
+                                        ((12, 12, 12), (4, 4, 4)), ((6, 6, 6), None),
+                                        ((3, 5, 7), None)])
+def test_torus_default_blocks_nest_on_sides_that_are_not_powers_of_two(dims, unit):
+    """TPU v4 slices of 4x4x12, 8x8x12 or 12x12x12 chips (whole 4x4x4 cubes) and odd tori:
+    every default block divides the next and the last is the torus (the builder refused them:
+    doubling 4x4x4 gave 4x4x8, which does not divide 4x4x12). Power-of-two tori keep their
+    doubling blocks."""
+    t = torus_levels(dims, optical_block=unit)
+    shapes = t.block_shapes
+    assert shapes[-1] == dims
+    for lo, hi in zip(shapes, shapes[1:]):
+        assert lo != hi and all(h % x == 0 for x, h in zip(lo, hi))
+    if unit is not None:
+        assert unit in shapes
+    assert len(t.device_order) == len(set(t.device_order)) == int(np.prod(dims))
+    assert torus_levels((16, 16, 16), optical_block=(4, 4, 4)).block_shapes == [
+        (2, 1, 1), (2, 2, 1), (2, 2, 2), (4, 4, 4), (8, 8, 8), (16, 16, 16)]
+
+
+def test_odd_torus_bisection_is_the_graph_cut():
+    """An odd side is cut too: a 3x5 torus's level share is the max-flow across the cut
+    perpendicular to its side of 5 (2 wrapped links on each of 3 rings) over half the devices,
+    not the six-link share of a block with no bisection (it was 187.5 GB/s, 4 links x 46.875)."""
+    G = torus_graph((3, 5), link_GBps=10.0)
+    t = torus_levels((3, 5), link_GBps=10.0)
+    side = {c for c in G if c[1] in (0, 1)}
+    flow = max_flow(G, side, set(G) - side) / 1e9
+    assert flow == pytest.approx(6 * 10.0)
+    assert t.levels[-1]["bandwidth_GBps"] == pytest.approx(flow / (15 / 2))
+    assert t.levels[-1]["ring_bandwidth_GBps"] == pytest.approx(4 * 10.0)

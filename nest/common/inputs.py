@@ -113,7 +113,8 @@ def _describe(e: jsonschema.ValidationError) -> tuple[str, str]:
             near = difflib.get_close_matches(k, known, n=1)
             hint = f" (did you mean '{near[0]}'?)" if near else ""
             more = f" (and {len(extra) - 1} more unknown key(s))" if len(extra) > 1 else ""
-            where = f"{path}.{short(k)}" if path != "<top level>" else short(k).strip("'")
+            name = short(k).strip("'")  # inside the message's own quotes: key 'levels.1.x'
+            where = f"{path}.{name}" if path != "<top level>" else name
             return where, f"unknown key{hint}{more}"
     if v in ("enum", "const"):
         allowed = e.validator_value if v == "enum" else [e.validator_value]

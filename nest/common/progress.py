@@ -31,6 +31,11 @@ def set_enabled(on: bool) -> None:
     _enabled = on
 
 
+def enabled() -> bool:
+    """Whether progress lines are allowed at all (`set_enabled`; `nest --quiet` clears it)."""
+    return _enabled
+
+
 def active() -> bool:
     """Whether a line would be drawn: a terminal on stderr, not quiet, NEST_PROGRESS not 0."""
     stream = sys.stderr

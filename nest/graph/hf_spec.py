@@ -122,9 +122,10 @@ def _rope(c: _Cfg) -> str:
                                 f"(known: {', '.join(sorted(ROPE_TYPES))}; a RoPE variant "
                                 f"changes no FLOPs only when it is one of these)")
             if kind != "default" and not out:
-                out = " ".join([str(kind)] + [f"{k}={v}" for k, v in sorted(r.items())
-                                              if isinstance(v, (int, float)) and k != "rope_theta"
-                                              and not isinstance(v, bool)])
+                # a flag (YaRN's truncate: round the correction range or not) as 0 / 1
+                out = " ".join([str(kind)] + [f"{k}={int(v) if isinstance(v, bool) else v}"
+                                              for k, v in sorted(r.items())
+                                              if isinstance(v, (int, float)) and k != "rope_theta"])
     return out[:400]
 
 
@@ -213,8 +214,11 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
         c.refuse(key, lambda v: v == 0, "dropout in a decoder is not modelled")
     c.refuse("mlp_bias", lambda v: not v, "MLP biases are not modelled")
     rope = _rope(c)
-    d = dict(num_layers=n, hidden_size=h, num_heads=a,
-             num_kv_heads=c.get("num_key_value_heads", a),
+    kv = c.get("num_key_value_heads", a)
+    if a % kv:  # checked again on the ModelSpec, whose key names are not the config's
+        raise SpecError(f"{c.where}: key 'num_key_value_heads': {kv} must divide "
+                        f"num_attention_heads ({a})")
+    d = dict(num_layers=n, hidden_size=h, num_heads=a, num_kv_heads=kv,
              ffn_hidden_size=c.need("intermediate_size"), ffn_type="swiglu",
              tied_embeddings=bool(c.get("tie_word_embeddings", mtype in GEMMA)))
     if rope:
@@ -279,8 +283,51 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
     return d
 
 
+def _router(c: _Cfg, mtype: str) -> tuple[str, list[str]]:
+    """The router's numerics as ModelSpec.router (no cost: every routing is priced balanced) and
+    the parts Megatron-LM's router cannot state. transformers' modeling per family: Mixtral and
+    gpt-oss take the softmax of the top-k logits (Megatron-LM's default); Qwen2/3-MoE and
+    DeepSeek-V2 take the top k of a softmax over every expert and renormalise only under
+    norm_topk_prob (default false: Megatron's --moe-router-pre-softmax); DeepSeek-V3 selects on
+    sigmoid scores plus a per-expert bias inside the best topk_group of n_group groups,
+    renormalises (norm_topk_prob) and scales by routed_scaling_factor (megatron-core
+    moe_utils.topk_routing_with_score_function; Megatron-Bridge's DeepSeek bridges)."""
+    if mtype in ("mixtral", "gpt_oss"):
+        return "", []
+    v3 = mtype == "deepseek_v3"
+    tokens, notes = [], []
+    score = c.get("scoring_func", "sigmoid" if v3 else "softmax")
+    renorm = bool(c.get("norm_topk_prob", v3))
+    if score == "sigmoid":
+        tokens.append("sigmoid")
+        if not renorm:
+            notes.append("sigmoid routing weights not renormalised over the top k "
+                         "(norm_topk_prob false; Megatron-LM renormalises them)")
+    elif score == "softmax":
+        if not renorm:
+            tokens.append("pre_softmax")
+    else:
+        notes.append(f"router score function {short(score)} (scoring_func)")
+    if v3 or c.get("topk_method") == "noaux_tc":
+        tokens.append("expert_bias")
+    scale = float(c.get("routed_scaling_factor", 2.5 if v3 else 1.0))
+    if scale != 1.0:
+        tokens.append(f"scale={scale!r}")
+    groups, group_k = int(c.get("n_group", 8 if v3 else 1)), int(c.get("topk_group", 4 if v3
+                                                                          else 1))
+    if groups > 1 and (v3 or c.get("topk_method") == "group_limited_greedy"):
+        tokens += [f"groups={groups}", f"group_topk={group_k}"]
+        if not v3:
+            notes.append("groups ranked by their best expert (DeepSeek-V2's group_limited_greedy;"
+                         " Megatron-LM ranks them by the sum of their top k / group_topk)")
+    return " ".join(tokens), notes
+
+
 def _moe(c: _Cfg, mtype: str, d: dict) -> None:
     n = d["num_layers"]
+    d["router"], notes = _router(c, mtype)
+    if notes:
+        d["numerics_notes"] = list(d.get("numerics_notes", [])) + notes
     if mtype in ("mixtral", "gpt_oss"):  # gpt-oss: intermediate_size is each expert's width
         d.update(num_experts=c.need("num_local_experts"), top_k=c.need("num_experts_per_tok"))
         return
@@ -381,6 +428,9 @@ def model_spec_from_hf_config(config: dict | str | os.PathLike, *, name: str | N
         d = _decoder(c, mtype)
         if family == "mixtral":
             _moe(c, mtype, d)
+            if d["top_k"] > d["num_experts"]:  # named as the config names it
+                raise SpecError(f"{where}: key 'num_experts_per_tok': {d['top_k']} exceeds the "
+                                f"{d['num_experts']} routed experts")
     d.update(name=name or _name(cfg, where), family=family, vocab_size=c.need("vocab_size"),
              causal=family != "bert", seq_len=_seq_len(c, family, seq_len))
     # numerics the export passes on (--rotary-base, --norm-epsilon): the config's own values

@@ -4,6 +4,7 @@ hardware, planners)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -201,7 +202,9 @@ def cmd_plan(a) -> int:
         out = run_planner(a.planner, seen, over, log_crash=debug_enabled())
     if out.plan is None:
         print(f"{a.planner}: {out.reason}", file=sys.stderr)
-        if out.status != "crashed":
+        # a micro-batch size that does not divide the global batch fails on any device count
+        batch_only = out.kind == "batch" and problem.training.global_batch % problem.mbs
+        if out.status != "crashed" and not batch_only:
             with progress.status("searching how many devices would do"):
                 k = devices_that_fit(a.model, a.cluster, a.num_devices, a.mbs or 1, training,
                                      a.planner, a.seq_len, over, problem.graph)
@@ -237,6 +240,12 @@ def cmd_plan(a) -> int:
         plan.extra["training"] = overrides(a)
     if a.output:
         stop_if_interrupted()
+        from nest.problem.plan_spec import relative_to_file
+
+        # a model / cluster file named relative to this folder is stored relative to the plan's
+        # own folder, where `nest evaluate` / `nest export` read it from (any working folder)
+        plan = plan.with_(model=relative_to_file(plan.model, a.output),
+                          cluster=relative_to_file(plan.cluster, a.output))
         plan.write(a.output)
         print(f"plan written to {a.output}")
     if a.placement_picture:
@@ -650,7 +659,8 @@ def main(argv: list[str] | None = None) -> int:
     _INTERRUPTED.clear()
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        return _main(argv)  # a caller's own handling (or SIGINT ignored) is left alone
+        with _warnings_as_lines():
+            return _main(argv)  # a caller's own handling (or SIGINT ignored) is left alone
     old = signal.signal(signal.SIGINT, _on_sigint)
     old_hook = sys.unraisablehook
 
@@ -663,10 +673,35 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.unraisablehook = quiet_interrupt
     try:
-        return _main(argv)
+        with _warnings_as_lines():
+            return _main(argv)
     finally:
         signal.signal(signal.SIGINT, old)
         sys.unraisablehook = old_hook
+
+
+@contextlib.contextmanager
+def _warnings_as_lines():
+    """The library's own warnings (a UserWarning raised in nest/: no sequence length given, the
+    text decoder of an image-and-text config, ...) as one `warning: ...` line on stderr, like the
+    planners' warnings, not Python's 'nest/spec/catalog.py:321: UserWarning: ...' followed by
+    the source line that raised it; any other warning keeps Python's format."""
+    import warnings
+
+    root = str(Path(__file__).resolve().parents[1])
+    old = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, UserWarning) and str(filename).startswith(root):
+            print(f"warning: {message}", file=file or sys.stderr)
+        else:
+            old(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = old
 
 
 def _main(argv: list[str]) -> int:
@@ -680,12 +715,16 @@ def _main(argv: list[str]) -> int:
 
             return validate.main(argv[1:]) or 0
         a = build_parser().parse_args(argv)
-        if getattr(a, "quiet", False):
-            from nest.common import progress
+        from nest.common import progress
 
+        was = progress.enabled()  # --quiet holds for this command only, not the process
+        if getattr(a, "quiet", False):
             progress.set_enabled(False)
-        rc = a.fn(a)
-        stop_if_interrupted()
+        try:
+            rc = a.fn(a)
+            stop_if_interrupted()
+        finally:
+            progress.set_enabled(was)
         return rc
     except SpecError as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)

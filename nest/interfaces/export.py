@@ -145,6 +145,9 @@ class MegatronExport:
     order: str = DEFAULT_ORDER  # the rank order Megatron builds its groups in
     env: dict[str, str] = field(default_factory=dict)  # nest.interfaces.export_launch.launch_env
     unset_env: tuple[str, ...] = ()  # variables the launch must clear (Megatron-FSDP)
+    # each device id's name in the cluster's network description (a graph node, a torus
+    # coordinate; ClusterSpec.device_names), written beside the rank map's device ids
+    device_names: tuple[str, ...] = ()
 
     def command(self) -> str:
         """launch.sh's body: environment, then torchrun starting exactly the rank map's ranks
@@ -179,9 +182,12 @@ class MegatronExport:
         header = [comment(f"{p.planner}: {p.model} on {p.cluster}, exported by `nest export`"),
                   *[comment(f"warning: {w}") for w in self.warnings], "set -euo pipefail"]
         buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=list(self.rank_map[0]), lineterminator="\n")
+        rows = self.rank_map
+        if self.device_names:  # which graph node / torus chip each device id is
+            rows = [{**r, "device_name": self.device_names[r["device"]]} for r in rows]
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
         w.writeheader()
-        w.writerows(self.rank_map)
+        w.writerows(rows)
         return {"launch.sh": "\n".join(["#!/usr/bin/env bash", *header, self.command()]) + "\n",
                 "slurm.sbatch": self.slurm(),  # srun: one launch.sh per node
                 "args.txt": "\n".join(check_text(x, "argument") for x in self.args) + "\n",
@@ -501,7 +507,9 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
     original = evaluate(plan, problem)
     out = _project(plan, warnings)
     hw_per_node = problem.cluster.node_size  # hosts, not the first network level
-    if not problem.cluster.devices_per_node and hw_per_node > MAX_USUAL_HOST:
+    # a torus's first level is a pair of chips on one link, never a host (a TPU v4 host has 4)
+    if not problem.cluster.devices_per_node and (hw_per_node > MAX_USUAL_HOST
+                                                 or problem.cluster.network == "torus"):
         warnings.append(f"cluster '{problem.cluster.name}' states no devices_per_node: hosts are "
                         f"taken as its first network level, {hw_per_node} devices each (the "
                         f"sbatch and the rank placement); set the cluster file's key "
@@ -558,7 +566,8 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
         out, a, "examples/bert/pretrain_bert.py" if m.family == "bert" else "pretrain_gpt.py",
         len(ranks), hw_per_node, ranks, warnings, ev.time_per_batch_s,
         original.time_per_batch_s, order, env=launch_env(out.tp, out.cp, fsdp),
-        unset_env=("CUDA_DEVICE_MAX_CONNECTIONS",) if fsdp else ())
+        unset_env=("CUDA_DEVICE_MAX_CONNECTIONS",) if fsdp else (),
+        device_names=problem.cluster.device_names)
     check_against_plan(exp)  # an internal invariant: Megatron's groups are the ones we priced
     return exp
 

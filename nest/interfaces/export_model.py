@@ -35,7 +35,11 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
         a += ["--position-embedding-type", "rope", "--rotary-base",
               str(int(m.rope_theta or 10000))]
         if m.rope_scaling:
-            a += _rope_scaling_args(m, warnings)
+            scaling = _rope_scaling_args(m, warnings)
+            if scaling[:2] == ["--position-embedding-type", "yarn"]:  # replaces rope
+                a[a.index("--position-embedding-type") + 1] = "yarn"
+                scaling = scaling[2:]
+            a += scaling
         if not m.linear_bias:  # Megatron-LM's default adds them (gpt-oss keeps the default)
             a.append("--disable-bias-linear")
         if getattr(m, "qkv_bias", False):
@@ -46,11 +50,16 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
               "--qk-pos-emb-head-dim", str(m.qk_rope_head_dim), "--v-head-dim", str(m.v_head_dim)]
         if m.q_lora_rank:
             a += ["--q-lora-rank", str(m.q_lora_rank)]
+        # DeepSeek's RMSNorm on the compressed latents (transformers' kv_a_layernorm, and
+        # q_a_layernorm with a Q LoRA rank; priced and counted in the graph): megatron-core's MLA
+        # spec builds them only under qk_layernorm (gpt_layer_specs: linear_q/kv_up_proj become
+        # layer-norm linears), else IdentityOp; Megatron-Bridge's DeepSeek bridges set it
+        a.append("--qk-layernorm")
     if m.attention_sinks:  # gpt-oss: a learned sink logit per head
         a += ["--softmax-type", "learnable"]
     if m.sliding_window and m.window_layers:
         a += _window_args(m, warnings)
-    if getattr(m, "qk_norm", False):
+    if getattr(m, "qk_norm", False) and not m.is_mla:
         a.append("--qk-layernorm")
     if m.ffn_type == "swiglu":
         a.append("--swiglu")
@@ -62,6 +71,17 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
               "--moe-token-dispatcher-type", "alltoall",  # the all-to-all the evaluator prices
               "--moe-grouped-gemm",  # the local experts as one batched GEMM, as priced
               "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "1e-2"]
+        router = m.router
+        if m.top_k == 1 and not {"pre_softmax", "sigmoid"} & set(router.split()):
+            # the softmax of one logit is 1: the router would get no gradient, and megatron-core
+            # refuses it ("Please use --moe-router-pre-softmax when topk is 1",
+            # TransformerConfig.__post_init__); the runnable top-1 router is Switch's
+            router = f"pre_softmax {router}".strip()
+            warnings.append(f"{m.name} routes each token to 1 expert with the softmax taken "
+                            f"after the top-1 choice (a weight of 1), which Megatron-LM refuses: "
+                            f"exported with --moe-router-pre-softmax (the weight is the chosen "
+                            f"expert's softmax probability, as in Switch Transformer)")
+        a += _router_args(router)
         if getattr(m, "shared_ffn_hidden_size", 0):
             a += ["--moe-shared-expert-intermediate-size", str(m.shared_ffn_hidden_size)]
         if getattr(m, "shared_expert_gate", False):
@@ -89,11 +109,39 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
     return a
 
 
+def _router_args(router: str) -> list[str]:
+    """ModelSpec.router -> megatron-core's router arguments (TransformerConfig moe_router_*;
+    topk_routing_with_score_function): the default is the softmax of the top-k logits."""
+    flags = {"pre_softmax": ["--moe-router-pre-softmax"],
+             "sigmoid": ["--moe-router-score-function", "sigmoid"],
+             "expert_bias": ["--moe-router-enable-expert-bias"]}
+    values = {"scale": "--moe-router-topk-scaling-factor", "groups": "--moe-router-num-groups",
+              "group_topk": "--moe-router-group-topk"}
+    a: list[str] = []
+    for tok in router.split():
+        key, _, val = tok.partition("=")
+        a += [values[key], val] if val else flags[key]
+    return a
+
+
 # Megatron-LM's --use-rope-scaling: Llama 3.x's scaling with these constants fixed
 # (megatron/core/models/common/embeddings/rotary_pos_embedding.py, _apply_scaling); only the
 # factor is an argument
 MEGATRON_LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0,
                         "original_max_position_embeddings": 8192.0}
+
+
+# megatron-core MLATransformerConfig's YaRN fields that no Megatron-LM argument sets (its
+# argument_utils maps only --rotary-scaling-factor, --mscale and --mscale-all-dim onto them;
+# the --yarn-* arguments fill the non-MLA yarn_* attributes); Hugging Face DeepSeek's defaults too
+# the YaRN keys Megatron-LM's yarn position embedding takes (megatron/training/arguments.py:
+# --rotary-scaling-factor, --yarn-original-max-position-embeddings, --yarn-beta-fast / -slow,
+# --mscale, --mscale-all-dim, --[no-]yarn-correction-range-round-to-int); any other (an explicit
+# attention_factor, ...) leaves the scaling to a warning
+YARN_KEYS = {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
+             "mscale_all_dim", "truncate"}
+MEGATRON_MLA_YARN = {"original_max_position_embeddings": 4096.0, "beta_fast": 32.0,
+                     "beta_slow": 1.0}
 
 
 def _rope_scaling_args(m: ModelSpec, warnings: list[str]) -> list[str]:
@@ -105,6 +153,29 @@ def _rope_scaling_args(m: ModelSpec, warnings: list[str]) -> list[str]:
     if kind == "llama3" and "factor" in vals and all(
             vals.get(k) == v for k, v in MEGATRON_LLAMA3_ROPE.items()):
         return ["--use-rope-scaling", "--rope-scaling-factor", repr(vals["factor"])]
+    if kind == "yarn" and m.is_mla and "factor" in vals and all(
+            vals.get(k, v) == v for k, v in MEGATRON_MLA_YARN.items()):
+        # multi-latent attention's YaRN: the factor and both mscales are arguments (their
+        # defaults, 1 / 1 / 0, would train another rotation and attention scale); the original
+        # length and betas are MLATransformerConfig's fixed defaults, checked equal above
+        return ["--rope-type", "yarn", "--rotary-scaling-factor", repr(vals["factor"]),
+                "--mscale", repr(vals.get("mscale", 1.0)),
+                "--mscale-all-dim", repr(vals.get("mscale_all_dim", 0.0))]
+    if kind == "yarn" and not m.is_mla and "factor" in vals and set(vals) <= YARN_KEYS:
+        # YaRN on ordinary attention (gpt-oss, Qwen long-context): Megatron-LM's yarn position
+        # embedding; its --mscale / --mscale-all-dim defaults (1, 0) give transformers' attention
+        # factor 0.1 ln(factor) + 1 when the config states neither
+        a = ["--position-embedding-type", "yarn", "--rotary-scaling-factor",
+             repr(vals["factor"]), "--yarn-original-max-position-embeddings",
+             str(int(vals.get("original_max_position_embeddings", 4096))),
+             "--yarn-beta-fast", repr(vals.get("beta_fast", 32.0)),
+             "--yarn-beta-slow", repr(vals.get("beta_slow", 1.0))]
+        for key in ("mscale", "mscale_all_dim"):
+            if key in vals:
+                a += [f"--{key.replace('_', '-')}", repr(vals[key])]
+        if not vals.get("truncate", 1):  # transformers' truncate: false
+            a.append("--no-yarn-correction-range-round-to-int")
+        return a
     warnings.append(f"{m.name} uses RoPE scaling ({m.rope_scaling}): not expressed by these "
                     f"Megatron-LM arguments (add them by hand, e.g. --rope-type yarn "
                     f"--rotary-scaling-factor --mscale --mscale-all-dim for multi-latent "

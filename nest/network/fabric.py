@@ -310,11 +310,20 @@ def read_graph(path: Path, key: str) -> nx.Graph:
                         f"a graph file may hold at most {MAX_GRAPH_DEVICES} devices and "
                         f"{MAX_GRAPH_NODES} nodes (route costs are kept per device and node): "
                         f"describe a larger fabric with a named builder")
-    kinds = {d.get("kind") for _, d in G.nodes(data=True)}
-    if not kinds <= {"device", "switch"}:
-        raise SpecError(f"{key}: {path.name}: node attribute kind must be 'device' or "
-                        f"'switch', got {sorted(map(str, kinds - {'device', 'switch'}))}")
+    odd = sorted((str(n) for n, d in G.nodes(data=True) if d.get("kind") not in
+                  ("device", "switch")), key=lambda n: (len(n), n))
+    if odd:  # an edge to a node the file does not list creates one without attributes
+        n = odd[0]
+        raise SpecError(f"{key}: {path.name}: node {n!r}: attribute kind = "
+                        f"{G.nodes[_node_id(G, n)].get('kind')!r}; expected 'device' or "
+                        f"'switch' (a node an edge names must be listed with its kind)"
+                        + (f" ({len(odd) - 1} more such node(s))" if len(odd) > 1 else ""))
     return G
+
+
+def _node_id(G, name: str):
+    """The node of G whose str() is `name` (GraphML ids are strings, node-link ids any JSON)."""
+    return next(n for n in G.nodes if str(n) == name)
 
 
 def _graph(net: dict, where: str, base_dir: Path | None) -> tuple[list[dict], list[str]]:
@@ -330,15 +339,39 @@ def _graph(net: dict, where: str, base_dir: Path | None) -> tuple[list[dict], li
         except (ValueError, IndexError) as e:
             raise SpecError(f"{key}: {path.name}: {e}") from None
         _GRAPH_LEVELS[memo] = (json.dumps(r.levels), [f"graph {path.name}: {w}"
-                                                      for w in r.warnings])
-    levels, notes = _GRAPH_LEVELS[memo]
+                                                      for w in r.warnings],
+                               tuple(str(x) for x in r.device_order))
+    levels, notes, _ = _GRAPH_LEVELS[memo]
     levels = _effs(json.loads(levels), net.get("efficiency"), f"{where}: key 'network")
     if "nvlink_switch" in net:  # a graph does not say whether its first level is a switch
         levels[0]["nvlink_switch"] = bool(net["nvlink_switch"])
     return levels, notes
 
 
-_GRAPH_LEVELS: dict = {}  # (path, mtime, size, names, message bytes) -> (levels JSON, notes)
+# (path, mtime, size, names, message bytes) -> (levels JSON, notes, node id of each device id)
+_GRAPH_LEVELS: dict = {}
+
+
+def device_names(net: dict, where: str) -> tuple[str, ...]:
+    """What the network description calls each device id of the reduced levels, where that is
+    not what a level file would say: a graph file's node id (the reduction numbers devices group
+    by group, not in the file's order), a torus's coordinate 'x,y,z' (block-major); () for the
+    builders that number devices host by host. Call after `network_levels` on the same `net`."""
+    kind = net["kind"]
+    if kind == "torus":
+        kw = {k: net[k] for k in ("wrap", "optical_block") if k in net}
+        if "block_shapes" in net:
+            kw["block_shapes"] = [tuple(b) for b in net["block_shapes"]]
+        return tuple(",".join(map(str, c))
+                     for c in torus_levels(tuple(net["dims"]), **kw).device_order)
+    if kind != "graph":
+        return ()
+    p = Path(where)
+    path = resolve_graph_file(net["file"], where, p.parent if p.is_file() else None)
+    st = path.stat()
+    names = tuple(net["names"]) if "names" in net else None
+    memo = (str(path), st.st_mtime_ns, st.st_size, names, net.get("message_bytes", 1e6))
+    return _GRAPH_LEVELS[memo][2]
 
 
 

@@ -168,16 +168,25 @@ class TorusLevels:
     device_order: list[tuple[int, ...]]  # cluster device id -> torus coordinate
 
 
+def _grow(c: int, d: int) -> int:
+    """The next extent of a block's side c (dividing d) towards d: c times the smallest prime
+    factor of d / c, so every block divides the next (2c while d / c is even: a power-of-two
+    torus doubles; 4 -> 12 on a side of 12, 1 -> 3 on a side of 3)."""
+    r = d // c
+    return c * next((f for f in range(2, r + 1) if r % f == 0), 1)
+
+
 def _default_blocks(dims: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """1-hop pairs, 2-hop tiles, ... (Appendix B.2): grow one dimension at a time to 2, then
-    double every dimension at once up to the full torus."""
+    """1-hop pairs, 2-hop tiles, ... (Appendix B.2): grow one dimension at a time to 2 (its
+    smallest prime factor when odd), then grow every dimension at once (doubling where it
+    divides, `_grow`) up to the full torus."""
     shapes, cur = [], [1] * len(dims)
     for i, d in enumerate(dims):
         if d >= 2:
-            cur[i] = 2
+            cur[i] = _grow(1, d)
             shapes.append(tuple(cur))
     while tuple(cur) != tuple(dims):
-        cur = [min(2 * c, d) for c, d in zip(cur, dims)]
+        cur = [_grow(c, d) for c, d in zip(cur, dims)]
         shapes.append(tuple(cur))
     return shapes
 
@@ -205,7 +214,7 @@ def torus_levels(dims=(4, 4, 4), link_GBps: float = 46.875, *, block_shapes=None
             shapes = _default_blocks(unit)
             cur = list(unit)
             while tuple(cur) != dims:
-                cur = [min(2 * c, d) for c, d in zip(cur, dims)]
+                cur = [_grow(c, d) for c, d in zip(cur, dims)]
                 shapes.append(tuple(cur))
         elif unit not in shapes:
             raise ValueError(f"torus_levels: block_shapes must include optical_block {unit}")
@@ -221,7 +230,9 @@ def torus_levels(dims=(4, 4, 4), link_GBps: float = 46.875, *, block_shapes=None
         ring = [(sliced or (wrap and k == d)) and k > 2 for k, d in zip(s, dims)]
         diam = sum(k // 2 if r else k - 1 for k, r in zip(s, ring))
         links = sum((2 if r else 1) if k > 1 else 0 for k, r in zip(s, ring))  # per device
-        cuts = [n // k * (2 if r else 1) for k, r in zip(s, ring) if k > 1 and k % 2 == 0]
+        # links cut by halving the block across one dimension (an odd side is cut as evenly as
+        # it goes: a ring still loses 2 links, a line 1), per device of a half (n / 2)
+        cuts = [n // k * (2 if r else 1) for k, r in zip(s, ring) if k > 1]
         bis = min(cuts) * link_GBps / (n / 2) if cuts else links * link_GBps
         eff = min(links * link_GBps, bis)  # no switches: the share itself, oversubscription 1
         name = names[i] if names else f"hop{diam}"

@@ -38,6 +38,7 @@ errors name the file and the key.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from nest.common.errors import PlanError, SpecError
@@ -165,6 +166,19 @@ def resolve_relative(name: str, base: Path) -> str:
     return str(here) if here.exists() or not p.exists() else name
 
 
+def relative_to_file(name: str, plan_path: str | Path) -> str:
+    """The inverse of resolve_relative for a plan about to be written to `plan_path`: a model /
+    cluster path relative to the working folder, as the user typed it, becomes relative to the
+    plan file's folder; catalog names, absolute paths and paths that name no file stay as they
+    are."""
+    if not (name.endswith((".yaml", ".yml", ".json")) or "/" in name):
+        return name
+    p = Path(name)
+    if p.is_absolute() or not p.exists():
+        return name
+    return Path(os.path.relpath(p.resolve(), Path(plan_path).resolve().parent)).as_posix()
+
+
 def load_plan(path: str | Path, training=None, overrides: dict | None = None):
     """(plan, problem) from a plan file in either form; the problem uses the plan's own global
     batch, micro-batch size, sequence length and training overrides; `overrides` (the command
@@ -197,8 +211,14 @@ def load_plan(path: str | Path, training=None, overrides: dict | None = None):
     seq = over.pop("seq_len", None) or plan.extra.get("seq_len")
     tr = training_overrides(tr, over, "command line")
     if tr.global_batch != plan.global_batch:  # --global-batch on a full plan: its micro-batches
-        plan = plan.with_(global_batch=tr.global_batch,
-                          num_microbatches=-(-tr.global_batch // (plan.mbs * plan.dp * plan.ep)))
+        k = plan.mbs * plan.dp * plan.ep
+        m = -(-tr.global_batch // k)
+        if plan.schedule == "interleaved" and m % plan.pp:  # named as the user gave it
+            raise PlanError(f"{where}: --global-batch {tr.global_batch}: {m} micro-batches of "
+                            f"mbs x dp x ep = {k} samples; this plan's interleaved schedule "
+                            f"needs a multiple of pp = {plan.pp} (a global batch that is a "
+                            f"multiple of {k * plan.pp})")
+        plan = plan.with_(global_batch=tr.global_batch, num_microbatches=m)
     return plan, _problem(where, resolve_relative(plan.model, base),
                           resolve_relative(plan.cluster, base), plan.num_devices, plan.mbs, tr,
                           seq)

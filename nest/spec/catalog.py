@@ -124,6 +124,11 @@ class ModelSpec:
     # numerics of a Hugging Face family that cost nothing here but that Megatron-LM's arguments
     # do not state (Gemma's embedding scale, ...): `nest export` warns with them
     numerics_notes: tuple[str, ...] = ()
+    # how the router turns logits into the top-k weights, when not Megatron-LM's default (softmax
+    # over the top k logits): space-separated "pre_softmax" (softmax over every expert, top k not
+    # renormalised: Hugging Face norm_topk_prob false), "sigmoid", "expert_bias" (aux-loss-free
+    # balancing), "scale=F", "groups=N", "group_topk=K". No cost; `nest export` states it
+    router: str = ""
     shared_ffn_hidden_size: int = 0  # always-active shared expert(s) of an MoE layer, in total
     shared_expert_gate: bool = False  # sigmoid gate Linear(h, 1) on the shared expert (Qwen2-MoE)
     num_dense_layers: int = 0  # the first blocks of an MoE model with a dense MLP (DeepSeek)
@@ -511,6 +516,12 @@ class ClusterSpec:
     # need not be the first network level (a GB200 NVL72 rack: trays of 4 GPUs, NVLink domain
     # of 72); 0: the first level's group size (`node_size`)
     devices_per_node: int = 0
+    # the network description's name of each device id where the reduction to levels numbers
+    # devices otherwise than the file lists them (a graph file's node ids, a torus's 'x,y,z'
+    # coordinates; nest.network.fabric.device_names): `nest export` writes it in rank_map.csv.
+    # Not part of equality or the hash (the cluster keys the collectives' caches; names price
+    # nothing, and hashing thousands of them per call would slow every lookup)
+    device_names: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def node_size(self) -> int:
@@ -559,15 +570,16 @@ class ClusterSpec:
 
 
 def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSpec:
-    network, notes, files, per_node, band = "levels", (), (), 0, 1.0
+    network, notes, files, per_node, band, names = "levels", (), (), 0, 1.0, ()
     if isinstance(d, dict) and "network" in d:  # a named builder or a graph file
-        from nest.network.fabric import expand_network
+        from nest.network.fabric import device_names, expand_network
 
         net = d["network"]
         network = net.get("kind", "?") if isinstance(net, dict) else "?"
         if network in ("rail_optimized", "multi_plane"):  # the builder's own node
             per_node = net.get("devices_per_node", 0)
         d, notes, files = expand_network(d, where)
+        names = device_names(net, where)
         if network == "rail_optimized" and net.get("rail_efficiency_low") is not None:
             band = net["rail_efficiency_low"] / net.get("rail_efficiency", 1.0)
     validate(d, "cluster", where)
@@ -629,6 +641,7 @@ def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSp
         network_files=files,
         scale_out_low=float(band),
         devices_per_node=int(per_node),
+        device_names=names,
     )
 
 
