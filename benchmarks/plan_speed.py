@@ -308,6 +308,8 @@ import warnings
 from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "hf"
+INPUTS = Path(__file__).resolve().parent / "inputs"
+CLUSTER, SEQ = "dgx_h100_superpod", 4096
 MODELS = {  # name: (config file, GPUs)
     "llama3_70b": ("llama_3_70b.json", 64),
     "mixtral_8x22b": ("mixtral_8x22b.json", 64),
@@ -316,7 +318,27 @@ MODELS = {  # name: (config file, GPUs)
     "gemma3_1b": ("gemma_3_1b_pt.json", 8),
     "gpt_oss_20b": ("gpt_oss_20b.json", 16),
 }
-CLUSTER, SEQ = "dgx_h100_superpod", 4096
+# Inputs no speed-up was tuned on (benchmarks/inputs/: published config.json files and cluster
+# files of our own; `--unseen` runs them): name: (config, cluster, GPUs, sequence, extra options)
+UNSEEN = {
+    "yi_34b_gb8": ("yi_1_5_34b.json", CLUSTER, 64, SEQ, ["--global-batch", "8"]),
+    "gemma3_27b_rail": ("gemma_3_27b_pt.json", "dgx_h100_rail_superpod", 256, 8192, []),
+    "qwen3_32b_torus": ("qwen3_32b.json", "h100_torus_8x8x16.yaml", 256, SEQ,
+                        ["--precision", "fp8"]),
+    "qwen2_57b_nvl36": ("qwen2_57b_a14b.json", "b200_nvl36.yaml", 576, SEQ, []),
+    "qwen3_32b_h200": ("qwen3_32b.json", "h200_spine_3to1.yaml", 1024, SEQ,
+                       ["--precision", "fp8"]),
+}
+
+
+def _case(name: str) -> tuple[str, str, int, int, list[str]]:
+    if name in MODELS:
+        cfg, gpus = MODELS[name]
+        return str(FIXTURES / cfg), CLUSTER, gpus, SEQ, []
+    cfg, cluster, gpus, seq, extra = UNSEEN[name]
+    if cluster.endswith(".yaml"):
+        cluster = str(INPUTS / cluster)
+    return str(INPUTS / cfg), cluster, gpus, seq, extra
 
 
 def _quiet(fn, *a):
@@ -332,21 +354,20 @@ def main(names: list[str], compare: bool = True) -> None:
     from nest.spec.catalog import load_model
 
     warnings.simplefilter("ignore")
-    print(f"{'model':<14} {'variants':>8} {'graph s':>8} {'solve s':>8} {'compare s':>9}  "
+    print(f"{'model':<16} {'variants':>8} {'graph s':>8} {'solve s':>8} {'compare s':>9}  "
           f"(CPU seconds of this process)")
     for name in names:
-        cfg, gpus = MODELS[name]
-        path = str(FIXTURES / cfg)
+        path, cluster, gpus, seq, extra = _case(name)
         build_graph.cache_clear()
         fx_extract.clear_caches()
         meta_cache._LAYOUTS.clear()
         t0 = time.process_time()
-        m = load_model(path, seq_len=SEQ)
+        m = load_model(path, seq_len=seq)
         traced = launchable_variants(m)  # the graph `nest plan` builds (compare: every variant)
         build_graph(m, 1, "torch_fx", traced)
         t1 = time.process_time()
-        common = ["--model", path, "--cluster", CLUSTER, "--num-devices", str(gpus),
-                  "--seq-len", str(SEQ)]
+        common = ["--model", path, "--cluster", cluster, "--num-devices", str(gpus),
+                  "--seq-len", str(seq), *extra]
         rc = _quiet(cli, ["plan", *common, "--planner", "nest", "-q"])
         t2 = time.process_time()
         rc2 = _quiet(cli, ["compare", *common]) if compare else 0
@@ -354,15 +375,17 @@ def main(names: list[str], compare: bool = True) -> None:
         flag = "" if rc == rc2 == 0 else f"  (exit {rc} / {rc2})"
         cmp_s = f"{t3 - t2:>9.1f}" if compare else f"{'-':>9}"
         every = len(variants_of(m))
-        print(f"{name:<14} {f'{len(traced or range(every))}/{every}':>8} {t1 - t0:>8.1f} "
-              f"{t2 - t1:>8.1f} "
-              f"{cmp_s}{flag}", flush=True)
+        print(f"{name:<16} {f'{len(traced or range(every))}/{every}':>8} {t1 - t0:>8.1f} "
+              f"{t2 - t1:>8.1f} {cmp_s}{flag}", flush=True)
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    unknown = [a for a in args if a != "--no-compare" and a not in MODELS]
+    flags = {"--no-compare", "--unseen"}
+    unknown = [a for a in args if a not in flags and a not in MODELS and a not in UNSEEN]
     if unknown:
-        sys.exit(f"usage: plan_speed.py [--no-compare] [{' '.join(MODELS)}]; "
-                 f"unknown: {' '.join(unknown)}")
-    main([a for a in args if a != "--no-compare"] or list(MODELS), "--no-compare" not in args)
+        sys.exit(f"usage: plan_speed.py [--no-compare] [--unseen] "
+                 f"[{' '.join([*MODELS, *UNSEEN])}]; unknown: {' '.join(unknown)}")
+    chosen = [a for a in args if a not in flags]
+    default = list(UNSEEN) if "--unseen" in args else list(MODELS)
+    main(chosen or default, "--no-compare" not in args)

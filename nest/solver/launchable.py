@@ -227,18 +227,20 @@ def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
     from dataclasses import replace
 
     from nest.problem.evaluate import evaluate
-    from nest.solver.interleaved_screen import fits, live_knobs  # placement-free screens
+    from nest.solver.interleaved_screen import fits, live_knobs, placement_floors
 
     best, n = None, 0
     for bound, _, var, p, d, v, lay, bound_R in interleaved_candidates(problem, space, max_v,
                                                                        best_T):
         if bound >= best_T:
             break
-        fit = fits(problem, var, p, d, v, live_knobs(space, bound_R, best_T),
-                   interleaved_cuts(problem, p, v, lay))
+        cuts = interleaved_cuts(problem, p, v, lay)
+        fit = fits(problem, var, p, d, v, live_knobs(space, bound_R, best_T), cuts)
         if not fit.any():  # no knob both may beat best_T and fits, whatever the placement
             continue
-        for placement in space.placements_for(var, p, d):
+        placements = [pl for pl, f in placement_floors(problem, space, var, p, d, v, cuts)
+                      if float(f.min()) < best_T]  # device_time_bounds is at least f
+        for placement in placements:
             plan = interleaved_plan(problem, var, p, d, v, placement, space.zero_stages[0],
                                     space.recompute_modes[0], layout=lay)
             lb = device_time_bounds(problem, space, plan)
