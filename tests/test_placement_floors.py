@@ -85,3 +85,45 @@ def test_interleaved_search_is_the_same_without_the_floor(tmp_path, monkeypatch)
             mp.setattr(screen, "placement_floors", keep_all)
             want = search_interleaved(pr, space, best_T)
         assert got[0] == want[0] and got[1] == want[1] and got[2] == want[2]
+
+
+@pytest.mark.parametrize("model,cluster,n", [("tiny_moe", "tiny_cluster", 8),
+                                             ("mixtral_mini", "dgx_h100_superpod", 64)])
+def test_group_terms_of_some_modes_are_columns_of_all_modes(model, cluster, n):
+    """nest.costs.groups: a table of some recomputation modes takes the all-modes table's
+    group terms, its modes' columns; every field equals `_group_terms` of that table itself,
+    byte for byte, through both ways in (group_terms per stage, placement_group_terms per
+    placement), and so do the priced-alike keys kept per placement."""
+    from nest.costs.alike import inner_groups, priced_alike_keys
+    from nest.costs.groups import _group_terms, group_terms, placement_group_terms
+    from nest.costs.layers import ALL_MODES, layer_table
+    from nest.problem.evaluate import make_problem
+    from nest.problem.plan import place
+    from nest.problem.space import declare, pp_dp_options
+
+    pr = make_problem(model, cluster, n)
+    space = declare(pr, {"heterogeneous_stages": False})
+    n_checked = 0
+    for var in space.variants[:6]:
+        for p, d in list(pp_dp_options(pr, space, var))[:4]:
+            ids = place(p, d, var.width, "replica_major", tp=var.tp, cp=var.cp, ep=var.ep)
+            for modes in [(r,) for r in ALL_MODES] + [ALL_MODES[:2], ALL_MODES]:
+                lt = layer_table(pr, var, modes)
+                direct = [_group_terms(pr, lt, i, d) for i in ids]
+                via_stage = [group_terms(pr, lt, i, d) for i in ids]
+                via_placement = placement_group_terms(pr, [lt], ids, d)[0]
+                keys = priced_alike_keys(pr, [lt], inner_groups(np.asarray(ids), var.tp,
+                                                               var.cp, var.ep, d))[0]
+                again = placement_group_terms(pr, [lt], ids, d)[0]
+                assert [g.content for g in again] == [g.content for g in via_placement]
+                for want, a, b in zip(direct, via_stage, via_placement):
+                    for g in (a, b):
+                        assert g.names == want.names and g.dp_level == want.dp_level
+                        assert g.dp_lines == want.dp_lines
+                        for f in ("fwd_K", "cum_LK", "cum_LR", "layer_LR", "fwd_L"):
+                            x, y = getattr(g, f), getattr(want, f)
+                            assert x.shape == y.shape and x.tobytes() == y.tobytes(), f
+                        assert g.content == want.content
+                assert len(keys) == p
+                n_checked += 1
+    assert n_checked > 20
