@@ -127,3 +127,55 @@ def test_group_terms_of_some_modes_are_columns_of_all_modes(model, cluster, n):
                 assert len(keys) == p
                 n_checked += 1
     assert n_checked > 20
+
+
+def _same(x, y, where=""):
+    """x and y equal array for array, byte for byte (tuples, mappings, arrays, plain values)."""
+    from collections.abc import Mapping
+
+    if isinstance(x, Mapping):
+        assert isinstance(y, Mapping) and set(x) == set(y), where
+        for k in x:
+            _same(x[k], y[k], f"{where}.{k}")
+    elif isinstance(x, tuple):
+        assert isinstance(y, tuple) and len(x) == len(y), where
+        for i, (a, b) in enumerate(zip(x, y)):
+            _same(a, b, f"{where}[{i}]")
+    elif isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+        x, y = np.asarray(x), np.asarray(y)
+        assert x.shape == y.shape and x.dtype == y.dtype and x.tobytes() == y.tobytes(), where
+    else:
+        assert x == y, where
+
+
+@pytest.mark.parametrize("training", [{}, {"dp_overlap": "bucketed"},
+                                      {"param_gather_overlap": True, "dp_overlap": "stage"}])
+def test_grid_of_one_mode_is_columns_of_every_mode(training):
+    """nest.costs.stage.grid_terms: a table of some modes, with group terms that are columns
+    of the all-modes terms, reads the all-modes grid under every ZeRO stage and mode: every
+    term (times, memory, ZeRO parts, the overlapped tail's parts) equals `_terms` of that table
+    and its options, byte for byte."""
+    from nest.costs.groups import group_terms
+    from nest.costs.layers import ALL_MODES, layer_table
+    from nest.costs.stage import Options, _terms, grid_terms
+    from nest.problem.evaluate import make_problem
+    from nest.problem.plan import place
+    from nest.problem.space import declare, pp_dp_options
+    from nest.spec.settings import TrainingSettings
+
+    pr = make_problem("mixtral_mini", "dgx_h100_superpod", 64,
+                      training=TrainingSettings(global_batch=64, **training))
+    space = declare(pr, {"heterogeneous_stages": False})
+    checked = 0
+    for var in space.variants[:4]:
+        for p, d in list(pp_dp_options(pr, space, var))[1:3]:
+            ids = place(p, d, var.width, "replica_major", tp=var.tp, cp=var.cp, ep=var.ep)
+            for zs, modes in [((z,), (r,)) for z in (0, 1, 2, 3) for r in ALL_MODES] + [
+                    ((3, 1), ALL_MODES[1:])]:
+                lt = layer_table(pr, var, modes)
+                gt = group_terms(pr, lt, ids[-1], d)
+                assert gt.full is not None
+                opts = Options(zs, modes)
+                _same(grid_terms(pr, lt, gt, d, opts), _terms(pr, lt, gt, d, opts, None))
+                checked += 1
+    assert checked > 60

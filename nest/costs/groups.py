@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -42,6 +42,8 @@ class GroupTerms:
     dp_level: str
     layer_LR: np.ndarray  # per layer and recompute mode: the total (cum_LR's terms)
     fwd_L: np.ndarray  # per layer: its forward collectives
+    # the all-modes table's terms these are columns of (`_terms_of`), None for those themselves
+    full: GroupTerms | None = field(default=None, repr=False)
 
     @cached_property
     def content(self) -> bytes:
@@ -106,7 +108,7 @@ def _terms_of(problem, lt: LayerTable, ids, d: int, key) -> GroupTerms:
     def columns() -> GroupTerms:
         full = _terms_of(problem, layer_table(problem, lt.variant, ALL_MODES), ids, d, key)
         return replace(full, cum_LR=read_only(full.cum_LR[:, idx]),
-                       layer_LR=read_only(full.layer_LR[:, idx]))
+                       layer_LR=read_only(full.layer_LR[:, idx]), full=full)
 
     return problem.cache.get(lt.store, ("group", d, key), columns)
 

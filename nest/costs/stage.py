@@ -216,7 +216,34 @@ def grid_terms(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options) -
     fixed_ZR, act_R, parts, overlap terms or None, step_Z1: `_terms`), cached per (d, group terms'
     content, options): every stage whose group terms are equal shares them."""
     return problem.cache.get(lt.store, ("grid", d, gt.content, opts),
-                             lambda: read_only(_terms(problem, lt, gt, d, opts, None)))
+                             lambda: read_only(_grid_columns(problem, lt, gt, d, opts)))
+
+
+def _grid_columns(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options) -> tuple:
+    """`_terms` on the whole grid. For a table of some modes whose group terms are the
+    all-modes terms' columns (nest.costs.groups), with the options' modes the table's and
+    ZeRO stages among Options()'s: the columns of the all-modes table's grid under every ZeRO
+    stage and mode, kept in its store. `_terms` computes every ZeRO stage's arrays on its own
+    and every per-mode array elementwise from the table's and the group terms' columns, so
+    these are the floats it gives the table and options themselves (tests/test_speed_exact.py),
+    and the searches of one (ZeRO stage, mode) each share one grid."""
+    from nest.costs.layers import ALL_MODES, layer_table, subset_of_all
+
+    every = Options(Options().zero_stages, ALL_MODES)
+    zs = list(opts.zero_stages)
+    if (gt.full is None or subset_of_all(lt.modes) is None or opts.recompute_modes != lt.modes
+            or not set(zs) <= set(every.zero_stages) or len(set(zs)) != len(zs)):
+        return _terms(problem, lt, gt, d, opts, None)
+    full = grid_terms(problem, layer_table(problem, lt.variant, ALL_MODES), gt.full, d, every)
+    zi = [every.zero_stages.index(z) for z in zs]
+    ri = [ALL_MODES.index(r) for r in lt.modes]
+    base_R, per_mb_Z, sync_Z, fixed_ZR, act_R, parts, ov, step_Z = full
+    if ov is not None:
+        ov = {"fwd_Z": ov["fwd_Z"][..., zi], "rec_R": ov["rec_R"][..., ri],
+              "grad_Z": ov["grad_Z"][..., zi], "buckets": ov["buckets"],
+              "after_Z": ov["after_Z"][..., zi]}
+    return (base_R[..., ri], per_mb_Z[..., zi], sync_Z[..., zi], fixed_ZR[..., zi, :][..., ri],
+            act_R[..., ri], {z: parts[z] for z in zs}, ov, step_Z[..., zi, :])
 
 
 def _cells(terms, L: int, b, a):

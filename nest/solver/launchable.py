@@ -235,11 +235,13 @@ def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
         if bound >= best_T:
             break
         cuts = interleaved_cuts(problem, p, v, lay)
+        placements = [pl for pl, f in placement_floors(problem, space, var, p, d, v, cuts)
+                      if float(f.min()) < best_T]  # device_time_bounds is at least f
+        if not placements:
+            continue
         fit = fits(problem, var, p, d, v, live_knobs(space, bound_R, best_T), cuts)
         if not fit.any():  # no knob both may beat best_T and fits, whatever the placement
             continue
-        placements = [pl for pl, f in placement_floors(problem, space, var, p, d, v, cuts)
-                      if float(f.min()) < best_T]  # device_time_bounds is at least f
         for placement in placements:
             plan = interleaved_plan(problem, var, p, d, v, placement, space.zero_stages[0],
                                     space.recompute_modes[0], layout=lay)
