@@ -131,8 +131,8 @@ def placement_floors(problem: Problem, space: SearchSpace, var, p: int, d: int, 
     whole grid of the device group's group terms, nest.costs.stage.grid_terms, as its
     from_grid reads them), summed and combined in the same order; the terms left out are >= 0
     and every operation is monotone, so floor_ZR <= device_time_bounds, float for float. It
-    costs one group_terms and one grid gather per device group instead of a stage kernel (and
-    its sends) per chunk, so the search prices device_time_bounds only where this floor is
+    costs a grid gather per device group (its group terms kept per (p, d, placement), shared by
+    every v and layout) instead of a stage kernel (and its sends) per chunk, so the search prices device_time_bounds only where this floor is
     below its best time."""
     from nest.costs.groups import group_terms
     from nest.costs.pipeline import paper_interleaved
@@ -149,11 +149,12 @@ def placement_floors(problem: Problem, space: SearchSpace, var, p: int, d: int, 
                    problem.training.dp_overlap == "none")
     out = []
     for placement in space.placements_for(var, p, d):
-        ids = place(p, d, var.width, placement, tp=var.tp, cp=var.cp, ep=var.ep)
+        gts = problem.cache.get(lt.store, ("device_groups", p, d, placement), lambda placement=placement: tuple(
+            group_terms(problem, lt, i, d) for i in place(p, d, var.width, placement,
+                                                          tp=var.tp, cp=var.cp, ep=var.ep)))
         t_D, u_D = [], []
         for g, cs in enumerate(groups):
-            base_R, per_mb_Z, sync_Z = grid_terms(problem, lt, group_terms(
-                problem, lt, ids[g], d), d, space.options)[:3]
+            base_R, per_mb_Z, sync_Z = grid_terms(problem, lt, gts[g], d, space.options)[:3]
             t_D.append(sum(base_R[last[c], first[c]][None, :]
                            + per_mb_Z[last[c], first[c]][:, None] for c in cs))
             u_D.append(sum(sync_Z[last[c], first[c]] for c in cs))
