@@ -179,31 +179,3 @@ def test_grid_of_one_mode_is_columns_of_every_mode(training):
                 _same(grid_terms(pr, lt, gt, d, opts), _terms(pr, lt, gt, d, opts, None))
                 checked += 1
     assert checked > 60
-
-
-def test_stash_capacities_of_one_mode_are_columns_of_every_mode():
-    """nest.solver.bounds._max_stash: a table of some modes under some ZeRO stages reads the
-    all-modes table's capacities under every ZeRO stage; the same floats as stash_capacity of
-    its own fixed and step bytes."""
-    from nest.costs.layers import ALL_MODES, layer_table
-    from nest.costs.pipeline import stash_capacity
-    from nest.costs.stage import Options, fixed_and_step_bytes
-    from nest.problem.evaluate import make_problem
-    from nest.problem.space import declare
-    from nest.solver.bounds import _max_stash
-
-    pr = make_problem("mixtral_mini", "dgx_h100_superpod", 64)
-    space = declare(pr, {"heterogeneous_stages": False})
-    n = 0
-    for var in space.variants[:4]:
-        for d in (1, 2, 8):
-            for zs, modes in [((z,), (r,)) for z in (0, 1, 2, 3) for r in ALL_MODES] + [
-                    ((1, 3), ALL_MODES[:2]), ((0, 1, 2, 3), ALL_MODES)]:
-                lt = layer_table(pr, var, modes)
-                fixed, step = fixed_and_step_bytes(pr, lt, d, Options(zs, modes))
-                want = stash_capacity(fixed, lt.act_LLR[:, :, None, :], pr.cluster.hardware,
-                                      step)
-                got = _max_stash(pr, space.with_(zero_stages=zs), lt, d)
-                assert got.shape == want.shape and got.tobytes() == want.tobytes()
-                n += 1
-    assert n > 100

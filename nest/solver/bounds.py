@@ -314,24 +314,9 @@ def _band_cells(j: int, p: int, L: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _max_stash(problem: Problem, space: SearchSpace, lt: LayerTable, d: int) -> np.ndarray:
     """Micro-batches a stage a..b can stash with (z, r) and d replicas and still fit (-1: none),
-    [b, a, z, r] (the kernel's memory model; cached per table and d). A table of some modes
-    under ZeRO stages among Options()'s reads the all-modes table's capacities under every
-    ZeRO stage: fixed_and_step_bytes computes each ZeRO stage on its own and each mode
-    elementwise, and stash_capacity is elementwise, so the same floats (the searches of one
-    (ZeRO stage, mode) each share one computation; tests/test_placement_floors.py)."""
-    return _stash_table(problem, lt, d, tuple(space.zero_stages))
-
-
-def _stash_table(problem: Problem, lt: LayerTable, d: int, zs: tuple) -> np.ndarray:
-    every = Options().zero_stages
-    if subset_of_all(lt.modes) is None or not set(zs) <= set(every) or len(set(zs)) != len(zs):
-        def make():
-            fixed, step = fixed_and_step_bytes(problem, lt, d, Options(zs, lt.modes))
-            return read_only(stash_capacity(fixed, lt.act_LLR[:, :, None, :],
-                                            problem.cluster.hardware, step))
-    else:
-        def make():
-            full = _stash_table(problem, layer_table(problem, lt.variant, ALL_MODES), d, every)
-            zi, ri = [every.index(z) for z in zs], [ALL_MODES.index(r) for r in lt.modes]
-            return read_only(full[:, :, zi][..., ri])
-    return problem.cache.get(lt.store, ("max_stash", d, zs), make)
+    [b, a, z, r] (the kernel's memory model; cached per table and d)."""
+    def make():
+        fixed, step = fixed_and_step_bytes(problem, lt, d, Options(space.zero_stages, lt.modes))
+        return read_only(stash_capacity(fixed, lt.act_LLR[:, :, None, :],
+                                        problem.cluster.hardware, step))
+    return problem.cache.get(lt.store, ("max_stash", d, space.zero_stages), make)
