@@ -221,29 +221,25 @@ def grid_terms(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options) -
 
 def _grid_columns(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options) -> tuple:
     """`_terms` on the whole grid. For a table of some modes whose group terms are the
-    all-modes terms' columns (nest.costs.groups), with the options' modes the table's and
-    ZeRO stages among Options()'s: the columns of the all-modes table's grid under every ZeRO
-    stage and mode, kept in its store. `_terms` computes every ZeRO stage's arrays on its own
-    and every per-mode array elementwise from the table's and the group terms' columns, so
-    these are the floats it gives the table and options themselves (tests/test_speed_exact.py),
-    and the searches of one (ZeRO stage, mode) each share one grid."""
+    all-modes terms' columns (nest.costs.groups), with the options' modes the table's: the
+    columns of the all-modes table's grid under the same ZeRO stages and every mode, kept in
+    its store. `_terms` computes every per-mode array elementwise from the table's and the
+    group terms' columns, so these are the floats it gives the table and options themselves
+    (tests/test_placement_floors.py), and the searches of one (ZeRO stage, mode) each share
+    one grid per ZeRO stage. (Not across ZeRO stages: a search per ZeRO stage visits too few
+    of the same (d, groups) to pay for the other stages' arrays.)"""
     from nest.costs.layers import ALL_MODES, layer_table, subset_of_all
 
-    every = Options(Options().zero_stages, ALL_MODES)
-    zs = list(opts.zero_stages)
-    if (gt.full is None or subset_of_all(lt.modes) is None or opts.recompute_modes != lt.modes
-            or not set(zs) <= set(every.zero_stages) or len(set(zs)) != len(zs)):
+    if gt.full is None or subset_of_all(lt.modes) is None or opts.recompute_modes != lt.modes:
         return _terms(problem, lt, gt, d, opts, None)
+    every = Options(opts.zero_stages, ALL_MODES)
     full = grid_terms(problem, layer_table(problem, lt.variant, ALL_MODES), gt.full, d, every)
-    zi = [every.zero_stages.index(z) for z in zs]
     ri = [ALL_MODES.index(r) for r in lt.modes]
     base_R, per_mb_Z, sync_Z, fixed_ZR, act_R, parts, ov, step_Z = full
     if ov is not None:
-        ov = {"fwd_Z": ov["fwd_Z"][..., zi], "rec_R": ov["rec_R"][..., ri],
-              "grad_Z": ov["grad_Z"][..., zi], "buckets": ov["buckets"],
-              "after_Z": ov["after_Z"][..., zi]}
-    return (base_R[..., ri], per_mb_Z[..., zi], sync_Z[..., zi], fixed_ZR[..., zi, :][..., ri],
-            act_R[..., ri], {z: parts[z] for z in zs}, ov, step_Z[..., zi, :])
+        ov = {**ov, "rec_R": ov["rec_R"][..., ri]}
+    return (base_R[..., ri], per_mb_Z, sync_Z, fixed_ZR[..., ri], act_R[..., ri], parts, ov,
+            step_Z)
 
 
 def _cells(terms, L: int, b, a):
