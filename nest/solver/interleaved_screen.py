@@ -89,6 +89,10 @@ class Fits:
         resident, step = self._states0[z]
         return peak(allocated(resident + self._act0[r] + work, step), self.problem.cluster.hardware)
 
+    def out_at_floor0(self, z: int, r: str) -> bool:
+        """The knob is out of memory by device group 0's floor (the first test of `_fits`)."""
+        return self.floor0(z, r) > self.problem.cluster.hardware.hbm_bytes * (1 + MARGIN)
+
     def __getitem__(self, knob) -> bool:
         if knob not in self._known:
             self._known[knob] = knob in self.knobs and self._fits(*knob)
@@ -103,7 +107,7 @@ class Fits:
     def _fits(self, z: int, r: str) -> bool:
         pr, p, n = self.problem, self.p, len(self.cuts)
         hw = pr.cluster.hardware
-        if self.floor0(z, r) > hw.hbm_bytes * (1 + MARGIN):
+        if self.out_at_floor0(z, r):
             return False
         for g in range(p):
             ks = list(chunks_of(g, p, n))

@@ -235,15 +235,18 @@ def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
         if bound >= best_T:
             break
         cuts = interleaved_cuts(problem, p, v, lay)
+        fit = fits(problem, var, p, d, v, live_knobs(space, bound_R, best_T), cuts)
+        knobs = [k for k in fit.knobs if not fit.out_at_floor0(*k)]  # the cheap memory test
+        if not knobs:
+            continue
         floors = placement_floors(problem, space, var, p, d, v, cuts)
         placements = [pl for pl, f in floors if float(f.min()) < best_T]
         if not placements:  # device_time_bounds is at least the floor: no knob is priced
             continue
         # a knob whose floor reaches best_T on every placement is never priced: not screened
         low = np.min([f for _, f in floors], axis=0) < best_T
-        knobs = [(z, r) for z, r in live_knobs(space, bound_R, best_T)
-                 if low[space.zero_stages.index(z), space.recompute_modes.index(r)]]
-        fit = fits(problem, var, p, d, v, knobs, cuts)
+        fit.knobs = [(z, r) for z, r in knobs
+                     if low[space.zero_stages.index(z), space.recompute_modes.index(r)]]
         if not fit.any():  # no knob both may beat best_T and fits, whatever the placement
             continue
         for placement in placements:
