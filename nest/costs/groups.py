@@ -99,7 +99,7 @@ def _terms_of(problem, lt: LayerTable, ids, d: int, key) -> GroupTerms:
     takes the all-modes table's terms with its modes' columns of cum_LR and layer_LR: every
     other field reads the variant's collectives alone, and those two are computed column by
     column (`_group_terms`: elementwise, then a cumulative sum down the layers), so they are
-    the floats `_group_terms` gives the table itself (tests/test_speed_exact.py)."""
+    the floats `_group_terms` gives the table itself (tests/test_placement_floors.py)."""
     idx = subset_of_all(lt.modes)
     if idx is None:
         return problem.cache.get(lt.store, ("group", d, key),

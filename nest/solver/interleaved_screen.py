@@ -137,7 +137,7 @@ def placement_floors(problem: Problem, space: SearchSpace, var, p: int, d: int, 
     and every operation is monotone, so floor_ZR <= device_time_bounds, float for float. It
     costs a grid gather per device group (its group terms kept per (p, d, placement), shared by
     every v and layout) instead of a stage kernel (and its sends) per chunk, so the search prices device_time_bounds only where this floor is
-    below its best time."""
+    below its best time (tests/test_placement_floors.py)."""
     from nest.costs.groups import group_terms
     from nest.costs.pipeline import paper_interleaved
     from nest.costs.stage import grid_terms

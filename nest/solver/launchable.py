@@ -24,7 +24,10 @@ candidates are visited in order of a lower bound and the walk stops when the bou
 best time: t_d sums the per-layer floors of device group d's chunks (nest.solver.bounds.floor_LR:
 its compute plus the least collective any stage of the variant pays), the batch takes at least
 max_j m t_j + sum_{d<j} t_d / v (`pipeline_floor`: group j's own work, after the first
-micro-batch's forward reached it and before the last one's backward left it). Ties keep the first found: 1F1B before interleaved, fewer
+micro-batch's forward reached it and before the last one's backward left it). Per placement,
+`device_time_bounds` is priced only where its floor without sends
+(nest.solver.interleaved_screen.placement_floors, which carries the data-parallel sync tail)
+is below the best time. Ties keep the first found: 1F1B before interleaved, fewer
 chunks first, the smaller micro-batch first.
 """
 
