@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -21,7 +21,7 @@ from nest.costs.alike import (SYNC_KINDS, inner_groups, level_name, priced_alike
 from nest.common.errors import SpecError
 from nest.costs.cache import read_only
 from nest.costs.fp8_quant import AMAX_BYTES, amax_reductions
-from nest.costs.layers import LayerTable, prefix
+from nest.costs.layers import ALL_MODES, LayerTable, layer_table, prefix, subset_of_all
 from nest.costs.roofline import streaming_s
 from nest.network.collectives import group_lines, group_lines_by_kind, lines_time
 
@@ -42,6 +42,8 @@ class GroupTerms:
     dp_level: str
     layer_LR: np.ndarray  # per layer and recompute mode: the total (cum_LR's terms)
     fwd_L: np.ndarray  # per layer: its forward collectives
+    # the all-modes table's terms these are columns of (`_terms_of`), None for those themselves
+    full: GroupTerms | None = field(default=None, repr=False)
 
     @cached_property
     def content(self) -> bytes:
@@ -76,14 +78,39 @@ def placement_group_terms(problem, lts, ids, d: int) -> list[list[GroupTerms]]:
         v = lt.variant
         by_shape.setdefault((v.tp, v.cp, v.ep), []).append(lt)
     keys = {}
+    arr = np.asarray(ids)
+    digest = hashlib.blake2b(repr(arr.shape).encode() + arr.astype(np.int64).tobytes(),
+                             digest_size=16).digest()
     for (tp, cp, ep), same in by_shape.items():
-        groups = inner_groups(np.asarray(ids), tp, cp, ep, d)
-        keys.update(zip(map(id, same), priced_alike_keys(problem, same, groups)))
+        # the keys read the variants' collectives, not their tables' modes: kept per variants,
+        # d and ids, so the searches of one mode each share them
+        found = problem.cache.get("priced_alike_keys", (tuple(lt.variant for lt in same), d,
+                                                        digest), lambda same=same, tp=tp, cp=cp,
+                                  ep=ep: priced_alike_keys(problem, same, inner_groups(
+                                      arr, tp, cp, ep, d)))
+        keys.update(zip(map(id, same), found))
     for lt in lts:
-        out.append([problem.cache.get(lt.store, ("group", d, key),
-                                      lambda i=i, lt=lt: _group_terms(problem, lt, i, d))
-                    for key, i in zip(keys[id(lt)], ids)])
+        out.append([_terms_of(problem, lt, i, d, key) for key, i in zip(keys[id(lt)], ids)])
     return out
+
+
+def _terms_of(problem, lt: LayerTable, ids, d: int, key) -> GroupTerms:
+    """The group terms of `priced_alike` key `key`, kept in lt's store. A table of some modes
+    takes the all-modes table's terms with its modes' columns of cum_LR and layer_LR: every
+    other field reads the variant's collectives alone, and those two are computed column by
+    column (`_group_terms`: elementwise, then a cumulative sum down the layers), so they are
+    the floats `_group_terms` gives the table itself (tests/test_placement_floors.py)."""
+    idx = subset_of_all(lt.modes)
+    if idx is None:
+        return problem.cache.get(lt.store, ("group", d, key),
+                                 lambda: _group_terms(problem, lt, ids, d))
+
+    def columns() -> GroupTerms:
+        full = _terms_of(problem, layer_table(problem, lt.variant, ALL_MODES), ids, d, key)
+        return replace(full, cum_LR=read_only(full.cum_LR[:, idx]),
+                       layer_LR=read_only(full.layer_LR[:, idx]), full=full)
+
+    return problem.cache.get(lt.store, ("group", d, key), columns)
 
 
 def alike_store(lt: LayerTable) -> tuple:
@@ -95,8 +122,7 @@ def alike_store(lt: LayerTable) -> tuple:
 def _priced_alike_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
     v = lt.variant
     key = priced_alike(problem, lt, inner_groups(ids, v.tp, v.cp, v.ep, d))
-    return problem.cache.get(lt.store, ("group", d, key),
-                             lambda: _group_terms(problem, lt, ids, d))
+    return _terms_of(problem, lt, ids, d, key)
 
 
 def _group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:

@@ -220,7 +220,30 @@ def grid_terms(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options) -
     fixed_ZR, act_R, parts, overlap terms or None, step_Z1: `_terms`), cached per (d, group terms'
     content, options): every stage whose group terms are equal shares them."""
     return problem.cache.get(lt.store, ("grid", d, gt.content, opts),
-                             lambda: read_only(_terms(problem, lt, gt, d, opts, None)))
+                             lambda: read_only(_grid_columns(problem, lt, gt, d, opts)))
+
+
+def _grid_columns(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options) -> tuple:
+    """`_terms` on the whole grid. For a table of some modes whose group terms are the
+    all-modes terms' columns (nest.costs.groups), with the options' modes the table's: the
+    columns of the all-modes table's grid under the same ZeRO stages and every mode, kept in
+    its store. `_terms` computes every per-mode array elementwise from the table's and the
+    group terms' columns, so these are the floats it gives the table and options themselves
+    (tests/test_placement_floors.py), and the searches of one (ZeRO stage, mode) each share
+    one grid per ZeRO stage. (Not across ZeRO stages: a search per ZeRO stage visits too few
+    of the same (d, groups) to pay for the other stages' arrays.)"""
+    from nest.costs.layers import ALL_MODES, layer_table, subset_of_all
+
+    if gt.full is None or subset_of_all(lt.modes) is None or opts.recompute_modes != lt.modes:
+        return _terms(problem, lt, gt, d, opts, None)
+    every = Options(opts.zero_stages, ALL_MODES)
+    full = grid_terms(problem, layer_table(problem, lt.variant, ALL_MODES), gt.full, d, every)
+    ri = [ALL_MODES.index(r) for r in lt.modes]
+    base_R, per_mb_Z, sync_Z, fixed_ZR, act_R, parts, ov, step_Z = full
+    if ov is not None:
+        ov = {**ov, "rec_R": ov["rec_R"][..., ri]}
+    return (base_R[..., ri], per_mb_Z, sync_Z, fixed_ZR[..., ri], act_R[..., ri], parts, ov,
+            step_Z)
 
 
 def _cells(terms, L: int, b, a):

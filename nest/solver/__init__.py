@@ -53,6 +53,7 @@ bound exceeds its candidate's optimum; search(prune=False) visits everything, fo
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 
@@ -65,6 +66,7 @@ from nest.costs.stage import Options, fixed_and_step_bytes
 from nest.graph.layer_graph import Variant
 from nest.problem.problem import Problem, with_mbs
 from nest.common.errors import SpecError
+from nest.costs.cache import read_only
 from nest.network.collectives import flattened
 from nest.solver.arrays import StageArrays, class_arrays, even_cut_mask
 from nest.solver.bounds import compute_bounds, joint_bound, memory_aware_bound, p2p_floor
@@ -127,6 +129,20 @@ def candidate_arrays(problem: Problem, space: SearchSpace, lts, p: int, d: int,
     return arr
 
 
+def _option_arrays(problem: Problem, space: SearchSpace, v: Variant):
+    """(p, d, m) of `pp_dp_options` in its order, as int64 arrays, m the micro-batches of d;
+    kept in the problem's cache by what they read (the searches per ZeRO stage and
+    recomputation mode share them)."""
+    def make():
+        pd = np.array(list(pp_dp_options(problem, space, v)), dtype=np.int64).reshape(-1, 2)
+        P, D = pd[:, 0], pd[:, 1]
+        M = np.array([problem.num_microbatches(int(d), v.ep) for d in D], dtype=np.int64)
+        return read_only((P, D, M))
+
+    key = (v, space.max_pp, space.min_devices)
+    return problem.cache.get("pp_dp_options", key, make)
+
+
 def num_blocks(problem: Problem) -> int:
     return sum(la.kind == "block" for la in problem.graph.layers)
 
@@ -155,17 +171,21 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
     classes = space.classes  # a property: computed once here
     for ci, cls in enumerate(classes):
         lts[ci] = [layer_table(problem, v, space.recompute_modes) for v in cls]
-        options = list(pp_dp_options(problem, space, cls[0]))
-        if not options:
+        P, D, M = _option_arrays(problem, space, cls[0])
+        if not len(P):
             continue
-        lb, floors[ci] = compute_bounds(problem, space, lts[ci], max(p for p, _ in options))
+        lb, floors[ci] = compute_bounds(problem, space, lts[ci], int(P.max()))
         sends[ci] = p2p_floor(problem, lts[ci], space)
-        for p, d in options:
-            if even_cuts and p > num_blocks(problem):
-                continue
-            m = problem.num_microbatches(d, cls[0].ep)
-            heap.append((paper_1f1b(lb[p], m, p) * bound_scale(form, m, p) if prune else 0.0,
-                         0, ci, p, d))
+        if even_cuts:
+            keep = P <= num_blocks(problem)
+            P, D, M = P[keep], D[keep], M[keep]
+        if prune:  # paper_1f1b(lb[p], m, p) * bound_scale(form, m, p), elementwise
+            bound = paper_1f1b(np.asarray(lb)[P], M, P) * (
+                M / bottleneck_weight("paper", M, P) if form == TIGHT_FORM else 1.0)
+        else:
+            bound = np.zeros(len(P))
+        heap.extend(zip(bound.tolist(), itertools.repeat(0), itertools.repeat(ci),
+                        P.tolist(), D.tolist()))
     num_candidates = len(heap)
     heapq.heapify(heap)
     visited = 0

@@ -24,12 +24,15 @@ candidates are visited in order of a lower bound and the walk stops when the bou
 best time: t_d sums the per-layer floors of device group d's chunks (nest.solver.bounds.floor_LR:
 its compute plus the least collective any stage of the variant pays, no sends), the batch takes
 at least max_j m t_j + sum_{d<j} t_d / v (`pipeline_floor`: group j's own work, after the first
-micro-batch's forward reached it and before the last one's backward left it); each plan's
-knobs are then walked in order of `device_time_bounds`. Under pipeline_time critical_path /
-simulated (the simulated pipeline) both are floors of the simulation's own per-operation times
-(nest.costs.pipeline.interleaved_floor), so the interleaved walk stays exact there; the 1F1B
-part then optimises the paper's form, an upper bound, and re-scores (nest.solver). Ties keep
-the first found: 1F1B before interleaved, fewer chunks first, the smaller micro-batch first.
+micro-batch's forward reached it and before the last one's backward left it). Per placement,
+`device_time_bounds` is priced only where its floor without sends
+(nest.solver.interleaved_screen.placement_floors, which carries the data-parallel sync tail)
+is below the best time; each plan's knobs are then walked in order of `device_time_bounds`.
+Under pipeline_time critical_path / simulated (the simulated pipeline) these are floors of the
+simulation's own per-operation times (nest.costs.pipeline.interleaved_floor), so the
+interleaved walk stays exact there; the 1F1B part then optimises the paper's form, an upper
+bound, and re-scores (nest.solver). Ties keep the first found: 1F1B before interleaved, fewer
+chunks first, the smaller micro-batch first.
 """
 
 from __future__ import annotations
@@ -237,18 +240,29 @@ def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
     from dataclasses import replace
 
     from nest.problem.evaluate import evaluate
-    from nest.solver.interleaved_screen import fits, live_knobs  # placement-free screens
+    from nest.solver.interleaved_screen import fits, live_knobs, placement_floors
 
     best, n = None, 0
     for bound, _, var, p, d, v, lay, bound_R in interleaved_candidates(problem, space, max_v,
                                                                        best_T):
         if bound >= best_T:
             break
-        fit = fits(problem, var, p, d, v, live_knobs(space, bound_R, best_T),
-                   interleaved_cuts(problem, p, v, lay))
+        cuts = interleaved_cuts(problem, p, v, lay)
+        fit = fits(problem, var, p, d, v, live_knobs(space, bound_R, best_T), cuts)
+        knobs = [k for k in fit.knobs if not fit.out_at_floor0(*k)]  # the cheap memory test
+        if not knobs:
+            continue
+        floors = placement_floors(problem, space, var, p, d, v, cuts)
+        placements = [pl for pl, f in floors if float(f.min()) < best_T]
+        if not placements:  # device_time_bounds is at least the floor: no knob is priced
+            continue
+        # a knob whose floor reaches best_T on every placement is never priced: not screened
+        low = np.min([f for _, f in floors], axis=0) < best_T
+        fit.knobs = [(z, r) for z, r in knobs
+                     if low[space.zero_stages.index(z), space.recompute_modes.index(r)]]
         if not fit.any():  # no knob both may beat best_T and fits, whatever the placement
             continue
-        for placement in space.placements_for(var, p, d):
+        for placement in placements:
             plan = interleaved_plan(problem, var, p, d, v, placement, space.zero_stages[0],
                                     space.recompute_modes[0], layout=lay)
             lb = device_time_bounds(problem, space, plan)
