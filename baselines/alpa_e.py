@@ -225,10 +225,31 @@ def inter_op_dp(T_XKIS, units, U, B, rel_gap=0.0, budget: Budget | None = None,
     if not math.isfinite(lb) or B * lb >= bound:
         return None
     vals = np.unique(T_XKIS[np.isfinite(T_XKIS) & (T_XKIS >= lb)])
+    # the least sum of stage latencies under no cap: F(s, 0, U; t_max) never falls below it, so
+    # every t_max >= c gives T >= F_inf + (B - 1) c
+    F_inf, _, _ = _dp(T_XKIS, units, U, np.inf, np.add)
+    if rel_gap:
+        best, best_c = _scan_every(T_XKIS, units, U, B, vals, F_inf, rel_gap, budget)
+    else:
+        best, best_c = _scan_pruned(T_XKIS, units, U, B, vals, F_inf, budget)
+    F, _, stages = _dp(T_XKIS, units, U, best_c, np.add, backtrack=True)
+    t_max = max(T_XKIS[x, k, i, s - 1] for k, i, x, s in stages)
+    return float(dapple(F, t_max, B)), float(t_max), stages
+
+
+def _stops(c, B: int, best: float, F_inf: float) -> bool:
+    """Alpa's early pruning (every later plan has T >= B * t_max), then ours: F(t_max) >= F_inf,
+    so every t_max >= c has T >= F_inf + (B - 1) c. Both grow with c for a fixed best."""
+    return B * c >= best or F_inf + (B - 1) * c >= best
+
+
+def _scan_every(T_XKIS, units, U, B, vals, F_inf, rel_gap, budget):
+    """Alpa's walk over t_max in increasing order, one DP pass per t_max, skipping t_max within
+    `rel_gap` of the last one priced: (best T*, its t_max)."""
     best, best_c, last = np.inf, None, -np.inf
     for c in vals:
-        if B * c >= best:
-            break  # Alpa's early pruning: every later plan has T >= B * t_max
+        if _stops(c, B, best, F_inf):
+            break
         if c < last * (1 + rel_gap):
             continue
         if budget is not None:
@@ -237,9 +258,50 @@ def inter_op_dp(T_XKIS, units, U, B, rel_gap=0.0, budget: Budget | None = None,
         F, _, _ = _dp(T_XKIS, units, U, c, np.add)
         if dapple(F, c, B) < best:  # Alpa's Eq. 2 (nest.costs.pipeline.alpa_objective)
             best, best_c = dapple(F, c, B), c
-    F, _, stages = _dp(T_XKIS, units, U, best_c, np.add, backtrack=True)
-    t_max = max(T_XKIS[x, k, i, s - 1] for k, i, x, s in stages)
-    return float(dapple(F, t_max, B)), float(t_max), stages
+    return best, best_c
+
+
+def _scan_pruned(T_XKIS, units, U, B, vals, F_inf, budget, walk: int = 8):
+    """The same walk as `_scan_every` with no gap (the same best, the same t_max, the same stop),
+    pricing fewer t_max: F(t_max), the DP's least sum under the cap t_max, never grows with
+    t_max (a larger cap only adds options; each plan's sum is the same floats under any cap), so
+    on a run of t_max values [lo, hi] every T = F(t) + (B - 1) t >= F(hi) + (B - 1) lo. A run
+    whose bound reaches the best so far updates nothing and is skipped (the walk's stop inside it
+    read at its last value, the stop growing with t_max); else it is split at its middle, whose
+    F bounds the left half. The walk's own updates happen in its order: a t_max is compared with
+    the best of the smaller ones only, as Alpa's walk does. The first `walk` t_max are walked
+    one by one (where Alpa's stop comes early, as with many micro-batches, splitting would price
+    more of them than the walk)."""
+    head = min(walk, len(vals))
+    best, best_c = _scan_every(T_XKIS, units, U, B, vals[:head], F_inf, 0.0, budget)
+    if head == len(vals) or _stops(vals[head], B, best, F_inf):
+        return best, best_c
+    memo: dict[int, float] = {}
+    state = {"best": best, "best_c": best_c}
+
+    def F_at(i: int) -> float:
+        if i not in memo:
+            if budget is not None:
+                budget.spend()
+            memo[i] = _dp(T_XKIS, units, U, vals[i], np.add)[0]
+        return memo[i]
+
+    def run(lo: int, hi: int, F_low: float) -> bool:  # False: the walk stopped in [lo, hi]
+        best = state["best"]
+        if _stops(vals[lo], B, best, F_inf):
+            return False
+        if F_low + (B - 1) * vals[lo] >= best:
+            return not _stops(vals[hi], B, best, F_inf)
+        if lo == hi:
+            T = dapple(F_at(lo), vals[lo], B)
+            if T < best:
+                state["best"], state["best_c"] = T, vals[lo]
+            return True
+        mid = (lo + hi) // 2
+        return run(lo, mid, F_at(mid)) and run(mid + 1, hi, F_low)
+
+    run(head, len(vals) - 1, F_inf)
+    return state["best"], state["best_c"]
 
 
 def brute_force_inter_op(T_XKIS, units, U, B):

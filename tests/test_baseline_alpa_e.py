@@ -190,6 +190,60 @@ def test_inter_op_dp_equals_brute_force(data):
     assert [s for *_, s in stages] == list(range(len(stages), 0, -1))
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_pruned_t_max_walk_is_alpas_walk(data):
+    """The t_max walk that skips runs by F's monotonicity (baselines.alpa_e._scan_pruned) returns
+    Alpa's walk's best T* and t_max bit for bit (the walk pricing every t_max in order,
+    `_scan_every` with no gap); with one micro-batch (T = F alone) it bisects instead of walking."""
+    from baselines.alpa_e import Budget, _dp, _scan_every, _scan_pruned
+
+    L = data.draw(st.integers(2, 7))
+    units = data.draw(st.sampled_from([[1], [1, 2], [2, 3], [1, 2, 4]]))
+    U = data.draw(st.integers(2, 10))
+    B = data.draw(st.integers(1, 12))
+    X = len(units)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**31)))
+    T = rng.uniform(0.1, 10.0, size=(X, L, L, L))
+    T[rng.random(T.shape) < 0.2] = math.inf
+    T[:, np.tril_indices(L, -1)[0], np.tril_indices(L, -1)[1], :] = math.inf
+    lb = _dp(T, units, U, np.inf, np.maximum)[0]
+    if not math.isfinite(lb):
+        return
+    vals = np.unique(T[np.isfinite(T) & (T >= lb)])
+    F_inf = _dp(T, units, U, np.inf, np.add)[0]
+    every, pruned = Budget(10**6), Budget(10**6)
+    ref = _scan_every(T, units, U, B, vals, F_inf, 0.0, every)
+    got = _scan_pruned(T, units, U, B, vals, F_inf, pruned)
+    assert got == ref
+
+
+def test_pruned_t_max_walk_prices_fewer_t_max():
+    """Stage latencies that grow with their layers (12 layers, submeshes of 1 and 2 units, 8
+    units): the pruned walk prices at most as many t_max as Alpa's walk at every B, and far
+    fewer where that walk is long (few micro-batches); the same result each time."""
+    from baselines.alpa_e import Budget, _dp, _scan_every, _scan_pruned
+
+    L, units, U = 12, [1, 2], 8
+    lay = np.random.default_rng(0).uniform(0.5, 1.5, size=L)
+    T = np.full((len(units), L, L, L), math.inf)
+    for x, u in enumerate(units):
+        for k in range(L):
+            for i in range(k, L):
+                T[x, k, i, :] = lay[k: i + 1].sum() / u * (1 + 0.01 * np.arange(L))
+    lb = _dp(T, units, U, np.inf, np.maximum)[0]
+    vals = np.unique(T[np.isfinite(T) & (T >= lb)])
+    F_inf = _dp(T, units, U, np.inf, np.add)[0]
+    priced = {}
+    for B in (1, 2, 4, 8, 32):
+        every, pruned = Budget(10**6), Budget(10**6)
+        assert (_scan_pruned(T, units, U, B, vals, F_inf, pruned)
+                == _scan_every(T, units, U, B, vals, F_inf, 0.0, every))
+        priced[B] = (10**6 - every.left, 10**6 - pruned.left)
+        assert priced[B][1] <= priced[B][0]
+    assert priced[1][1] * 5 < priced[1][0], priced
+
+
 @pytest.mark.parametrize("which", ["gpt", "moe"])
 def test_dp_over_submeshes_equals_brute_force_on_a_tiny_mesh(gpt8, moe8, which):
     """Real stage latencies on the 8-device tiny mesh (4 nodes of 2): per-stage submeshes of
