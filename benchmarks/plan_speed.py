@@ -356,6 +356,19 @@ searches: DeepSeek-V3's searches per ZeRO stage visit too few of the same (d, de
 find nothing that fits), so computing the other stages' arrays cost more than it saved.
 Not done: one pass for the 12 searches' memory-aware and joint bounds (each is for its own
 knob, pruned at its own best time); the graph's torch._dynamo import; JAX's compiles.
+
+The merged code of that session, the machine otherwise idle, `--unseen` in one process (so the
+second and later cases find torch._dynamo and JAX warm), CPU s graph + solve, compare:
+yi_34b_gb8 1.6 + 2.8, compare 169.7; gemma3_27b_rail 1.3 + 1.8, 11.4; qwen3_32b_torus 0.6 +
+1.8, 12.4; qwen2_57b_nvl36 0.7 + 4.6, 11.8; qwen3_32b_h200 0.5 + 2.1, 18.4. Yi's compare was
+Alpa-E's (153 CPU s of 163 in `nest compare`): at global batch 8 its B is 1-8, so Alpa's early
+stop (B t_max >= the best) comes late and its DP ran once for each of ~700 t_max per split.
+The walk now skips runs of t_max that cannot beat the best (baselines.alpa_e._scan_pruned: the
+DP's least sum under a cap never grows with the cap), with the same result as the walk bit for
+bit (tests/test_baseline_alpa_e.py): Alpa-E 153 -> 17-23 CPU s, the whole `nest compare` 163
+-> 32.8 CPU s (nest 1.4, MCMC 3.3, Alpa-E 22.6, Mist 0.5, Phaze 0.2, the rest graph and
+imports), the same table but the solve times. Still about the 30 s target there: Alpa-E's
+DP passes (23-70 ms each, 732 of them) are what is left.
 """
 
 from __future__ import annotations
