@@ -149,11 +149,7 @@ def _group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
             if not x:
                 continue
             name = f"{col.group}_{col.kind}.{level_name(cl, groups[col.group][0])}"
-            k = col_of.setdefault((name, col.phase == "fwd"), len(names))
-            if k == len(names):
-                names.append(name)
-                fwd.append(col.phase == "fwd")
-            row.append((k, x))
+            row.append((column(name, col.phase == "fwd", names, fwd, col_of), x))
         row += amax_terms(problem, c, v, groups, time, names, fwd, col_of)
         row += routing_map_terms(problem, c, groups, time, names, fwd, col_of)
         rows[id(c)] = row
@@ -177,6 +173,17 @@ def _group_terms(problem, lt: LayerTable, ids, d: int) -> GroupTerms:
                       read_only(prefix(tot_LR)), dp, dp_level, read_only(tot_LR), read_only(fwd_L))
 
 
+def column(name: str, is_fwd: bool, names: list, fwd: list, col_of: dict) -> int:
+    """The column of term `name` in that phase among a layer table's group terms, appended to
+    names / fwd (and col_of, its index) when new: `_group_terms`, amax_terms and
+    routing_map_terms each register their terms so."""
+    k = col_of.setdefault((name, is_fwd), len(names))
+    if k == len(names):
+        names.append(name)
+        fwd.append(is_fwd)
+    return k
+
+
 AMAX = "tp_amax_all_reduce"  # the FP8 current-scaling amax all-reduces' term (amax_terms)
 
 
@@ -198,11 +205,7 @@ def amax_terms(problem, c, v, groups, time, names, fwd, col_of) -> list[tuple[in
     out = []
     for is_fwd, n in zip((True, False), counts):
         if n and one:
-            k = col_of.setdefault((name, is_fwd), len(names))
-            if k == len(names):
-                names.append(name)
-                fwd.append(is_fwd)
-            out.append((k, one * n))
+            out.append((column(name, is_fwd, names, fwd, col_of), one * n))
     return out
 
 
@@ -235,8 +238,8 @@ def routing_map_bytes(c, dispatcher: str) -> float:
 
 def routing_map_terms(problem, c, groups, time, names, fwd, col_of) -> list[tuple[int, float]]:
     """HybridEP's routing-map all-gather of one layer (`routing_map_bytes`): one all-gather of
-    ep x those bytes on the ep group's NCCL lines per forward, term ROUTING_MAP.<level>,
-    appended to names / fwd / col_of as amax_terms does. The custom NVLink gather inside one
+    ep x those bytes on the ep group's NCCL lines per forward, term ROUTING_MAP.<level>
+    (`column`). The custom NVLink gather inside one
     node is priced on the same lines (no published rate of its own)."""
     nbytes = routing_map_bytes(c, problem.training.moe_dispatcher)
     ep = len(groups["ep"][0])
@@ -246,11 +249,7 @@ def routing_map_terms(problem, c, groups, time, names, fwd, col_of) -> list[tupl
     if not x:
         return []
     name = f"{ROUTING_MAP}.{level_name(problem.cluster, groups['ep'][0])}"
-    k = col_of.setdefault((name, True), len(names))
-    if k == len(names):
-        names.append(name)
-        fwd.append(True)
-    return [(k, x)]
+    return [(column(name, True, names, fwd, col_of), x)]
 
 
 def ep_lines(problem, groups) -> list:

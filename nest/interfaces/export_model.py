@@ -131,15 +131,15 @@ MEGATRON_LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0,
                         "original_max_position_embeddings": 8192.0}
 
 
-# megatron-core MLATransformerConfig's YaRN fields that no Megatron-LM argument sets (its
-# argument_utils maps only --rotary-scaling-factor, --mscale and --mscale-all-dim onto them;
-# the --yarn-* arguments fill the non-MLA yarn_* attributes); Hugging Face DeepSeek's defaults too
 # the YaRN keys Megatron-LM's yarn position embedding takes (megatron/training/arguments.py:
 # --rotary-scaling-factor, --yarn-original-max-position-embeddings, --yarn-beta-fast / -slow,
 # --mscale, --mscale-all-dim, --[no-]yarn-correction-range-round-to-int); any other (an explicit
 # attention_factor, ...) leaves the scaling to a warning
 YARN_KEYS = {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
              "mscale_all_dim", "truncate"}
+# megatron-core MLATransformerConfig's YaRN fields that no Megatron-LM argument sets (its
+# argument_utils maps only --rotary-scaling-factor, --mscale and --mscale-all-dim onto them;
+# the --yarn-* arguments fill the non-MLA yarn_* attributes); Hugging Face DeepSeek's defaults too
 MEGATRON_MLA_YARN = {"original_max_position_embeddings": 4096.0, "beta_fast": 32.0,
                      "beta_slow": 1.0}
 

@@ -60,22 +60,27 @@ KINDS = ("tiered", "fat_tree", "spine_leaf", "scale_up", "rail_optimized", "mult
          "torus", "graph")
 
 
-def network_levels(net: dict, where: str, base_dir: Path | None) -> tuple[list[dict], list[str]]:
-    """(levels, notes) of a validated `network:` mapping; `where` names the file in errors,
-    `base_dir` is the folder graph files are resolved in (None: graph files refused)."""
+def network_levels(net: dict, where: str, base_dir: Path | None
+                   ) -> tuple[list[dict], list[str], tuple[str, ...]]:
+    """(levels, notes, device names) of a validated `network:` mapping; `where` names the file
+    in errors, `base_dir` is the folder graph files are resolved in (None: graph files refused).
+    The names are what the description calls each device id where the reduction to levels
+    numbers devices otherwise than it lists them (a graph file's node ids, a torus's 'x,y,z'
+    coordinates; ClusterSpec.device_names); () for the builders that number them host by
+    host."""
     kind = net["kind"]
     key = f"{where}: key 'network"
     band = _band_notes(net, key)
     try:
         if kind in ("tiered", "fat_tree", "spine_leaf"):
-            return _tiered(net["tiers"], kind), []
+            return _tiered(net["tiers"], kind), [], ()
         if kind == "scale_up":
-            return _scale_up(net, key), []
+            return _scale_up(net, key), [], ()
         if kind == "rail_optimized":
             args = {k: v for k, v in net.items() if k not in ("kind", "rail_efficiency_low")}
-            return rail_levels(**args), [RAIL_NOTE, *band]
+            return rail_levels(**args), [RAIL_NOTE, *band], ()
         if kind == "multi_plane":
-            return _multi_plane(net, key), []
+            return _multi_plane(net, key), [], ()
         if kind == "torus":
             return _torus(net, key)
         return _graph(net, where, base_dir)
@@ -236,7 +241,7 @@ def rail_graph(devices_per_node: int, nodes_per_rail_group: int, num_rail_groups
     return G
 
 
-def _torus(net: dict, key: str) -> tuple[list[dict], list[str]]:
+def _torus(net: dict, key: str) -> tuple[list[dict], list[str], tuple[str, ...]]:
     if math.prod(net["dims"]) > MAX_TORUS_DEVICES:
         raise SpecError(f"{key}.dims': {net['dims']} holds {math.prod(net['dims'])} devices; "
                         f"at most {MAX_TORUS_DEVICES}")
@@ -253,7 +258,8 @@ def _torus(net: dict, key: str) -> tuple[list[dict], list[str]]:
              f"an upper bound on its time"]
     levels = _effs(t.levels, net.get("efficiency"), key)
     levels[0]["nvlink_switch"] = False  # direct links between neighbours: no switch to reduce in
-    return levels, notes
+    # each device id's chip, 'x,y,z' (the reduction numbers them block-major)
+    return levels, notes, tuple(",".join(map(str, c)) for c in t.device_order)
 
 
 def resolve_graph_file(name: str, where: str, base_dir: Path | None) -> Path:
@@ -326,7 +332,8 @@ def _node_id(G, name: str):
     return next(n for n in G.nodes if str(n) == name)
 
 
-def _graph(net: dict, where: str, base_dir: Path | None) -> tuple[list[dict], list[str]]:
+def _graph(net: dict, where: str, base_dir: Path | None
+           ) -> tuple[list[dict], list[str], tuple[str, ...]]:
     path = resolve_graph_file(net["file"], where, base_dir)
     key = f"{where}: key 'network.file'"
     st = path.stat()
@@ -341,38 +348,15 @@ def _graph(net: dict, where: str, base_dir: Path | None) -> tuple[list[dict], li
         _GRAPH_LEVELS[memo] = (json.dumps(r.levels), [f"graph {path.name}: {w}"
                                                       for w in r.warnings],
                                tuple(str(x) for x in r.device_order))
-    levels, notes, _ = _GRAPH_LEVELS[memo]
+    levels, notes, names = _GRAPH_LEVELS[memo]
     levels = _effs(json.loads(levels), net.get("efficiency"), f"{where}: key 'network")
     if "nvlink_switch" in net:  # a graph does not say whether its first level is a switch
         levels[0]["nvlink_switch"] = bool(net["nvlink_switch"])
-    return levels, notes
+    return levels, notes, names
 
 
 # (path, mtime, size, names, message bytes) -> (levels JSON, notes, node id of each device id)
 _GRAPH_LEVELS: dict = {}
-
-
-def device_names(net: dict, where: str) -> tuple[str, ...]:
-    """What the network description calls each device id of the reduced levels, where that is
-    not what a level file would say: a graph file's node id (the reduction numbers devices group
-    by group, not in the file's order), a torus's coordinate 'x,y,z' (block-major); () for the
-    builders that number devices host by host. Call after `network_levels` on the same `net`."""
-    kind = net["kind"]
-    if kind == "torus":
-        kw = {k: net[k] for k in ("wrap", "optical_block") if k in net}
-        if "block_shapes" in net:
-            kw["block_shapes"] = [tuple(b) for b in net["block_shapes"]]
-        return tuple(",".join(map(str, c))
-                     for c in torus_levels(tuple(net["dims"]), **kw).device_order)
-    if kind != "graph":
-        return ()
-    p = Path(where)
-    path = resolve_graph_file(net["file"], where, p.parent if p.is_file() else None)
-    st = path.stat()
-    names = tuple(net["names"]) if "names" in net else None
-    memo = (str(path), st.st_mtime_ns, st.st_size, names, net.get("message_bytes", 1e6))
-    return _GRAPH_LEVELS[memo][2]
-
 
 
 def validate_network(net, where: str) -> None:
@@ -411,17 +395,19 @@ def _finite(x, path: str, where: str) -> None:
             _finite(v, f"{path}.{i}", where)
 
 
-def expand_network(d: dict, where: str) -> tuple[dict, tuple[str, ...], tuple[str, ...]]:
+def expand_network(d: dict, where: str
+                   ) -> tuple[dict, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """A cluster mapping with `network:` -> the same mapping with `levels:`, the notes on where
-    the level reduction approximates the topology, and the files it read (a graph file)."""
+    the level reduction approximates the topology, the files it read (a graph file) and the
+    device names of `network_levels`."""
     if "levels" in d:
         raise SpecError(f"{where}: keys 'levels' and 'network': give one of them, not both")
     net = d["network"]
     validate_network(net, where)
     p = Path(where)
     base = p.parent if p.is_file() else None
-    levels, notes = network_levels(net, where, base)
+    levels, notes, names = network_levels(net, where, base)
     out = {k: v for k, v in d.items() if k != "network"}
     out["levels"] = levels
     files = (str(resolve_graph_file(net["file"], where, base)),) if net["kind"] == "graph" else ()
-    return out, tuple(notes), files
+    return out, tuple(notes), files, names

@@ -179,9 +179,8 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
         if even_cuts:
             keep = P <= num_blocks(problem)
             P, D, M = P[keep], D[keep], M[keep]
-        if prune:  # paper_1f1b(lb[p], m, p) * bound_scale(form, m, p), elementwise
-            bound = paper_1f1b(np.asarray(lb)[P], M, P) * (
-                M / bottleneck_weight("paper", M, P) if form == TIGHT_FORM else 1.0)
+        if prune:  # elementwise over the candidates
+            bound = paper_1f1b(np.asarray(lb)[P], M, P) * bound_scale(form, M, P)
         else:
             bound = np.zeros(len(P))
         heap.extend(zip(bound.tolist(), itertools.repeat(0), itertools.repeat(ci),

@@ -125,7 +125,6 @@ def fits(problem: Problem, var, p: int, d: int, v: int, knobs, cuts=None) -> Fit
     return Fits(problem, var, p, d, v, knobs, cuts)
 
 
-
 def placement_floors(problem: Problem, space: SearchSpace, var, p: int, d: int, v: int, cuts
                      ) -> list[tuple[str, np.ndarray]]:
     """(placement, floor_ZR) for each placement of the space: per (ZeRO stage, recomputation
@@ -136,36 +135,33 @@ def placement_floors(problem: Problem, space: SearchSpace, var, p: int, d: int, 
     from_grid reads them), summed and combined in the same order; the terms left out are >= 0
     and every operation is monotone, so floor_ZR <= device_time_bounds, float for float. It
     costs a grid gather per device group (its group terms kept per (p, d, placement), shared by
-    every v and layout) instead of a stage kernel (and its sends) per chunk, so the search prices device_time_bounds only where this floor is
-    below its best time (tests/test_placement_floors.py)."""
+    every v and layout) instead of a stage kernel (and its sends) per chunk, so the search
+    prices device_time_bounds only where this floor is below its best time
+    (tests/test_placement_floors.py); both combine their terms in `batch_floor`."""
     from nest.costs.groups import group_terms
-    from nest.costs.pipeline import paper_interleaved
     from nest.costs.stage import grid_terms
     from nest.problem.plan import place
-    from nest.solver.launchable import pipeline_floor
+    from nest.solver.launchable import batch_floor
 
     m = problem.num_microbatches(d, var.ep)
     lt = layer_table(problem, var, space.recompute_modes)
     first = np.array([a for a, _ in cuts])
     last = np.array([b for _, b in cuts])
     groups = [list(chunks_of(g, p, len(cuts))) for g in range(p)]
-    paper, none = (problem.training.pipeline_time == "paper",
-                   problem.training.dp_overlap == "none")
     out = []
     for placement in space.placements_for(var, p, d):
-        gts = problem.cache.get(lt.store, ("device_groups", p, d, placement), lambda placement=placement: tuple(
-            group_terms(problem, lt, i, d) for i in place(p, d, var.width, placement,
-                                                          tp=var.tp, cp=var.cp, ep=var.ep)))
+        gts = problem.cache.get(lt.store, ("device_groups", p, d, placement),
+                                lambda placement=placement: tuple(
+                                    group_terms(problem, lt, i, d)
+                                    for i in place(p, d, var.width, placement, tp=var.tp,
+                                                   cp=var.cp, ep=var.ep)))
         t_D, u_D = [], []
         for g, cs in enumerate(groups):
             base_R, per_mb_Z, sync_Z = grid_terms(problem, lt, gts[g], d, space.options)[:3]
             t_D.append(sum(base_R[last[c], first[c]][None, :]
                            + per_mb_Z[last[c], first[c]][:, None] for c in cs))
             u_D.append(sum(sync_Z[last[c], first[c]] for c in cs))
-        t_D = np.array(t_D)
-        pipe = paper_interleaved(t_D.max(axis=0), m, p, v) if paper else pipeline_floor(
-            t_D, m, v)
         # the sync tail after the flush (its tied all-reduce left out); overlapped: 0 <= it
-        tail = np.max(u_D, axis=0)[:, None] if none else 0.0
-        out.append((placement, (pipe + tail) * (1 - 1e-12)))
+        out.append((placement, batch_floor(problem, np.array(t_D), np.array(u_D), m, p, v,
+                                           overlapped_tail=False)))
     return out

@@ -196,7 +196,7 @@ def device_time_bounds(problem: Problem, space: SearchSpace, plan, from_grid: bo
     from_grid: the chunks' position-free terms read from the
     whole [b, a] grid, shared by every chunk, layout and placement whose group terms are equal
     (stage_cost's from_grid: the same values, bit for bit, as pricing each chunk's cell)."""
-    from nest.costs.pipeline import chunks_of, links, paper_interleaved
+    from nest.costs.pipeline import chunks_of, links
     from nest.costs.stage import stage_cost
 
     p, v, m = plan.pp, plan.virtual_stages, plan.num_microbatches
@@ -213,24 +213,40 @@ def device_time_bounds(problem: Problem, space: SearchSpace, plan, from_grid: bo
         sends.append((float(cost.send_fwd), float(cost.send_bwd)))
     groups = [chunks_of(g, p, len(t)) for g in range(p)]
     t_D = np.array([sum(t[c] for c in cs) for cs in groups])
+    u_D = np.array([sum(u[c] for c in cs) for cs in groups])
+    # the groups' sums of sends, as the evaluator sums them (nest.problem.evaluate)
+    sf_D, sb_D = ([sum(sends[c][k] for c in cs) for cs in groups] for k in (0, 1))
+    return batch_floor(problem, t_D, u_D, m, p, v, sf_D, sb_D)
+
+
+def batch_floor(problem: Problem, t_D, u_D, m: int, p: int, v: int, send_fwd=None,
+                send_bwd=None, overlapped_tail: bool = True) -> np.ndarray:
+    """[Z, R] floor of an interleaved batch from its device groups' times per micro-batch t_D
+    [p, Z, R] and their chunks' sync + optimizer step u_D [p, Z], sends summed per group (None:
+    floors without sends): the pipeline under the paper's form exactly (m + (p - 1) / v)
+    max_d t_d (nest.costs.pipeline), else `pipeline_floor`; then the gradient sync's tail.
+    With dp_overlap "none", after the flush every device group syncs its chunks' gradients and
+    steps: the evaluator's tail max_g sum_c (sync_c + step_c) (nest.costs.pipeline.tail_s), the
+    same kernel's u (the same sums in another order: a relative slack of 1e-12 keeps the whole a
+    floor when it is exact). Overlapped ("stage" / "bucketed"): device group 0 has nothing left
+    to drain after its last backward, and the part of its sync that its last chunk's gradient
+    window W_0 <= t_0 / v cannot hide, then its step and weight gather, stay exposed: tail >=
+    u_0 - t_0 / v (nest.costs.pipeline.dp_sync_tail_s with dp_sync_exposed_s(S, W, k) >= S -
+    W); overlapped_tail False takes 0 instead (for floors of t_D, which that term would not be
+    a floor of)."""
+    from nest.costs.pipeline import paper_interleaved
+
     if problem.training.pipeline_time == "paper":
         pipe = paper_interleaved(t_D.max(axis=0), m, p, v)
-    else:  # the groups' sums of sends, as the evaluator sums them (nest.problem.evaluate)
-        sf_D, sb_D = ([sum(sends[c][k] for c in cs) for cs in groups] for k in (0, 1))
-        pipe = pipeline_floor(t_D, m, v, sf_D, sb_D)
-    u_D = np.array([sum(u[c] for c in cs) for cs in groups])
+    else:
+        pipe = pipeline_floor(t_D, m, v, send_fwd, send_bwd)
     if problem.training.dp_overlap == "none":
-        # After the flush every device group syncs its chunks' gradients and steps: the
-        # evaluator's tail max_g sum_c (sync_c + step_c) (nest.costs.pipeline.tail_s), the same
-        # kernel's u (the same sums in another order: a relative slack of 1e-12 keeps it a floor
-        # when it is exact)
-        return (pipe + u_D.max(axis=0)[:, None]) * (1 - 1e-12)
-    # Overlapped ("stage" / "bucketed"): device group 0 has nothing left to drain after its last
-    # backward, and the part of its sync that its last chunk's gradient window W_0 <= t_0 / v
-    # cannot hide, then its step and weight gather, stay exposed: tail >= u_0 - t_0 / v
-    # (nest.costs.pipeline.dp_sync_tail_s with dp_sync_exposed_s(S, W, k) >= S - W)
-    tail0 = np.maximum(0.0, u_D[0][:, None] - t_D[0] / v)
-    return (pipe + tail0) * (1 - 1e-12)
+        tail = u_D.max(axis=0)[:, None]
+    elif overlapped_tail:
+        tail = np.maximum(0.0, u_D[0][:, None] - t_D[0] / v)
+    else:
+        tail = 0.0
+    return (pipe + tail) * (1 - 1e-12)
 
 
 def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,

@@ -518,7 +518,7 @@ class ClusterSpec:
     devices_per_node: int = 0
     # the network description's name of each device id where the reduction to levels numbers
     # devices otherwise than the file lists them (a graph file's node ids, a torus's 'x,y,z'
-    # coordinates; nest.network.fabric.device_names): `nest export` writes it in rank_map.csv.
+    # coordinates; nest.network.fabric.network_levels): `nest export` writes it in rank_map.csv.
     # Not part of equality or the hash (the cluster keys the collectives' caches; names price
     # nothing, and hashing thousands of them per call would slow every lookup)
     device_names: tuple[str, ...] = field(default=(), compare=False, repr=False)
@@ -572,14 +572,13 @@ class ClusterSpec:
 def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSpec:
     network, notes, files, per_node, band, names = "levels", (), (), 0, 1.0, ()
     if isinstance(d, dict) and "network" in d:  # a named builder or a graph file
-        from nest.network.fabric import device_names, expand_network
+        from nest.network.fabric import expand_network
 
         net = d["network"]
         network = net.get("kind", "?") if isinstance(net, dict) else "?"
         if network in ("rail_optimized", "multi_plane"):  # the builder's own node
             per_node = net.get("devices_per_node", 0)
-        d, notes, files = expand_network(d, where)
-        names = device_names(net, where)
+        d, notes, files, names = expand_network(d, where)
         if network == "rail_optimized" and net.get("rail_efficiency_low") is not None:
             band = net["rail_efficiency_low"] / net.get("rail_efficiency", 1.0)
     validate(d, "cluster", where)
