@@ -238,9 +238,11 @@ class DeviceTimes:
         return len(self.t)
 
 
-def pipeline_s(dt: DeviceTimes, schedule: str, form: str, m: int, v: int = 1) -> float:
+def pipeline_s(dt: DeviceTimes, schedule: str, form: str, m: int, v: int = 1,
+               overlap_p2p: bool = False) -> float:
     """Time from the first forward to the last backward of one batch, per the module
-    docstring's forms."""
+    docstring's forms; overlap_p2p: the interleaved schedule's sends under compute
+    (overlap_p2p_comm; the paper's form on `interleaved_busy`; other schedules ignore it)."""
     check_form(form)
     p = dt.p
     if schedule == "gpipe":
@@ -248,13 +250,14 @@ def pipeline_s(dt: DeviceTimes, schedule: str, form: str, m: int, v: int = 1) ->
     t_max = max(dt.t)
     if form == "paper":
         if schedule == "interleaved":
-            return paper_interleaved(t_max, m, p, v)
+            busy = interleaved_busy(dt.t, dt.send_fwd, dt.send_bwd, m, v, overlap_p2p)
+            return paper_interleaved(float(busy.max()), m, p, v)
         return paper_1f1b(t_max, m, p)
     if form == "dapple" and schedule == "1f1b":
         return dapple(sum(dt.t), t_max, m)
     if form == "critical_path" and schedule == "1f1b" and m >= 4 * p:
         return time_1f1b_s(dt.fwd, dt.bwd, m, dt.send_fwd, dt.send_bwd, form="critical_path")
-    return simulate_times(dt, schedule, m, v, None).pipeline_s
+    return simulate_times(dt, schedule, m, v, None, overlap_p2p).pipeline_s
 
 
 def tail_s(dt: DeviceTimes, schedule: str, overlap: str, m: int, v: int = 1) -> float:
@@ -272,11 +275,12 @@ def tail_s(dt: DeviceTimes, schedule: str, overlap: str, m: int, v: int = 1) -> 
 
 
 def simulate_times(dt: DeviceTimes, schedule: str, m: int, v: int = 1,
-                   overlap: str | None = None):
+                   overlap: str | None = None, overlap_p2p: bool = False):
     """Discrete-event simulation (nest.costs.simulate) of the schedule with these times; overlap
     None: the pipeline alone, else the gradient sync and optimizer step too (interleaved: a
     device's compute split evenly over its chunks, its sends over the chunks that send,
-    `interleaved_chunk_sends`)."""
+    `interleaved_chunk_sends`; overlap_p2p: the steady state's sends under compute, as
+    overlap_p2p_comm runs them)."""
     from nest.costs.simulate import simulate
 
     v = v if schedule == "interleaved" else 1
@@ -290,7 +294,7 @@ def simulate_times(dt: DeviceTimes, schedule: str, m: int, v: int = 1,
     else:
         sf, sb = dt.send_fwd, dt.send_bwd
     return simulate(schedule, dt.fwd, dt.bwd, m, num_chunks=v, send_fwd_s=sf, send_bwd_s=sb,
-                    **kw)
+                    overlap_p2p=overlap_p2p and v > 1, **kw)
 
 
 def interleaved_chunk_sends(send_fwd, send_bwd, v: int) -> tuple[np.ndarray, np.ndarray]:
@@ -316,7 +320,62 @@ def interleaved_chunk_sends(send_fwd, send_bwd, v: int) -> tuple[np.ndarray, np.
     return SF, SB
 
 
-def interleaved_floor(t, send_fwd, send_bwd, m: int, v: int):
+# ---- overlap_p2p_comm: the interleaved schedule's sends under compute ------------------------
+# Megatron-Core's forward_backward_pipelining_with_interleaving with config.overlap_p2p_comm
+# (megatron/core/pipeline_parallel/schedules.py at core_v0.16.1, the same loop in core_v0.14.0 -
+# v0.16.0; overlap_p2p_comm_warmup_flush False, its default):
+#   warm-up   every forward's send is blocking: send_forward_recv_forward without
+#             overlap_p2p_comm waits on its send (and the next input's receive);
+#   steady    pp_post_forward / pp_post_backward post the send (and the next receive) and return:
+#             the device runs its next operation meanwhile, and waits for that send only after
+#             its next forward's (backward's) compute, when it posts the next one
+#             (send_next_wait_handle / send_prev_wait_handle); pp_pre_forward / pp_pre_backward
+#             wait for the receive just before the compute that needs it;
+#   cool-down every backward's send is blocking again (send_backward_recv_backward).
+# So a device waits for the sends of its W warm-up forwards and W cool-down backwards
+# (`interleaved_warmup`), and for a steady send only beyond the two operations after it. NCCL's
+# send kernel takes a few SMs and network-rate HBM reads while it runs under a GEMM: not priced
+# (docs/modeling.md, "Pipeline sends under compute").
+
+
+def interleaved_blocking(p: int, m: int, v: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """(nf, nb), length v: device group d's forwards of chunk c whose send stays blocking under
+    overlap_p2p_comm (nf[c], its W warm-up forwards k = 0 .. W - 1) and its backwards of chunk c
+    likewise (nb[c], its W cool-down backwards k = m v - W .. m v - 1), chunks as
+    `interleaved_order` runs them."""
+    W, n = interleaved_warmup(p, m, v, d), m * v
+    nf = np.bincount((np.arange(W) // p) % v, minlength=v)
+    nb = np.bincount(v - 1 - (np.arange(n - W, n) // p) % v, minlength=v)
+    return nf.astype(float), nb.astype(float)
+
+
+def exposed_sends(send_fwd, send_bwd, m: int, v: int) -> np.ndarray:
+    """(p,): the sends each device group still waits for per batch under overlap_p2p_comm:
+    those of its `interleaved_blocking` operations, each operation's send as the simulation
+    runs it (`interleaved_chunk_sends`)."""
+    sf, sb = interleaved_chunk_sends(send_fwd, send_bwd, v)
+    p = sf.shape[1]
+    out = np.empty(p)
+    for d in range(p):
+        nf, nb = interleaved_blocking(p, m, v, d)
+        out[d] = nf @ sf[:, d] + nb @ sb[:, d]
+    return out
+
+
+def interleaved_busy(t, send_fwd, send_bwd, m: int, v: int, overlap_p2p: bool):
+    """Each device group's busy time per micro-batch (axis 0: t_d, its chunks' sum with their
+    sends; trailing axes broadcast): t_d itself with blocking sends; under overlap_p2p_comm
+    t_d - SF_d - SB_d + X_d / m, X_d = `exposed_sends` (sends 0: t_d exactly)."""
+    t = np.asarray(t, dtype=float)
+    if not overlap_p2p:
+        return t
+    axes = (slice(None),) + (None,) * (t.ndim - 1)
+    SF = np.asarray(send_fwd, dtype=float)
+    SB = np.asarray(send_bwd, dtype=float)
+    return t - SF[axes] - SB[axes] + (exposed_sends(SF, SB, m, v) / m)[axes]
+
+
+def interleaved_floor(t, send_fwd, send_bwd, m: int, v: int, overlap_p2p: bool = False):
     """A floor on the simulated interleaved pipeline (`simulate_times`: the time from the first
     forward to the last backward) from each device group's busy time per micro-batch t_d (axis
     0: the sum of its chunks' times, sends included; trailing axes broadcast; floors of t with
@@ -328,7 +387,10 @@ def interleaved_floor(t, send_fwd, send_bwd, m: int, v: int):
     precedes that backward on groups j - 1 .. 0. Chunk 0's two operations on group d take
     e_d = (t_d - SF_d - SB_d) / v + sf[0, d] + sb[0, d] (t_d / v but on group 0, whose chunk 0
     sends no gradient), so the batch takes at least max_j m t_j + sum_{d<j} e_d
-    (<= the paper's form (m + (p - 1) / v) max_d t_d when the sends are 0)."""
+    (<= the paper's form (m + (p - 1) / v) max_d t_d when the sends are 0). overlap_p2p:
+    group j is busy for m `interleaved_busy` instead; both chunk-0 operations are a warm-up
+    forward and a cool-down backward (W >= (v - 1) p >= 1), whose sends stay blocking, so the
+    e_d are the same."""
     t = np.asarray(t, dtype=float)
     sf, sb = interleaved_chunk_sends(send_fwd, send_bwd, v)
     axes = (slice(None),) + (None,) * (t.ndim - 1)
@@ -336,22 +398,31 @@ def interleaved_floor(t, send_fwd, send_bwd, m: int, v: int):
     SB = np.asarray(send_bwd, dtype=float)[axes]
     c = (sf[0] + sb[0])[axes] - (SF + SB) / v  # e_d - t_d / v: 0 without sends
     before = (np.cumsum(t, axis=0) - t) / v + (np.cumsum(c, axis=0) - c)
-    return np.max(m * t + before, axis=0)
+    busy = interleaved_busy(t, send_fwd, send_bwd, m, v, overlap_p2p)
+    return np.max(m * busy + before, axis=0)
+
+
+def overlaps_p2p(training, schedule: str, v: int) -> bool:
+    """Whether the settings' overlap_p2p_comm acts on this schedule: interleaved with v > 1 only
+    (Megatron-Core's non-interleaved schedule refuses it; Megatron-LM's validate_args turns it
+    off without virtual stages)."""
+    return bool(training.overlap_p2p_comm) and schedule == "interleaved" and v > 1
 
 
 def batch_time_s(dt: DeviceTimes, schedule: str, training, m: int, v: int = 1,
                  simulated: bool = False):
     """(pipeline, total, simulation or None): the time per batch under the training settings'
-    pipeline_time and dp_overlap; with `simulated` the simulation is run (and returned) even
-    when the form does not need it."""
+    pipeline_time, dp_overlap and overlap_p2p_comm; with `simulated` the simulation is run (and
+    returned) even when the form does not need it."""
     form = training.pipeline_time
     check_form(form)
     sim = None
+    p2p = overlaps_p2p(training, schedule, v)
     if simulated or form == "simulated":
-        sim = simulate_times(dt, schedule, m, v, training.dp_overlap)
+        sim = simulate_times(dt, schedule, m, v, training.dp_overlap, p2p)
     if form == "simulated":
         return sim.pipeline_s, sim.makespan_s, sim
-    pipe = pipeline_s(dt, schedule, form, m, v)
+    pipe = pipeline_s(dt, schedule, form, m, v, p2p)
     return pipe, pipe + tail_s(dt, schedule, training.dp_overlap, m, v), sim
 
 
@@ -426,6 +497,13 @@ def order_gpipe(p: int, m: int, j: int) -> list[tuple[str, int, int]]:
     return [("F", j, i) for i in range(m)] + [("B", j, i) for i in reversed(range(m))]
 
 
+def interleaved_warmup(p: int, m: int, v: int, d: int, group: int | None = None) -> int:
+    """Device d's warm-up forwards under interleaved 1F1B: 2 (p - d - 1) + (v - 1) group, at
+    most all m v (Megatron-Core get_pp_rank_microbatches; `interleaved_order`). The cool-down
+    runs as many backwards."""
+    return min(2 * (p - d - 1) + (v - 1) * (group or p), m * v)
+
+
 def interleaved_order(p: int, m: int, v: int, d: int, group: int | None = None):
     """Device d's operation order under Megatron-LM's interleaved 1F1B (Narayanan et al. 2021b,
     section 2.2; megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_
@@ -446,7 +524,7 @@ def interleaved_order(p: int, m: int, v: int, d: int, group: int | None = None):
         c, mb = fwd(k)
         return v - 1 - c, mb
 
-    warm = min(2 * (p - d - 1) + (v - 1) * n, total)
+    warm = interleaved_warmup(p, m, v, d, group)
     for k in range(warm):
         yield ("F",) + fwd(k)
     for k in range(total - warm):
@@ -477,7 +555,7 @@ def interleaved_deltas(act_C: np.ndarray, p: int, m: int, d: int, group: int | N
     a time, so its running sums are the walk's, bit for bit."""
     v, n = len(act_C), group or p
     total = m * v
-    warm = min(2 * (p - d - 1) + (v - 1) * n, total)  # `interleaved_order`'s warm-up
+    warm = interleaved_warmup(p, m, v, d, group)
     k = np.arange(total)
     chunk = (k // n) % v
     out = np.empty(2 * total)

@@ -10,6 +10,10 @@ transfer; backward of i on s needs backward of i on s + 1 plus its transfer and 
 Transfers: with `blocking_sends` (default, the evaluator's pricing) the sender is busy for the
 send right after the op (F_s + send_fwd_s, B_s + send_bwd_s), as in Megatron's synchronous
 p2p; otherwise the send is a pure delay on the receiver's input (links never congest).
+`overlap_p2p` (interleaved; Megatron-Core's overlap_p2p_comm, nest.costs.pipeline): the warm-up
+forwards and cool-down backwards keep blocking sends; a steady-state operation's send is a
+delay on the receiver's input, and the device's operation three after it waits for it when the
+one two after it is a steady one too (the send is waited after that operation's compute).
 Data-parallel gradient sync (optional, per device): "none" starts every device's sync after the
 whole flush; "stage" after the device's own last backward (Megatron without overlap_grad_reduce:
 each stage's DP group is independent); "bucketed" splits it in k equal buckets, bucket i ready
@@ -27,7 +31,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from nest.costs.pipeline import OVERLAPS, SCHEDULES, interleaved_order, order_1f1b, order_gpipe
+from nest.costs.pipeline import (OVERLAPS, SCHEDULES, interleaved_order, interleaved_warmup,
+                                 order_1f1b, order_gpipe)
 
 
 class Op(NamedTuple):
@@ -105,7 +110,8 @@ def _per_virtual(x, p: int, v: int, name: str, split: bool = True) -> np.ndarray
 def simulate(schedule: str, fwd_s, bwd_s, num_microbatches: int, *, send_fwd_s=None,
              send_bwd_s=None, num_chunks: int = 1, blocking_sends: bool = True,
              sync_s=None, overlap: str = "none", num_buckets=1,
-             recompute_s=None, opt_s=None, gather_s=None) -> SimResult:
+             recompute_s=None, opt_s=None, gather_s=None, overlap_p2p: bool = False
+             ) -> SimResult:
     """Simulate one batch. fwd_s / bwd_s / send_*: per device (length p; the interleaved
     schedule splits each evenly over its v chunks) or, interleaved, a (v, p) array [chunk,
     device] for virtual stage c p + d; send_fwd_s is stage s -> s + 1, send_bwd_s is s -> s - 1
@@ -145,6 +151,11 @@ def simulate(schedule: str, fwd_s, bwd_s, num_microbatches: int, *, send_fwd_s=N
     # busy time of each op on its device; delay before its output reaches the neighbour
     busy = {"F": F + (sf if blocking_sends else 0), "B": B + (sb if blocking_sends else 0)}
     delay = {"F": np.zeros(P) if blocking_sends else sf, "B": np.zeros(P) if blocking_sends else sb}
+    send = {"F": sf, "B": sb}
+    # overlap_p2p: device d's ops [lo, hi) are the steady state's, their sends under compute
+    steady = [(interleaved_warmup(p, m, v, d), 2 * m * v - interleaved_warmup(p, m, v, d))
+              if overlap_p2p and schedule == "interleaved" else (0, 0) for d in range(p)]
+    hold: list[dict[int, float]] = [{} for _ in range(p)]  # op index -> a send it waits for
     done: dict[tuple[str, int, int], float] = {}  # op -> time its output is at the neighbour
     free = [0.0] * p
     ptr = [0] * p
@@ -161,10 +172,18 @@ def simulate(schedule: str, fwd_s, bwd_s, num_microbatches: int, *, send_fwd_s=N
                     dep = ("B", s + 1, i) if s < P - 1 else ("F", s, i)
                 if dep is not None and dep not in done:
                     break
-                start = max(free[d], done[dep] if dep is not None else 0.0)
-                end = start + busy[kind][s]
+                start = max(free[d], done[dep] if dep is not None else 0.0,
+                            hold[d].pop(ptr[d], 0.0))
+                lo, hi = steady[d]
+                if lo <= ptr[d] < hi:  # posted, not waited: the receiver sees it send_s later
+                    end = start + (F if kind == "F" else B)[s]
+                    done[(kind, s, i)] = end + send[kind][s]
+                    if ptr[d] + 2 < hi:  # waited after the compute of the op two after it
+                        hold[d][ptr[d] + 3] = end + send[kind][s]
+                else:
+                    end = start + busy[kind][s]
+                    done[(kind, s, i)] = end + delay[kind][s]
                 free[d] = end
-                done[(kind, s, i)] = end + delay[kind][s]
                 timeline.append(Op(s, kind, i, start, end))
                 ptr[d] += 1
                 left -= 1

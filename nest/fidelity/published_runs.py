@@ -242,14 +242,15 @@ def model_for(row: dict) -> ModelSpec:
 
 OVERLAP_KEYS = ("dp_overlap", "param_gather_overlap", "dp_bucket_params", "tp_overlap_rs",
                 "tp_overlap_splits", "tp_overlap_attn_sms", "tp_overlap_mlp_sms",
-                "tp_overlap_bulk_sms")
+                "tp_overlap_bulk_sms", "overlap_p2p_comm")
 
 
 def training_for(row: dict):
     """config/training.yaml with the run's global batch, attention kernel (nest.graph.attention),
     MoE token dispatcher (`moe_dispatcher`) and forced-balance routing imbalance
     (`moe_force_load_balancing`: nest.costs.groups.forced_balance_imbalance), tensor-parallel overlap, gradient-sync overlap (`overlap:`, the recipe's overlap_grad_sync /
-    overlap_param_sync / bucket size as nest.spec.settings names them) and precision."""
+    overlap_param_sync / bucket size / overlap_p2p_comm as nest.spec.settings names them) and
+    precision."""
     from nest.spec.settings import load_training
 
     where = f"{table_path().name}: run '{row['id']}'"

@@ -2,7 +2,8 @@
 
 Flags -> config/training.yaml keys (nest.spec.settings.training_overrides validates them like the
 file): --global-batch, --precision (compute dtype), --grad-reduce, --tp-comm-overlap,
---dp-overlap, --param-gather-overlap, --attention, --headroom (memory_headroom). Warnings: a
+--dp-overlap, --param-gather-overlap, --overlap-p2p-comm, --attention, --headroom
+(memory_headroom). Warnings: a
 predicted MFU above the best published run of its class (nest.fidelity.uncertainty.mfu_ceiling_note), a
 stage with less free memory than the headroom, devices the plan leaves idle (and why), and when
 nothing fits, the fewest devices on which something would (searched upward).
@@ -55,6 +56,9 @@ def add_training_flags(p: argparse.ArgumentParser) -> None:
                    help="gradient sync vs the backward (bucketed: --overlap-grad-reduce)")
     g.add_argument("--param-gather-overlap", action=argparse.BooleanOptionalAction,
                    default=None, help="ZeRO-1/2 weight all-gather under the next forward")
+    g.add_argument("--overlap-p2p-comm", action=argparse.BooleanOptionalAction, default=None,
+                   help="interleaved plans: steady-state pipeline sends under compute "
+                        "(Megatron-Core overlap_p2p_comm)")
     g.add_argument("--attention", choices=["auto", "flash", "unfused"],
                    help="attention kernel (auto: the hardware file's)")
     g.add_argument("--headroom", type=_headroom, metavar="SHARE",
@@ -68,6 +72,7 @@ def overrides(a) -> dict:
     for flag, key in (("global_batch", "global_batch"), ("tp_comm_overlap", "tp_comm_overlap"),
                       ("dp_overlap", "dp_overlap"), ("attention", "attention"),
                       ("param_gather_overlap", "param_gather_overlap"),
+                      ("overlap_p2p_comm", "overlap_p2p_comm"),
                       ("headroom", "memory_headroom")):
         if getattr(a, flag, None) is not None:
             out[key] = getattr(a, flag)

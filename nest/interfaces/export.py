@@ -25,7 +25,9 @@ What maps directly (Megatron-LM / Megatron-Core argument names):
                                (Megatron asserts both it and a sharded optimizer; without
                                bucketed sync it is left out with a warning); tp_comm_overlap
                                with sequence parallelism: --tp-comm-overlap (tp_overlap_*
-                               other than TE's defaults: a warning). dp_overlap none
+                               other than TE's defaults: a warning); an interleaved plan
+                               priced without overlap_p2p_comm: --no-overlap-p2p-communication
+                               (Megatron-LM's default overlaps the sends). dp_overlap none
                                (the paper's sync after the flush) and stage have no flag:
                                Megatron's default reduces per rank after its last backward
     ZeRO (all stages)          1: --use-distributed-optimizer; 2 / 3: Megatron-FSDP,
@@ -471,6 +473,10 @@ def _overlap_args(out: Plan, tr, warnings: list[str]) -> list[str]:
             warnings.append("param_gather_overlap was priced with dp_overlap: "
                             f"{tr.dp_overlap}; Megatron-LM runs --overlap-param-gather only with "
                             "--overlap-grad-reduce (dp_overlap: bucketed): not exported")
+    if out.schedule == "interleaved" and out.virtual_stages > 1 and not tr.overlap_p2p_comm:
+        # Megatron-LM overlaps the interleaved sends by default (--no-overlap-p2p-communication
+        # is store_false on overlap_p2p_comm): priced blocking, run blocking
+        a.append("--no-overlap-p2p-communication")
     if tr.tp_comm_overlap and out.sp and out.tp > 1:
         a.append("--tp-comm-overlap")
         ub = ("tp_overlap_rs", "tp_overlap_splits", "tp_overlap_attn_sms", "tp_overlap_mlp_sms",

@@ -30,7 +30,8 @@ from pathlib import Path
 from nest.costs.layers import ALL_MODES, layer_table
 from nest.costs.memory import lazy_gradient_peak, with_overheads
 from nest.costs.pipeline import (DeviceTimes, batch_time_s, chunks_of, device_group,
-                                 interleaved_order, interleaved_peak_activations, links,
+                                 interleaved_busy, interleaved_order,
+                                 interleaved_peak_activations, links, overlaps_p2p,
                                  simulate_times, stash)
 from nest.costs.stage import Options, buckets, stage_cost
 from nest.common.errors import PlanError
@@ -147,9 +148,11 @@ def evaluate(plan: Plan, problem: Problem, simulated: bool = False) -> Evaluatio
     results = [_stage(plan, problem, j, held[j]) for j in range(n)]
     if plan.schedule == "interleaved":
         results = _per_device(results, p, problem.cluster.hardware, m, held, tr.grad_buffer)
-    t_max = max(s.time_per_microbatch_s for s in results[:p])
-    pipe, total, sim = batch_time_s(device_times(results[:p], tr), plan.schedule, tr, m, v,
-                                    simulated)
+    dt = device_times(results[:p], tr)
+    pipe, total, sim = batch_time_s(dt, plan.schedule, tr, m, v, simulated)
+    # each device's busy time per micro-batch: t, or with overlap_p2p_comm its sends' exposed part
+    p2p = overlaps_p2p(tr, plan.schedule, v)
+    busy = interleaved_busy(dt.t, dt.send_fwd, dt.send_bwd, m, v, p2p)
     hbm = cl.hardware.hbm_bytes
     over = [s for s in results if s.peak_memory_bytes > hbm]
     if over:  # interleaved: results[:p] are the devices' totals (the chunks repeat their peak)
@@ -160,10 +163,14 @@ def evaluate(plan: Plan, problem: Problem, simulated: bool = False) -> Evaluatio
                   f"({parts} GB)")
     else:
         reason = ""
-    bott = max(results[:p], key=lambda s: s.time_per_microbatch_s)
+    bott = max(results[:p], key=lambda s: busy[s.index])
+    t_max = float(busy[bott.index])
     # the bottleneck stage's m micro-batches, the rest of the pipeline time is bubble: the
-    # breakdown adds up to the total
-    breakdown = {f"stage{bott.index}.{k}": x * m for k, x in bott.breakdown_s.items()}
+    # breakdown adds up to the total (overlap_p2p_comm: its sends' exposed share)
+    sends = bott.send_fwd_s + bott.send_bwd_s
+    share = (t_max - (bott.time_per_microbatch_s - sends)) / sends if p2p and sends else 1.0
+    breakdown = {f"stage{bott.index}.{k}": x * m * (share if k.startswith("p2p_") else 1.0)
+                 for k, x in bott.breakdown_s.items()}
     breakdown["pipeline_bubble"] = pipe - m * t_max
     tail = max(results[:p], key=lambda s: s.sync_s + s.optimizer_s)
     if tr.dp_overlap == "none":  # the slowest stage's sync and optimizer step, after the flush
@@ -203,7 +210,8 @@ def simulate_stages(plan: Plan, stages: list[StageResult], tr: TrainingSettings)
     optimizer step: its makespan is the simulated time per batch."""
     v = plan.virtual_stages if plan.schedule == "interleaved" else 1
     return simulate_times(device_times(stages[:plan.pp], tr), plan.schedule,
-                          plan.num_microbatches, v, tr.dp_overlap)
+                          plan.num_microbatches, v, tr.dp_overlap,
+                          overlaps_p2p(tr, plan.schedule, v))
 
 
 def device_chunks(plan: Plan, j: int) -> list[tuple[int, int]]:

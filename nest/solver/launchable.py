@@ -156,18 +156,20 @@ def interleaved_candidates(problem: Problem, space: SearchSpace, max_v: int | No
     return out
 
 
-def pipeline_floor(t_D, m: int, v: int, send_fwd=None, send_bwd=None):
+def pipeline_floor(t_D, m: int, v: int, send_fwd=None, send_bwd=None,
+                   overlap_p2p: bool = False):
     """A floor on an interleaved batch's pipeline time from each device group's time per
     micro-batch t_D (axis 0; floors of it are floors of this) and its sums of sends (none: 0,
     for floors of t_D without sends, as nest.solver.bounds.floor_LR's):
     nest.costs.pipeline.interleaved_floor, max_j m t_j + sum_{d<j} (chunk 0's share of t_d),
     from the per-operation times the simulation runs (<= the paper's form
-    (m + (p - 1) / v) max_d t_d)."""
+    (m + (p - 1) / v) max_d t_d); overlap_p2p: with the sends' exposed part only (overlap_p2p_comm;
+    a floor without sends is a floor of that too)."""
     from nest.costs.pipeline import interleaved_floor
 
     zero = np.zeros(len(t_D))
     return interleaved_floor(t_D, zero if send_fwd is None else send_fwd,
-                             zero if send_bwd is None else send_bwd, m, v)
+                             zero if send_bwd is None else send_bwd, m, v, overlap_p2p)
 
 
 def states_floor(problem: Problem, lt, space: SearchSpace, d: int) -> float:
@@ -233,13 +235,18 @@ def batch_floor(problem: Problem, t_D, u_D, m: int, p: int, v: int, send_fwd=Non
     window W_0 <= t_0 / v cannot hide, then its step and weight gather, stay exposed: tail >=
     u_0 - t_0 / v (nest.costs.pipeline.dp_sync_tail_s with dp_sync_exposed_s(S, W, k) >= S -
     W); overlapped_tail False takes 0 instead (for floors of t_D, which that term would not be
-    a floor of)."""
-    from nest.costs.pipeline import paper_interleaved
+    a floor of). overlap_p2p_comm with sends given: the paper's form of the groups'
+    nest.costs.pipeline.interleaved_busy (the evaluator's, exactly), or the floor with the
+    sends' exposed part; a t_D without sends is at most every group's busy time, so the
+    unchanged forms stay floors."""
+    from nest.costs.pipeline import interleaved_busy, overlaps_p2p, paper_interleaved
 
+    p2p = overlaps_p2p(problem.training, "interleaved", v) and send_fwd is not None
     if problem.training.pipeline_time == "paper":
-        pipe = paper_interleaved(t_D.max(axis=0), m, p, v)
+        busy = interleaved_busy(t_D, send_fwd, send_bwd, m, v, True) if p2p else t_D
+        pipe = paper_interleaved(busy.max(axis=0), m, p, v)
     else:
-        pipe = pipeline_floor(t_D, m, v, send_fwd, send_bwd)
+        pipe = pipeline_floor(t_D, m, v, send_fwd, send_bwd, p2p)
     if problem.training.dp_overlap == "none":
         tail = u_D.max(axis=0)[:, None]
     elif overlapped_tail:

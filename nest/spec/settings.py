@@ -117,6 +117,11 @@ class TrainingSettings:
     # `overlap_param_sync`): only dp_sync_exposed_s(all-gather, first forward, buckets) stays
     # (nest.costs.stage.gather_exposed)
     param_gather_overlap: bool = False
+    # the interleaved schedule's pipeline sends under compute (Megatron-Core overlap_p2p_comm:
+    # Megatron-Bridge / NeMo set it for pp > 1 and vp > 1, Megatron-LM defaults to it): only the
+    # warm-up forwards' and cool-down backwards' sends stay blocking
+    # (nest.costs.pipeline.interleaved_busy; nest.costs.simulate); 1F1B and GPipe ignore it
+    overlap_p2p_comm: bool = False
     # when a stage's unsharded gradient accumulation buffer exists (nest.costs.memory,
     # lazy_gradient_peak): "persistent" (Megatron-LM's contiguous buffer, allocated once and
     # held all step) or "lazy" (Meta's FSDP for Llama 3: a layer's FP32 unsharded main gradient
