@@ -41,7 +41,8 @@ shops (Huang et al. 2019). Interleaved forms other than "paper" run the simulati
 The training setting `dp_overlap` picks the tail after the pipeline (`tail_s`): "none" max_j u_j
 (the paper's, after the flush), "stage" / "bucketed" nest.costs.pipeline.dp_sync_tail_s.
 `tp_comm_overlap` and `param_gather_overlap` act inside the stage kernel (t_j and u_j), so every
-form prices them the same way.
+form prices them the same way. `overlap_p2p_comm` (interleaved only) leaves in t_d only the sends
+of the warm-up forwards and cool-down backwards (`interleaved_busy`, below).
 
 Planner objectives (`objective_s`): what a planner minimises over its stage arrays, the same
 forms on (t_j, u_j) or, with an overlapped sync, on the kernel's tail terms (e_j, r_j):
@@ -322,8 +323,9 @@ def interleaved_chunk_sends(send_fwd, send_bwd, v: int) -> tuple[np.ndarray, np.
 
 # ---- overlap_p2p_comm: the interleaved schedule's sends under compute ------------------------
 # Megatron-Core's forward_backward_pipelining_with_interleaving with config.overlap_p2p_comm
-# (megatron/core/pipeline_parallel/schedules.py at core_v0.16.1, the same loop in core_v0.14.0 -
-# v0.16.0; overlap_p2p_comm_warmup_flush False, its default):
+# (megatron/core/pipeline_parallel/schedules.py at core_v0.16.1, the same waits in core_v0.14.0 -
+# v0.17.0; overlap_p2p_comm_warmup_flush False, its default; docs/modeling.md, "Pipeline sends
+# under compute", for core_r0.8.0's and core_v0.18.0's differences):
 #   warm-up   every forward's send is blocking: send_forward_recv_forward without
 #             overlap_p2p_comm waits on its send (and the next input's receive);
 #   steady    pp_post_forward / pp_post_backward post the send (and the next receive) and return:
