@@ -30,7 +30,8 @@ micro-batch's forward reached it and before the last one's backward left it). Pe
 is below the best time; each plan's knobs are then walked in order of `device_time_bounds`.
 Under pipeline_time critical_path / simulated (the simulated pipeline) these are floors of the
 simulation's own per-operation times (nest.costs.pipeline.interleaved_floor), so the
-interleaved walk stays exact there; the 1F1B part then optimises the paper's form, an upper
+interleaved walk stays exact there (and under overlap_p2p_comm, whose sends these floors price
+as the evaluator does); the 1F1B part then optimises the paper's form, an upper
 bound, and re-scores (nest.solver). Ties keep the first found: 1F1B before interleaved, fewer
 chunks first, the smaller micro-batch first.
 """
@@ -191,7 +192,8 @@ def device_time_bounds(problem: Problem, space: SearchSpace, plan, from_grid: bo
     chunk (nest.costs.stage.stage_cost, with the links nest.costs.pipeline.links gives it, as the
     evaluator prices it), summed per device group; the batch takes at least `pipeline_floor` of
     them (with the groups' sums of sends, as the simulation runs them), and under the paper's
-    form exactly (m + (p - 1) / v) max_d t_d before the gradient sync's tail
+    form exactly (m + (p - 1) / v) max_d t_d (t_d its exposed-sends form under
+    overlap_p2p_comm, nest.costs.pipeline.interleaved_busy) before the gradient sync's tail
     (nest.costs.pipeline); with dp_overlap "none" the tail is added as the evaluator
     prices it (max over device groups of their chunks' sync + optimizer step), with an
     overlapped sync a floor of it (device group 0's sync and step beyond one chunk's time).
