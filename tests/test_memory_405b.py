@@ -235,3 +235,118 @@ def test_8192_gpus_out_of_memory_even_with_asynchronous_warmup(rank1):
     assert per_block / (S * H / T) == pytest.approx(28.07, abs=0.01)
     sharded = rest - mb["gradients"] + mb["gradients"] / 64  # ZeRO-2-like: FP32 shard only
     assert peak(sharded + held * a, hw) < hw.hbm_bytes
+
+
+# ---- Round six (issue 26): the brief's candidates, each checked against a second source ----
+
+def _pytorch_order(p: int, m: int, v: int, d: int):
+    """Device d's operations in PyTorch's own interleaved 1F1B (torch.distributed.pipelining.
+    schedules.ScheduleInterleaved1F1B, torch 2.13: the flexible schedule of rounds of N =
+    m // max(1, m // p) micro-batches, whose docstring example, 4 ranks and 10 micro-batches, is
+    Grattafiori et al. 2024's Figure 6), called on its own code without a process group, as
+    ('F' | 'B', chunk, micro-batch); the idle slots it pads with are dropped."""
+    from types import SimpleNamespace
+
+    sched = pytest.importorskip("torch.distributed.pipelining.schedules")
+    rounds = max(1, m // p)
+    me = SimpleNamespace(n_local_stages=v, microbatches_per_round=m // rounds, pp_group_size=p,
+                         _n_microbatches=m)
+    ops = sched.ScheduleInterleaved1F1B._calculate_single_rank_operations(me, d)
+    fwd = sched._ComputationType.FORWARD
+    return [("F" if a.computation_type == fwd else "B", a.stage_index // p, a.microbatch_index)
+            for a in ops if a is not None]
+
+
+def _in_flight(ops) -> int:
+    held = most = 0
+    for kind, _, _ in ops:
+        held += 1 if kind == "F" else -1
+        most = max(most, held)
+    return most
+
+
+@pytest.mark.parametrize("m,v", [(32, 8), (32, 4), (32, 2), (16, 8), (16, 4), (16, 2)])
+def test_pytorch_interleaved_1f1b_orders_as_priced(m, v):
+    """The in-flight count has a second source. PyTorch's interleaved 1F1B posts its sends
+    asynchronously (batched isend / irecv) and still warms up (V - 1) N + 2 (p - 1 - d) forwards,
+    as Megatron-Core does; on both 405B pipelines (p 16, m 32 and 16) its order on every device
+    is the one the model walks (nest.costs.pipeline.interleaved_order), so the model holds no
+    chunk more than the public implementation of Meta's flexible schedule: 141 on device 1 at
+    8,192 GPUs and V = 8. Asynchronous sends alone do not give the least count
+    (test_8192_gpus_out_of_memory_even_with_asynchronous_warmup)."""
+    for d in range(P):
+        assert _pytorch_order(P, m, v, d) == list(interleaved_order(P, m, v, d))
+    if (m, v) == (32, 8):
+        assert _in_flight(_pytorch_order(P, m, v, 1)) == 141
+
+
+def test_pytorch_figure6_group_above_p_adds_v_minus_one():
+    """Figure 6's own case (4 ranks, V = 2, 10 micro-batches): PyTorch takes N = 10 // 2 = 5 > p,
+    and device d holds (V - 1) N + 2 (p - 1 - d) + 1 chunks, one more than with N = p = 4: a
+    group of N above p costs V - 1 chunks a step, which is why the rows are priced at N = p."""
+    p, m, v = 4, 10, 2
+    for d in range(p):
+        assert _in_flight(_pytorch_order(p, m, v, d)) == (v - 1) * 5 + 2 * (p - 1 - d) + 1
+
+
+def test_8192_gpus_no_gradient_state_or_overhead_term_fits(rank1):
+    """With the priced (Megatron-Core's = PyTorch's) count, device 1's 141 one-block chunks and
+    its BF16 weights and optimizer shard alone exceed the HBM less the allocator's 5% and the
+    1.5 GB reserve, with no gradient at all; and with the FP32 gradient as priced they exceed
+    the bare HBM with no fragmentation and no reserve. The largest saved set a block could keep
+    (beside flash attention's log-sum-exp): 25.25 s b h / t bytes with the FP32 gradient (30.64
+    with none), against 31.75 for Megatron-LM / Transformer Engine's set. Sets of public code, each in s b h / t (BF16):
+    norms that save only their output (apex `memory_efficient`, Megatron-LM
+    --memory-efficient-layer-norm): 27.75, still out of memory; the SwiGLU product alone
+    recomputed: 25.25, at the bound (85.0 GB, no margin); norm outputs and the SwiGLU product
+    recomputed in backward (what metaseq's SequeuceParallelTransformerBlock does for its norms
+    and GeLU, "always recomputed"): 21.25, 75.1 GB. No source says which the 405B run kept."""
+    from nest.costs.memory import allocatable, peak
+
+    ev, pr, layer = rank1
+    hw = pr.cluster.hardware
+    mb = ev.stages[1].memory_bytes
+    sbh_t = S * H / T
+    lse = 4 * S * HEADS / T  # flash attention's fp32 log-sum-exp, in every set
+    hkv = KV * H // HEADS
+    megatron = (12 * S * H + 4 * S * hkv + 6 * S * F) / T  # Korthikanti's terms (test above)
+    assert megatron / sbh_t == pytest.approx(31.75)
+    weights_states = mb["weights"] + mb["optimizer_states"]
+    assert weights_states + mb["activations"] > allocatable(hw)              # no gradient
+    assert weights_states + mb["gradients"] + mb["activations"] > hw.hbm_bytes  # no overheads
+    bound = (allocatable(hw) - weights_states - mb["gradients"]) / 141 - lse
+    assert bound / sbh_t == pytest.approx(25.25, abs=0.01)
+    assert ((allocatable(hw) - weights_states) / 141 - lse) / sbh_t == pytest.approx(30.64,
+                                                                                    abs=0.01)
+    mem_eff_norms = megatron - 2 * 2 * S * H / T        # the two norm inputs not kept
+    recomputed = megatron - 2 * 2 * S * H / T - 2 * S * F / T  # norm outputs, SwiGLU product
+    assert (mem_eff_norms / sbh_t, recomputed / sbh_t) == (27.75, 21.25)
+    assert mem_eff_norms > bound > recomputed
+    fits = peak(weights_states + mb["gradients"] + 141 * (recomputed + lse), hw)
+    assert fits / 1e9 == pytest.approx(75.1, abs=0.05)
+
+
+def test_8192_gpus_sharded_gradient_flavour_exceeds_the_measured_step(rank1):
+    """The paper's FSDP sentence ("shards the optimizer states and gradients, but ... we do not
+    reshard after forward") is PyTorch FSDP's SHARD_GRAD_OP; accumulating over micro-batches it
+    has two flavours (PyTorch PR #126166): reduce-scatter every micro-batch and keep shards, or
+    keep the unsharded gradient to the last one (priced). The first moves, per device and step,
+    the FP32 gradient (paper: "reduce-scatter gradients in FP32") once per micro-batch and, as
+    FSDP frees the gathered parameters after every backward outside no_sync (PyTorch's
+    SHARD_GRAD_OP docstring; fairscale's FullyShardedDataParallel._post_backward_hook frees
+    them "as a special case" only inside no_sync), gathers the BF16 weights again for each
+    micro-batch's forward: 32 x (12.75 + 6.38) GB x 63 / 64 over the 48 GB/s each GPU's
+    400 Gb/s NIC gives, 12.6 s, longer than the whole measured step (12.02 s) before any
+    compute or pipeline send. So that flavour did not run; the memory it would save is moot."""
+    from nest.fidelity.published_runs import load_runs, measured_step_s
+
+    ev, pr, layer = rank1
+    params = 8 * layer.dense_params
+    nic = pr.cluster.levels[-1].bytes_per_s
+    assert nic == pytest.approx(48e9)
+    dp = 64
+    moved = M * (4 * params + 2 * params) * (dp - 1) / dp
+    measured, _ = measured_step_s(next(r for r in load_runs()
+                                       if r["id"] == "llama3_405b_8192gpu"))
+    assert moved / nic == pytest.approx(12.6, abs=0.05)
+    assert moved / nic > measured
