@@ -268,8 +268,8 @@ def _in_flight(ops) -> int:
 @pytest.mark.parametrize("m,v", [(32, 8), (32, 4), (32, 2), (16, 8), (16, 4), (16, 2)])
 def test_pytorch_interleaved_1f1b_orders_as_priced(m, v):
     """The in-flight count has a second source. PyTorch's interleaved 1F1B posts its sends
-    asynchronously (batched isend / irecv) and still warms up (V - 1) N + 2 (p - 1 - d) forwards,
-    as Megatron-Core does; on both 405B pipelines (p 16, m 32 and 16) its order on every device
+    asynchronously (its runtime waits on them at the end of the step) and still warms up
+    (V - 1) N + 2 (p - 1 - d) forwards, as Megatron-Core does; on both 405B pipelines (p 16, m 32 and 16) its order on every device
     is the one the model walks (nest.costs.pipeline.interleaved_order), so the model holds no
     chunk more than the public implementation of Meta's flexible schedule: 141 on device 1 at
     8,192 GPUs and V = 8. Asynchronous sends alone do not give the least count
