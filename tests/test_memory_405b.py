@@ -350,3 +350,140 @@ def test_8192_gpus_sharded_gradient_flavour_exceeds_the_measured_step(rank1):
                                        if r["id"] == "llama3_405b_8192gpu"))
     assert moved / nic == pytest.approx(12.6, abs=0.05)
     assert moved / nic > measured
+
+
+# ---- Round seven (issue 26): the saved set per block as a band (recompute_modules) ----
+
+SETS = {(): 31.75, ("layernorm",): 27.75, ("act",): 25.25, ("layernorm", "act"): 21.25}
+
+
+def _member(run_id: str, v: int, mods: tuple):
+    from nest.fidelity.published_runs import band_members, load_runs
+
+    row = next(r for r in load_runs() if r["id"] == run_id)
+    return next(m for m in band_members(row)
+                if m["virtual_stages"] == v and tuple(m["recompute_modules"]) == mods)
+
+
+@pytest.mark.parametrize("mods", list(SETS))
+def test_saved_set_per_block_closed_form(mods):
+    """The bytes a Llama 3 405B block keeps for backward in the table the evaluator and the
+    solver read (nest.costs.layers), by hand: Megatron-LM / Transformer Engine's set is
+    (12 s h + 4 s h_kv + 6 s f) / t bytes (31.75 s b h / t); recomputing the two norms frees
+    their outputs, the sequence-parallel shards the qkv and MLP GEMMs keep (2 x 2 s h / t:
+    27.75); recomputing the SwiGLU frees its product, the down projection's input (2 s f / t:
+    25.25); both (metaseq's SequeuceParallelTransformerBlock): 21.25. Flash attention's fp32
+    log-sum-exp stays; full recomputation keeps only the layer input in every set."""
+    from nest.costs.layers import ALL_MODES, layer_table
+    from nest.fidelity.published_runs import problem_for
+    from nest.graph.layer_graph import Variant
+
+    v = Variant.from_key("tp8_sp1_ep1_cp1")
+    pr = problem_for(dict(_member("llama3_405b_8192gpu", 8, ()), recompute_modules=list(mods)))
+    lt = layer_table(pr, v, ALL_MODES)
+    act = dict(zip(ALL_MODES, lt.act_LR[3]))
+    lse = 4 * S * HEADS / T
+    hkv = KV * H // HEADS
+    kept = (12 * S * H + 4 * S * hkv + 6 * S * F) / T
+    kept -= (2 * 2 * S * H / T if "layernorm" in mods else 0) + (2 * S * F / T if "act" in mods
+                                                                   else 0)
+    assert kept / (S * H / T) == SETS[mods]
+    assert act["none"] == pytest.approx(kept + lse, rel=2e-3)  # the trace's count, as above
+    assert act["selective"] == act["none"]  # flash attention: no score tensors to drop
+    assert act["full"] == 2 * S * H / T  # the layer input, whatever the modules
+    assert lt.work_LR[3][ALL_MODES.index("full")] == act["none"] - act["full"]
+    base = problem_for(_member("llama3_405b_8192gpu", 8, ()))
+    base_none = layer_table(base, v, ALL_MODES).act_LR[3][0]
+    assert base_none - act["none"] == (31.75 - SETS[mods]) * S * H / T  # exactly what is freed
+
+
+def test_act_recompute_adds_the_activation_forward_to_backward():
+    """Recomputing the activation re-runs its forward before the down projection's backward: the
+    block's backward grows by the SwiGLU op's forward time, and with the norms by theirs too
+    (host floor off, roofline); the forward is unchanged."""
+    from dataclasses import replace
+
+    from nest.costs.profiled import price_op
+    from nest.costs.table import layer_times
+    from nest.fidelity.published_runs import problem_for
+
+    pr = problem_for(_member("llama3_405b_8192gpu", 8, ()))
+    layer = pr.graph.layers[3].costs["tp8_sp1_ep1_cp1"]
+    hw = replace(pr.cluster.hardware, host_fwd_s_per_op=0.0, host_bwd_s_per_op=0.0)
+    ops = {op.name: op for op in layer.ops}
+    fwd = {n: price_op(hw, ops[n], None).fwd_s for n in ("swiglu", "norm1", "norm2")}
+    base = layer_times(hw, layer, None)
+    act = layer_times(hw, layer, None, recompute_modules=("act",))
+    both = layer_times(hw, layer, None, recompute_modules=("layernorm", "act"))
+    assert act.fwd_s == both.fwd_s == base.fwd_s
+    assert act.bwd_s - base.bwd_s == pytest.approx(fwd["swiglu"], rel=1e-12)
+    assert both.bwd_s - base.bwd_s == pytest.approx(sum(fwd.values()), rel=1e-12)
+    # the SwiGLU reads gate and up and writes their product: 3 x 2 s f / t bytes, memory-bound
+    assert ops["swiglu"].fwd_bytes == pytest.approx(3 * 2 * S * F / T, rel=1e-3)
+
+
+def test_freed_bytes_only_where_kept():
+    """Nothing is freed under FP8 (Transformer Engine keeps its own FP8 copy of the GEMM
+    inputs, nest.graph.fp8) or for a layer without the op (the LM head; an MoE block has no
+    dense activation); without sequence parallelism a norm's output is the whole s h."""
+    from nest.costs.table import module_freed_bytes
+    from nest.fidelity.published_runs import problem_for
+    from nest.graph.layer_graph import Variant
+
+    pr = problem_for(_member("llama3_405b_8192gpu", 8, ()))
+    v = Variant.from_key("tp8_sp1_ep1_cp1")
+    layer = pr.graph.layers[3].costs[v.key]
+    both = ("layernorm", "act")
+    assert module_freed_bytes(both, layer, v, fp8=False) == (4 * S * H + 2 * S * F) / T
+    assert module_freed_bytes(both, layer, v, fp8=True) == 0.0
+    assert module_freed_bytes(both, pr.graph.layers[-1].costs[v.key], v, fp8=False) == 0.0
+    no_sp = Variant(tp=8, sp=False)
+    assert module_freed_bytes(("layernorm",), layer, no_sp, fp8=False) == 4 * S * H
+
+
+def test_8192_gpus_band_over_the_saved_set():
+    """The 8,192-GPU row is a band over V and the saved set (the paper states neither). With
+    Megatron-LM's set no V fits (101.2 GB at V = 8); with metaseq's, V = 8 and V = 4 fit (75.1
+    and 79.9 GB) and V = 2 does not (89.7). Out-of-memory members are left out of the band, as
+    for any band: its ends are the fitting members' steps, its peak theirs, and the row counts
+    as priced. The V = 8 peak equals the hand sum of the term-by-term test with 21.25 s b h / t
+    a block; recomputation makes each fitting member slower than the same V without it."""
+    from nest.costs.memory import peak
+    from nest.fidelity.published_runs import evaluate_row, load_runs
+
+    row = next(r for r in load_runs() if r["id"] == "llama3_405b_8192gpu")
+    res = evaluate_row(row)
+    got = {(m.values["virtual_stages"], tuple(m.values["recompute_modules"])): m
+           for m in res.members}
+    assert len(got) == 6
+    meta = ("layernorm", "act")
+    fits = {k for k, m in got.items() if m.feasible}
+    assert fits == {(4, meta), (8, meta)}
+    assert [round(got[v, meta].peak_memory_GB, 1) for v in (2, 4, 8)] == [89.7, 79.9, 75.1]
+    assert round(got[8, ()].peak_memory_GB, 1) == 101.2
+    assert res.feasible
+    assert res.predicted_lo_s == got[8, meta].predicted_s
+    assert res.predicted_hi_s == got[4, meta].predicted_s
+    assert res.peak_memory_GB == got[8, meta].peak_memory_GB
+    for v in (4, 8):
+        assert got[v, meta].predicted_s > got[v, ()].predicted_s
+    ev, pr, layer = _evaluated("llama3_405b_8192gpu")
+    mb = ev.stages[1].memory_bytes
+    kept = 21.25 * S * H / T + 4 * S * HEADS / T
+    hand = peak(mb["weights"] + mb["optimizer_states"] + mb["gradients"] + 141 * kept,
+                pr.cluster.hardware)
+    assert got[8, meta].peak_memory_GB == pytest.approx(hand / 1e9, rel=2e-3)
+
+
+def test_band_of_saved_sets_is_a_product_and_checked():
+    """`band:` keys multiply (3 V x 2 sets, V outermost, in the file's order); a set naming a
+    module the cost model lacks is refused naming the table, the run and the key."""
+    from nest.common.errors import SpecError
+    from nest.fidelity.published_runs import band_members, load_runs, training_for
+
+    row = next(r for r in load_runs() if r["id"] == "llama3_405b_16384gpu")
+    got = [(m["virtual_stages"], m["recompute_modules"]) for m in band_members(row)]
+    assert got == [(v, s) for v in (2, 4, 8) for s in ([], ["layernorm", "act"])]
+    bad = dict(row, band={"recompute_modules": [["layernorm", "mlp"]]})
+    with pytest.raises(SpecError, match=r"run 'llama3_405b_16384gpu': key 'recompute_modules'"):
+        training_for(band_members(bad)[0])
