@@ -12,8 +12,10 @@ the activation stash, Megatron-LM's saved-tensor set times Megatron-Core's inter
 and 68 GB at 16,384 (one whole model's worth of one micro-batch). The term that was wrong: the
 FP32 gradient buffer, which Meta's FSDP creates layer by layer at the first backward
 (grad_buffer: lazy; nest.costs.memory.lazy_gradient_peak), not before the activation peak: the
-16,384-GPU run fits. What remains unsized at 8,192 is in docs/modeling.md, "Llama 3 405B
-memory"; the model is not tuned to make the rows fit.
+16,384-GPU run fits. At 8,192 GPUs only the saved set per block was left, which the paper does
+not state: both rows are a band over it (Megatron-LM / Transformer Engine's set or metaseq's,
+which re-runs the norms and the MLP activation in backward; round seven, the last tests), and
+metaseq's fits. docs/modeling.md, "Llama 3 405B memory"; the model is not tuned to the rows.
 """
 
 import pytest
