@@ -12,8 +12,10 @@ the activation stash, Megatron-LM's saved-tensor set times Megatron-Core's inter
 and 68 GB at 16,384 (one whole model's worth of one micro-batch). The term that was wrong: the
 FP32 gradient buffer, which Meta's FSDP creates layer by layer at the first backward
 (grad_buffer: lazy; nest.costs.memory.lazy_gradient_peak), not before the activation peak: the
-16,384-GPU run fits. What remains unsized at 8,192 is in docs/modeling.md, "Llama 3 405B
-memory"; the model is not tuned to make the rows fit.
+16,384-GPU run fits. At 8,192 GPUs only the saved set per block was left, which the paper does
+not state: both rows are a band over it (Megatron-LM / Transformer Engine's set or metaseq's,
+which re-runs the norms and the MLP activation in backward; round seven, the last tests), and
+metaseq's fits. docs/modeling.md, "Llama 3 405B memory"; the model is not tuned to the rows.
 """
 
 import pytest
@@ -235,3 +237,255 @@ def test_8192_gpus_out_of_memory_even_with_asynchronous_warmup(rank1):
     assert per_block / (S * H / T) == pytest.approx(28.07, abs=0.01)
     sharded = rest - mb["gradients"] + mb["gradients"] / 64  # ZeRO-2-like: FP32 shard only
     assert peak(sharded + held * a, hw) < hw.hbm_bytes
+
+
+# ---- Round six (issue 26): the brief's candidates, each checked against a second source ----
+
+def _pytorch_order(p: int, m: int, v: int, d: int):
+    """Device d's operations in PyTorch's own interleaved 1F1B (torch.distributed.pipelining.
+    schedules.ScheduleInterleaved1F1B, torch 2.13: the flexible schedule of rounds of N =
+    m // max(1, m // p) micro-batches, whose docstring example, 4 ranks and 10 micro-batches, is
+    Grattafiori et al. 2024's Figure 6), called on its own code without a process group, as
+    ('F' | 'B', chunk, micro-batch); the idle slots it pads with are dropped."""
+    from types import SimpleNamespace
+
+    sched = pytest.importorskip("torch.distributed.pipelining.schedules")
+    rounds = max(1, m // p)
+    me = SimpleNamespace(n_local_stages=v, microbatches_per_round=m // rounds, pp_group_size=p,
+                         _n_microbatches=m)
+    ops = sched.ScheduleInterleaved1F1B._calculate_single_rank_operations(me, d)
+    fwd = sched._ComputationType.FORWARD
+    return [("F" if a.computation_type == fwd else "B", a.stage_index // p, a.microbatch_index)
+            for a in ops if a is not None]
+
+
+def _in_flight(ops) -> int:
+    held = most = 0
+    for kind, _, _ in ops:
+        held += 1 if kind == "F" else -1
+        most = max(most, held)
+    return most
+
+
+@pytest.mark.parametrize("m,v", [(32, 8), (32, 4), (32, 2), (16, 8), (16, 4), (16, 2)])
+def test_pytorch_interleaved_1f1b_orders_as_priced(m, v):
+    """The in-flight count has a second source. PyTorch's interleaved 1F1B posts its sends
+    asynchronously (its runtime waits on them at the end of the step) and still warms up
+    (V - 1) N + 2 (p - 1 - d) forwards, as Megatron-Core does; on both 405B pipelines (p 16, m 32 and 16) its order on every device
+    is the one the model walks (nest.costs.pipeline.interleaved_order), so the model holds no
+    chunk more than the public implementation of Meta's flexible schedule: 141 on device 1 at
+    8,192 GPUs and V = 8. Asynchronous sends alone do not give the least count
+    (test_8192_gpus_out_of_memory_even_with_asynchronous_warmup)."""
+    for d in range(P):
+        assert _pytorch_order(P, m, v, d) == list(interleaved_order(P, m, v, d))
+    if (m, v) == (32, 8):
+        assert _in_flight(_pytorch_order(P, m, v, 1)) == 141
+
+
+def test_pytorch_figure6_group_above_p_adds_v_minus_one():
+    """Figure 6's own case (4 ranks, V = 2, 10 micro-batches): PyTorch takes N = 10 // 2 = 5 > p,
+    and device d holds (V - 1) N + 2 (p - 1 - d) + 1 chunks, one more than with N = p = 4: a
+    group of N above p costs V - 1 chunks a step, which is why the rows are priced at N = p."""
+    p, m, v = 4, 10, 2
+    for d in range(p):
+        assert _in_flight(_pytorch_order(p, m, v, d)) == (v - 1) * 5 + 2 * (p - 1 - d) + 1
+
+
+def test_8192_gpus_no_gradient_state_or_overhead_term_fits(rank1):
+    """With the priced (Megatron-Core's = PyTorch's) count, device 1's 141 one-block chunks and
+    its BF16 weights and optimizer shard alone exceed the HBM less the allocator's 5% and the
+    1.5 GB reserve, with no gradient at all; and with the FP32 gradient as priced they exceed
+    the bare HBM with no fragmentation and no reserve. The largest saved set a block could keep
+    (beside flash attention's log-sum-exp): 25.25 s b h / t bytes with the FP32 gradient (30.64
+    with none), against 31.75 for Megatron-LM / Transformer Engine's set. Sets of public code, each in s b h / t (BF16):
+    norms that save only their output (apex `memory_efficient`, Megatron-LM
+    --memory-efficient-layer-norm): 27.75, still out of memory; the SwiGLU product alone
+    recomputed: 25.25, at the bound (85.0 GB, no margin); norm outputs and the SwiGLU product
+    recomputed in backward (what metaseq's SequeuceParallelTransformerBlock does for its norms
+    and GeLU, "always recomputed"): 21.25, 75.1 GB. No source says which the 405B run kept."""
+    from nest.costs.memory import allocatable, peak
+
+    ev, pr, layer = rank1
+    hw = pr.cluster.hardware
+    mb = ev.stages[1].memory_bytes
+    sbh_t = S * H / T
+    lse = 4 * S * HEADS / T  # flash attention's fp32 log-sum-exp, in every set
+    hkv = KV * H // HEADS
+    megatron = (12 * S * H + 4 * S * hkv + 6 * S * F) / T  # Korthikanti's terms (test above)
+    assert megatron / sbh_t == pytest.approx(31.75)
+    weights_states = mb["weights"] + mb["optimizer_states"]
+    assert weights_states + mb["activations"] > allocatable(hw)              # no gradient
+    assert weights_states + mb["gradients"] + mb["activations"] > hw.hbm_bytes  # no overheads
+    bound = (allocatable(hw) - weights_states - mb["gradients"]) / 141 - lse
+    assert bound / sbh_t == pytest.approx(25.25, abs=0.01)
+    assert ((allocatable(hw) - weights_states) / 141 - lse) / sbh_t == pytest.approx(30.64,
+                                                                                    abs=0.01)
+    mem_eff_norms = megatron - 2 * 2 * S * H / T        # the two norm inputs not kept
+    recomputed = megatron - 2 * 2 * S * H / T - 2 * S * F / T  # norm outputs, SwiGLU product
+    assert (mem_eff_norms / sbh_t, recomputed / sbh_t) == (27.75, 21.25)
+    assert mem_eff_norms > bound > recomputed
+    fits = peak(weights_states + mb["gradients"] + 141 * (recomputed + lse), hw)
+    assert fits / 1e9 == pytest.approx(75.1, abs=0.05)
+
+
+def test_8192_gpus_sharded_gradient_flavour_exceeds_the_measured_step(rank1):
+    """The paper's FSDP sentence ("shards the optimizer states and gradients, but ... we do not
+    reshard after forward") is PyTorch FSDP's SHARD_GRAD_OP; accumulating over micro-batches it
+    has two flavours (PyTorch PR #126166): reduce-scatter every micro-batch and keep shards, or
+    keep the unsharded gradient to the last one (priced). The first moves, per device and step,
+    the FP32 gradient (paper: "reduce-scatter gradients in FP32") once per micro-batch and, as
+    FSDP frees the gathered parameters after every backward outside no_sync (PyTorch's
+    SHARD_GRAD_OP docstring; fairscale's FullyShardedDataParallel._post_backward_hook frees
+    them "as a special case" only inside no_sync), gathers the BF16 weights again for each
+    micro-batch's forward: 32 x (12.75 + 6.38) GB x 63 / 64 over the 48 GB/s each GPU's
+    400 Gb/s NIC gives, 12.6 s, longer than the whole measured step (12.02 s) before any
+    compute or pipeline send. So that flavour did not run; the memory it would save is moot."""
+    from nest.fidelity.published_runs import load_runs, measured_step_s
+
+    ev, pr, layer = rank1
+    params = 8 * layer.dense_params
+    nic = pr.cluster.levels[-1].bytes_per_s
+    assert nic == pytest.approx(48e9)
+    dp = 64
+    moved = M * (4 * params + 2 * params) * (dp - 1) / dp
+    measured, _ = measured_step_s(next(r for r in load_runs()
+                                       if r["id"] == "llama3_405b_8192gpu"))
+    assert moved / nic == pytest.approx(12.6, abs=0.05)
+    assert moved / nic > measured
+
+
+# ---- Round seven (issue 26): the saved set per block as a band (recompute_modules) ----
+
+SETS = {(): 31.75, ("layernorm",): 27.75, ("act",): 25.25, ("layernorm", "act"): 21.25}
+
+
+def _member(run_id: str, v: int, mods: tuple):
+    from nest.fidelity.published_runs import band_members, load_runs
+
+    row = next(r for r in load_runs() if r["id"] == run_id)
+    return next(m for m in band_members(row)
+                if m["virtual_stages"] == v and tuple(m["recompute_modules"]) == mods)
+
+
+@pytest.mark.parametrize("mods", list(SETS))
+def test_saved_set_per_block_closed_form(mods):
+    """The bytes a Llama 3 405B block keeps for backward in the table the evaluator and the
+    solver read (nest.costs.layers), by hand: Megatron-LM / Transformer Engine's set is
+    (12 s h + 4 s h_kv + 6 s f) / t bytes (31.75 s b h / t); recomputing the two norms frees
+    their outputs, the sequence-parallel shards the qkv and MLP GEMMs keep (2 x 2 s h / t:
+    27.75); recomputing the SwiGLU frees its product, the down projection's input (2 s f / t:
+    25.25); both (metaseq's SequeuceParallelTransformerBlock): 21.25. Flash attention's fp32
+    log-sum-exp stays; full recomputation keeps only the layer input in every set."""
+    from nest.costs.layers import ALL_MODES, layer_table
+    from nest.fidelity.published_runs import problem_for
+    from nest.graph.layer_graph import Variant
+
+    v = Variant.from_key("tp8_sp1_ep1_cp1")
+    pr = problem_for(dict(_member("llama3_405b_8192gpu", 8, ()), recompute_modules=list(mods)))
+    lt = layer_table(pr, v, ALL_MODES)
+    act = dict(zip(ALL_MODES, lt.act_LR[3]))
+    lse = 4 * S * HEADS / T
+    hkv = KV * H // HEADS
+    kept = (12 * S * H + 4 * S * hkv + 6 * S * F) / T
+    kept -= (2 * 2 * S * H / T if "layernorm" in mods else 0) + (2 * S * F / T if "act" in mods
+                                                                   else 0)
+    assert kept / (S * H / T) == SETS[mods]
+    assert act["none"] == pytest.approx(kept + lse, rel=2e-3)  # the trace's count, as above
+    assert act["selective"] == act["none"]  # flash attention: no score tensors to drop
+    assert act["full"] == 2 * S * H / T  # the layer input, whatever the modules
+    assert lt.work_LR[3][ALL_MODES.index("full")] == act["none"] - act["full"]
+    base = problem_for(_member("llama3_405b_8192gpu", 8, ()))
+    base_none = layer_table(base, v, ALL_MODES).act_LR[3][0]
+    assert base_none - act["none"] == (31.75 - SETS[mods]) * S * H / T  # exactly what is freed
+
+
+def test_act_recompute_adds_the_activation_forward_to_backward():
+    """Recomputing the activation re-runs its forward before the down projection's backward: the
+    block's backward grows by the SwiGLU op's forward time, and with the norms by theirs too
+    (host floor off, roofline); the forward is unchanged."""
+    from dataclasses import replace
+
+    from nest.costs.profiled import price_op
+    from nest.costs.table import layer_times
+    from nest.fidelity.published_runs import problem_for
+
+    pr = problem_for(_member("llama3_405b_8192gpu", 8, ()))
+    layer = pr.graph.layers[3].costs["tp8_sp1_ep1_cp1"]
+    hw = replace(pr.cluster.hardware, host_fwd_s_per_op=0.0, host_bwd_s_per_op=0.0)
+    ops = {op.name: op for op in layer.ops}
+    fwd = {n: price_op(hw, ops[n], None).fwd_s for n in ("swiglu", "norm1", "norm2")}
+    base = layer_times(hw, layer, None)
+    act = layer_times(hw, layer, None, recompute_modules=("act",))
+    both = layer_times(hw, layer, None, recompute_modules=("layernorm", "act"))
+    assert act.fwd_s == both.fwd_s == base.fwd_s
+    assert act.bwd_s - base.bwd_s == pytest.approx(fwd["swiglu"], rel=1e-12)
+    assert both.bwd_s - base.bwd_s == pytest.approx(sum(fwd.values()), rel=1e-12)
+    # the SwiGLU reads gate and up and writes their product: 3 x 2 s f / t bytes, memory-bound
+    assert ops["swiglu"].fwd_bytes == pytest.approx(3 * 2 * S * F / T, rel=1e-3)
+
+
+def test_freed_bytes_only_where_kept():
+    """Nothing is freed under FP8 (Transformer Engine keeps its own FP8 copy of the GEMM
+    inputs, nest.graph.fp8) or for a layer without the op (the LM head; an MoE block has no
+    dense activation); without sequence parallelism a norm's output is the whole s h."""
+    from nest.costs.table import module_freed_bytes
+    from nest.fidelity.published_runs import problem_for
+    from nest.graph.layer_graph import Variant
+
+    pr = problem_for(_member("llama3_405b_8192gpu", 8, ()))
+    v = Variant.from_key("tp8_sp1_ep1_cp1")
+    layer = pr.graph.layers[3].costs[v.key]
+    both = ("layernorm", "act")
+    assert module_freed_bytes(both, layer, v, fp8=False) == (4 * S * H + 2 * S * F) / T
+    assert module_freed_bytes(both, layer, v, fp8=True) == 0.0
+    assert module_freed_bytes(both, pr.graph.layers[-1].costs[v.key], v, fp8=False) == 0.0
+    no_sp = Variant(tp=8, sp=False)
+    assert module_freed_bytes(("layernorm",), layer, no_sp, fp8=False) == 4 * S * H
+
+
+def test_8192_gpus_band_over_the_saved_set():
+    """The 8,192-GPU row is a band over V and the saved set (the paper states neither). With
+    Megatron-LM's set no V fits (101.2 GB at V = 8); with metaseq's, V = 8 and V = 4 fit (75.1
+    and 79.9 GB) and V = 2 does not (89.7). Out-of-memory members are left out of the band, as
+    for any band: its ends are the fitting members' steps, its peak theirs, and the row counts
+    as priced. The V = 8 peak equals the hand sum of the term-by-term test with 21.25 s b h / t
+    a block; recomputation makes each fitting member slower than the same V without it."""
+    from nest.costs.memory import peak
+    from nest.fidelity.published_runs import evaluate_row, load_runs
+
+    row = next(r for r in load_runs() if r["id"] == "llama3_405b_8192gpu")
+    res = evaluate_row(row)
+    got = {(m.values["virtual_stages"], tuple(m.values["recompute_modules"])): m
+           for m in res.members}
+    assert len(got) == 6
+    meta = ("layernorm", "act")
+    fits = {k for k, m in got.items() if m.feasible}
+    assert fits == {(4, meta), (8, meta)}
+    assert [round(got[v, meta].peak_memory_GB, 1) for v in (2, 4, 8)] == [89.7, 79.9, 75.1]
+    assert round(got[8, ()].peak_memory_GB, 1) == 101.2
+    assert res.feasible
+    assert res.predicted_lo_s == got[8, meta].predicted_s
+    assert res.predicted_hi_s == got[4, meta].predicted_s
+    assert res.peak_memory_GB == got[8, meta].peak_memory_GB
+    for v in (4, 8):
+        assert got[v, meta].predicted_s > got[v, ()].predicted_s
+    ev, pr, layer = _evaluated("llama3_405b_8192gpu")
+    mb = ev.stages[1].memory_bytes
+    kept = 21.25 * S * H / T + 4 * S * HEADS / T
+    hand = peak(mb["weights"] + mb["optimizer_states"] + mb["gradients"] + 141 * kept,
+                pr.cluster.hardware)
+    assert got[8, meta].peak_memory_GB == pytest.approx(hand / 1e9, rel=2e-3)
+
+
+def test_band_of_saved_sets_is_a_product_and_checked():
+    """`band:` keys multiply (3 V x 2 sets, V outermost, in the file's order); a set naming a
+    module the cost model lacks is refused naming the table, the run and the key."""
+    from nest.common.errors import SpecError
+    from nest.fidelity.published_runs import band_members, load_runs, training_for
+
+    row = next(r for r in load_runs() if r["id"] == "llama3_405b_16384gpu")
+    got = [(m["virtual_stages"], m["recompute_modules"]) for m in band_members(row)]
+    assert got == [(v, s) for v in (2, 4, 8) for s in ([], ["layernorm", "act"])]
+    bad = dict(row, band={"recompute_modules": [["layernorm", "mlp"]]})
+    with pytest.raises(SpecError, match=r"run 'llama3_405b_16384gpu': key 'recompute_modules'"):
+        training_for(band_members(bad)[0])

@@ -103,7 +103,8 @@ def test_module_recompute_reruns_the_norms_and_the_experts_activation(mixtral_ep
                         recompute_modules=mods)
         assert t.fwd_s == base.fwd_s
         assert t.bwd_s - base.bwd_s == pytest.approx(sum(fwd[n] for n in names), rel=1e-12)
-    assert set(MODULE_RECOMPUTE) == {"layernorm", "moe_act"}
+    assert set(MODULE_RECOMPUTE) == {"layernorm", "moe_act", "act"}
+    assert module_recompute_ops(("act",), fwd) == ()  # an MoE layer has no dense activation
 
 
 def test_recompute_modules_setting_reaches_the_cost_table_only_where_stated():

@@ -15,7 +15,7 @@ import numpy as np
 
 from nest.costs.cache import read_only
 from nest.costs.memory import tied_embedding_params
-from nest.costs.table import LayerTimes
+from nest.costs.table import FREED_MODES, LayerTimes, module_freed_bytes
 from nest.graph.layer_graph import RECOMPUTE_MODES, Variant
 
 
@@ -117,7 +117,12 @@ def _build(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
     L = g.num_layers
     fwd_L, bwd_L = np.array([t.fwd_s for t in times]), np.array([t.bwd_s for t in times])
     rec_LR = np.array([[t.recompute_s[r] for r in modes] for t in times])
-    act_LR = np.array([[c.act_bytes[r] for r in modes] for c in costs])
+    # selective module recomputation frees saved tensors (nest.costs.table.module_freed_bytes)
+    mods = problem.costs.recompute_modules
+    freed = {id(c): module_freed_bytes(mods, c, v, g.fp8_activations) if mods else 0.0
+             for c in costs}
+    act_LR = np.array([[c.act_bytes[r] - (freed[id(c)] if r in FREED_MODES else 0.0)
+                        for r in modes] for c in costs])
     dense_L = np.array([c.dense_params for c in costs])
     expert_L = np.array([c.expert_params for c in costs])
     tied = tied_embedding_params(problem.model, g, v.tp)
@@ -129,7 +134,8 @@ def _build(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
     # counted with them: < 0.1% of a block.
     fp8_L = np.array([(c.dense_params + c.expert_params) * (la.kind == "block")
                       for c, la in zip(costs, g.layers)])
-    work_LR = np.array([[c.act_bytes["none"] - c.act_bytes[r] for r in modes] for c in costs])
+    none_L = np.array([c.act_bytes["none"] - freed[id(c)] for c in costs])
+    work_LR = none_L[:, None] - act_LR
     return LayerTable(
         v, modes, read_only(fwd_L), read_only(bwd_L), read_only(rec_LR), read_only(act_LR),
         read_only(work_LR),

@@ -201,14 +201,47 @@ def _recomputed(cost: LayerCost, mode: str, per_op: Mapping) -> tuple[str, ...]:
 
 GLU_ACTS = {"expert_swiglu", "expert_geglu"}  # the experts' activation op (torch_models.MoE)
 
-# Megatron-Core's --recompute-modules (selective granularity) -> the graph's operators whose
-# forward re-runs in the backward: "layernorm" checkpoints the block's input_layernorm and
+DENSE_ACTS = ("gelu", "geglu", "swiglu")  # the dense MLP's activation op (torch_models.Mlp)
+
+# Selective module recomputation -> the graph's operators whose forward re-runs in the backward.
+# Megatron-Core's --recompute-modules: "layernorm" checkpoints the block's input_layernorm and
 # pre_mlp_layernorm (TransformerLayer, CheckpointWithoutOutput, recomputed before the consumer's
 # backward); "moe_act" the experts' bias_act_func (TEGroupedMLP.activation_checkpoint: the GLU
 # clamp where the model has one and the weighted activation). megatron-core 0.16 (9ed8b0c) and
-# 0.18.0rc (4415119), transformer_layer.py and moe/experts.py. Modules a layer lacks add nothing.
+# 0.18.0rc (4415119), transformer_layer.py and moe/experts.py. "act" is not a Megatron-Core
+# module (0.16.1 and main @ d98e8a6 offer "mlp", the whole MLP, and no dense activation alone):
+# it is Meta's metaseq SequeuceParallelTransformerBlock
+# (metaseq/modules/sequence_parallel_transformer_layer.py @ 33588d8, "gelu, layernorm: always
+# recomputed i.e. no activation memory for these"), whose backward re-runs the activation from
+# the kept fc1 output before the down projection's weight gradient; with "layernorm" it is that
+# block's saved set. Modules a layer lacks add nothing.
 MODULE_RECOMPUTE = {"layernorm": ("norm1", "norm2"),
-                    "moe_act": (EXPERT_CLAMP, *sorted(GLU_ACTS))}
+                    "moe_act": (EXPERT_CLAMP, *sorted(GLU_ACTS)),
+                    "act": DENSE_ACTS}
+FREED_MODES = ("none", "selective")  # "full" keeps only the layer input: nothing left to free
+
+
+def module_freed_bytes(modules, cost: LayerCost, variant: Variant, fp8: bool) -> float:
+    """Bytes per micro-batch a layer no longer keeps for backward when `modules` are recomputed
+    (MODULE_RECOMPUTE), in recompute modes FREED_MODES. "layernorm": each norm's output, the
+    saved input of the GEMM after it, the hidden state X[m, k] of the qkv GEMM (the sequence
+    shard under sequence parallelism, as the graph keeps it); "act": the activation's output,
+    the down projection's saved input X[m, k]. BF16 (2 B). Under FP8 (fp8: the graph keeps
+    Transformer Engine's FP8 copies of the GEMM inputs, nest.graph.fp8) the copy stays and
+    nothing is freed; "moe_act"'s memory is not credited (conservative)."""
+    if fp8:
+        return 0.0
+    names = {op.name for op in cost.ops}
+    gemm = {op.name: op for op in cost.ops if op.kind == "matmul" and len(op.shape) == 3}
+    freed = 0.0
+    if "layernorm" in modules and "qkv" in gemm:
+        m, _, k = gemm["qkv"].shape
+        norms = sum(n in names for n in MODULE_RECOMPUTE["layernorm"])
+        freed += norms * BYTES * m * k / (variant.tp if variant.sp else 1)
+    if "act" in modules and "mlp_down" in gemm and names & set(DENSE_ACTS):
+        m, _, k = gemm["mlp_down"].shape
+        freed += BYTES * m * k * gemm["mlp_down"].count
+    return freed
 
 
 def module_recompute_ops(modules, per_op: Mapping) -> tuple[str, ...]:

@@ -125,8 +125,10 @@ def plan_dp(row: dict) -> int:
 
 CUT_RULES = ("megatron", "even_layers", "ends_alone")
 # optional run settings a `band:` may range over besides the required ones: the attention kernel
-# the run's software used (nest.costs.profiled.ATTENTION_KERNELS; default "default")
-BAND_OPTIONAL = ("attention_kernel",)
+# the run's software used (nest.costs.profiled.ATTENTION_KERNELS; default "default") and the
+# saved set per block as selective module recomputation sets it (`recompute_modules`, each
+# value a list of nest.costs.table.MODULE_RECOMPUTE names)
+BAND_OPTIONAL = ("attention_kernel", "recompute_modules")
 
 
 def plan_spec(row: dict, num_layers: int | None = None) -> dict:
@@ -535,7 +537,7 @@ def render(results: list[RowResult]) -> str:
                   ""]
         for r in bands:
             lo, hi = r.error_ends
-            parts = [f"{', '.join(f'{k} {v}' for k, v in x.values.items())}: "
+            parts = [f"{', '.join(f'{k} {_shown(v)}' for k, v in x.values.items())}: "
                      f"{x.predicted_s:.3f} s ({100 * (x.predicted_s / r.measured_s - 1):+.1f}%), "
                      f"{x.peak_memory_GB:.1f} GB{'' if x.feasible else ' OOM'}"
                      for x in r.members]
@@ -554,6 +556,11 @@ def render(results: list[RowResult]) -> str:
     lines += [f"- {r.id}: {', '.join(r.row['assumed'])}" for r in results if r.row.get("assumed")]
     lines += ["", "Sources:", ""] + [f"- {r.id}: {r.row['source']}" for r in results]
     return "\n".join(lines) + "\n"
+
+
+def _shown(value) -> str:
+    """A band value as the table writes it (a list as [a, b])."""
+    return f"[{', '.join(map(str, value))}]" if isinstance(value, list) else str(value)
 
 
 def main(argv: list[str] | None = None) -> int:

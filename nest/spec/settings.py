@@ -107,10 +107,12 @@ class TrainingSettings:
     # false: the eager PyTorch path, which megatron-core >= 0.16 takes for YaRN with a
     # concentration factor != 1 such as gpt-oss's (nest.costs.rope)
     rope_fusion: bool = True
-    # Megatron-Core's selective module recomputation (--recompute-modules; MODULE_RECOMPUTE in
-    # nest.costs.table): "layernorm" (the block's input and pre-MLP norms), "moe_act" (the
-    # experts' activation). Their forward re-runs in the backward; the memory they free is not
-    # credited (a conservative peak). Independent of a plan's `recompute` mode.
+    # selective module recomputation (MODULE_RECOMPUTE in nest.costs.table): Megatron-Core's
+    # --recompute-modules "layernorm" (the block's input and pre-MLP norms) and "moe_act" (the
+    # experts' activation), and metaseq's "act" (the dense MLP's activation; not a Megatron-Core
+    # module). Their forward re-runs in the backward; the norms' and the dense activation's
+    # outputs are not kept (nest.costs.table.module_freed_bytes; moe_act's memory is not
+    # credited, a conservative peak). Independent of a plan's `recompute` mode.
     recompute_modules: tuple[str, ...] = ()
     # the distributed optimizer's (ZeRO-1 / 2) all-gather of the updated weights overlapped with
     # the next batch's first forward, bucket by bucket (Megatron-LM --overlap-param-gather, NeMo
