@@ -19,19 +19,25 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OVERLAPS = {"dp_overlap": "bucketed", "param_gather_overlap": True, "tp_comm_overlap": True}
+# the interleaved pipeline's sends under compute: Megatron-Bridge's CommOverlapConfig and NeMo's
+# MegatronCommOverlapCallback set overlap_p2p_comm for pp > 1 and vp > 1, and so do the NeMo
+# Framework Launcher's gpt3/175b.yaml and mixtral/mixtral_8x7b.yaml (docs/modeling.md, "Pipeline
+# sends under compute"); it acts on interleaved plans only, the recipe's and NEST's alike
+P2P = {"overlap_p2p_comm": True}
 BF16_REDUCE = {"precision": {"grad_reduce": "bf16"}}
 
 # name -> (plan file, devices, the run's settings (training.yaml keys), plan-file overrides)
 RECIPES = {
     # Megatron-Bridge llama3_70b 64-GPU recipe at the issue's global batch 128
     "llama3_70b_64": ("examples/llama3_70b_h100_bf16_bridge.yaml", 64,
-                      {"global_batch": 128, **OVERLAPS, **BF16_REDUCE}, {}),
+                      {"global_batch": 128, **OVERLAPS, **P2P, **BF16_REDUCE}, {}),
     # a hand-made interleaved plan at 256 GPUs (TP 4 CP 2 PP 4 VP 5, DP 8)
     "llama3_70b_256": ("examples/llama3_70b_h100_bf16_bridge.yaml", 256,
-                       {"global_batch": 128, **OVERLAPS, **BF16_REDUCE}, {"dp": 8}),
+                       {"global_batch": 128, **OVERLAPS, **P2P, **BF16_REDUCE}, {"dp": 8}),
     "llama3_8b_8": ("examples/llama3_8b_h100_bf16_bridge.yaml", 8,
                     {**OVERLAPS, **BF16_REDUCE}, {}),
-    "gpt3_175b_128": ("examples/gpt3_175b_h100_nemo.yaml", 128, {**OVERLAPS, **BF16_REDUCE}, {}),
+    "gpt3_175b_128": ("examples/gpt3_175b_h100_nemo.yaml", 128,
+                      {**OVERLAPS, **P2P, **BF16_REDUCE}, {}),
     "mixtral_8x7b_64": ("examples/mixtral_8x7b_h100_nemo.yaml", 64,
                         {"dp_overlap": "bucketed", "param_gather_overlap": True, **BF16_REDUCE},
                         {}),
