@@ -581,6 +581,24 @@ def test_gemma3_27b_published_text_config_takes_transformers_defaults():
     assert spec.rope_scaling == "linear factor=8.0"
 
 
+def test_gemma3_4b_published_text_config_takes_the_default_heads():
+    """google/gemma-3-4b-pt's text_config states no num_attention_heads / num_key_value_heads
+    (its 8 / 4 are Gemma3TextConfig's defaults). It was refused ("key 'num_attention_heads':
+    required"); now its count is transformers' Gemma3ForCausalLM's (3,880,263,168; Keras-Hub's
+    gemma3_4b_text preset lists 3,880,099,328 = that less 64 x 2560 for its 262,144-token
+    vocabulary)."""
+    text = {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+            "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+            "sliding_window": 1024}
+    cfg = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+           "text_config": text, "torch_dtype": "bfloat16",
+           "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152}}
+    with pytest.warns(UserWarning, match="vision tower"):
+        spec = model_spec_from_hf_config(cfg, seq_len=4096)
+    assert spec.num_heads == 8 and spec.num_kv_heads == 4 and spec.head_dim == 256
+    assert fx.total_params(spec) == hf_num_params(text) == 3_880_263_168
+
+
 def test_transformers5_rope_parameters_give_the_rope_base():
     """transformers >= 5 saves the RoPE base inside `rope_parameters` and no top-level rope_theta
     (LlamaConfig(...).to_json_string() on 5.24; Gemma-3 per layer type). The export said

@@ -65,9 +65,11 @@ FAMILY = {"llama": "llama", "mistral": "llama", "phi3": "llama", "qwen2": "llama
 GEMMA = ("gemma2", "gemma3_text")
 # transformers' Gemma3TextConfig defaults for the keys hf_spec reads with another default of its
 # own: google/gemma-3-4b/12b/27b-pt publish a text_config without vocab_size, rms_norm_eps,
-# rope_theta or max_position_embeddings (refused as "vocab_size: required" before). The sizes
-# (hidden_size, layers, heads, intermediate_size) stay required.
-GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262208, "num_key_value_heads": 4, "head_dim": 256,
+# rope_theta or max_position_embeddings (refused as "vocab_size: required" before); gemma-3-4b-pt
+# states no heads either (its 8 query / 4 KV heads are the defaults). The widths and the depth
+# (hidden_size, intermediate_size, num_hidden_layers) stay required.
+GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262208, "num_attention_heads": 8, "num_key_value_heads": 4,
+                        "head_dim": 256,
                         "max_position_embeddings": 131072, "rms_norm_eps": 1e-6,
                         "rope_theta": 1000000.0, "sliding_window": 4096,
                         "query_pre_attn_scalar": 256, "hidden_activation": "gelu_pytorch_tanh",
