@@ -269,3 +269,23 @@ def test_unlaunchable_order_is_not_called_launchable(tmp_path):
     assert f"{t:.4f} s" in lines
     assert "launchable as priced: one variant" in cli.launchability(replica, evaluate(replica, pr),
                                                                      pr, {}, False)[0]
+
+
+def test_expert_parallelism_folded_over_tp_is_named():
+    """Megatron-Bridge's Qwen3-235B-A22B H100 recipe (tp 2, pp 8, ep 32 on 256 GPUs: Megatron's
+    dp 16) runs ep 32 over the tp x dp ranks (expert tensor parallelism 1: MoE parallel
+    folding). The plan file was refused as "dp 16 ... must be a multiple of ep = 32", which
+    reads as a typo in the recipe; the error now names the folding, which the harness does not
+    price, and the largest ep it does (a divisor of Megatron's dp)."""
+    from nest.common.errors import PlanError
+    from nest.problem.plan_spec import megatron_dp
+
+    spec = {"tp": 2, "cp": 1, "dp": 16, "ep": 32, "dp_includes_ep": True}
+    with pytest.raises(PlanError) as e:
+        megatron_dp(spec, "r.yaml")
+    msg = str(e.value)
+    assert "r.yaml: key 'ep': 32" in msg and "tp x cp x dp = 32" in msg
+    assert "folding" in msg and "ep 16" in msg
+    with pytest.raises(PlanError, match="must be a multiple of ep = 3"):  # no folding: as before
+        megatron_dp({**spec, "dp": 16, "ep": 3}, "r.yaml")
+    assert megatron_dp({**spec, "ep": 8}, "r.yaml") == 2
