@@ -325,9 +325,27 @@ def _router(c: _Cfg, mtype: str) -> tuple[str, list[str]]:
     return " ".join(tokens), notes
 
 
+def _balance_loss(c: _Cfg, mtype: str) -> tuple[str, float]:
+    """The load-balancing loss and its coefficient as Megatron-Bridge maps a Hugging Face config
+    (model_bridge.CONFIG_MAPPING: router_aux_loss_coef and aux_loss_alpha -> moe_aux_loss_coeff;
+    its DeepSeek-V2 / V3 bridges: seq_aux_loss, DeepSeek's `seq_aux`; its gpt-oss bridge: none).
+    An absent key is the config class's default: transformers' router_aux_loss_coef 0.001;
+    DeepSeek's aux_loss_alpha 0.001 (deepseek-ai's DeepseekV2Config), 0.0001 for V3 (its report,
+    section 4.2, and Megatron-Bridge's V3 bridge)."""
+    if mtype == "gpt_oss":
+        return "none", 0.0
+    if mtype in ("deepseek_v2", "deepseek_v3"):
+        coeff = c.get("aux_loss_alpha", 0.0001 if mtype == "deepseek_v3" else 0.001)
+        kind = "seq_aux_loss" if c.get("seq_aux", True) else "aux_loss"
+    else:
+        coeff, kind = c.get("router_aux_loss_coef", 0.001), "aux_loss"
+    return kind, float(coeff)
+
+
 def _moe(c: _Cfg, mtype: str, d: dict) -> None:
     n = d["num_layers"]
     d["router"], notes = _router(c, mtype)
+    d["balance_loss"], d["aux_loss_coeff"] = _balance_loss(c, mtype)
     if notes:
         d["numerics_notes"] = list(d.get("numerics_notes", [])) + notes
     if mtype in ("mixtral", "gpt_oss"):  # gpt-oss: intermediate_size is each expert's width

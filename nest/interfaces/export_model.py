@@ -69,8 +69,12 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
         a += ["--num-experts", str(m.num_experts), "--moe-router-topk", str(m.top_k),
               "--moe-ffn-hidden-size", str(m.ffn_hidden_size),
               "--moe-token-dispatcher-type", "alltoall",  # the all-to-all the evaluator prices
-              "--moe-grouped-gemm",  # the local experts as one batched GEMM, as priced
-              "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "1e-2"]
+              "--moe-grouped-gemm"]  # the local experts as one batched GEMM, as priced
+        if m.balance_loss in ("", "aux_loss", "seq_aux_loss"):  # "": Megatron-LM's own advice
+            a += ["--moe-router-load-balancing-type", m.balance_loss or "aux_loss",
+                  "--moe-aux-loss-coeff", repr(m.aux_loss_coeff) if m.balance_loss else "1e-2"]
+        else:
+            a += ["--moe-router-load-balancing-type", m.balance_loss]
         router = m.router
         if m.top_k == 1 and not {"pre_softmax", "sigmoid"} & set(router.split()):
             # the softmax of one logit is 1: the router would get no gradient, and megatron-core

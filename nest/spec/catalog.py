@@ -129,6 +129,11 @@ class ModelSpec:
     # renormalised: Hugging Face norm_topk_prob false), "sigmoid", "expert_bias" (aux-loss-free
     # balancing), "scale=F", "groups=N", "group_topk=K". No cost; `nest export` states it
     router: str = ""
+    # the load-balancing loss a Megatron-LM export trains with (no cost: every routing is priced
+    # balanced): "aux_loss" (Switch / GShard), "seq_aux_loss" (DeepSeek-V2's loss per sequence),
+    # "none"; "" = not stated (the export: Megatron-LM's recommended aux_loss at 1e-2)
+    balance_loss: str = ""
+    aux_loss_coeff: float = 0.0  # its coefficient (Hugging Face router_aux_loss_coef, aux_loss_alpha)
     shared_ffn_hidden_size: int = 0  # always-active shared expert(s) of an MoE layer, in total
     shared_expert_gate: bool = False  # sigmoid gate Linear(h, 1) on the shared expert (Qwen2-MoE)
     num_dense_layers: int = 0  # the first blocks of an MoE model with a dense MLP (DeepSeek)
