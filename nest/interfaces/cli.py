@@ -725,14 +725,17 @@ def _warnings_as_lines():
 
 def _main(argv: list[str]) -> int:
     try:
-        if argv[:2] == ["validate", "--published"]:  # published runs (nest.fidelity.published_runs)
+        cmd = list(argv)
+        while cmd[:1] in (["-q"], ["--quiet"]):  # the global -q (validate draws no progress)
+            cmd = cmd[1:]
+        if cmd[:2] == ["validate", "--published"]:  # published runs (nest.fidelity.published_runs)
             from nest.fidelity import published_runs as published
 
-            return published.main(argv[2:]) or 0
-        if argv[:1] == ["validate"]:  # its own options (nest.fidelity.block_validation)
+            return published.main(cmd[2:]) or 0
+        if cmd[:1] == ["validate"]:  # its own options (nest.fidelity.block_validation)
             from nest.fidelity import block_validation as validate
 
-            return validate.main(argv[1:]) or 0
+            return validate.main(cmd[1:]) or 0
         a = build_parser().parse_args(argv)
         from nest.common import progress
 
