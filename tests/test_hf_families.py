@@ -168,7 +168,19 @@ PHI_4 = {
     "attention_dropout": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0, "bos_token_id": 100257,
     "eos_token_id": 100265, "pad_token_id": 100349}
 
-FULL_SIZE = {"mistral_nemo": MISTRAL_NEMO, "phi_4": PHI_4, "phi_3_medium_4k": PHI3_MEDIUM_4K, "llama3_2_1b": LLAMA3_2_1B, "qwen2_5_7b": QWEN2_5_7B, "qwen3_8b": QWEN3_8B, "qwen3_30b_a3b": QWEN3_30B_A3B,
+# https://huggingface.co/allenai/OLMoE-1B-7B-0924/blob/main/config.json (6.92 B parameters)
+OLMOE_1B_7B = {
+    "_name_or_path": "allenai/OLMoE-1B-7B-0924", "model_type": "olmoe",
+    "architectures": ["OlmoeForCausalLM"], "hidden_size": 2048, "intermediate_size": 1024,
+    "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16,
+    "num_experts": 64, "num_experts_per_tok": 8, "norm_topk_prob": False, "vocab_size": 50304,
+    "max_position_embeddings": 4096, "rope_theta": 10000.0, "rope_scaling": None,
+    "rms_norm_eps": 1e-05, "hidden_act": "silu", "tie_word_embeddings": False,
+    "attention_bias": False, "attention_dropout": 0.0, "clip_qkv": None,
+    "output_router_logits": False, "router_aux_loss_coef": 0.01, "pad_token_id": 1,
+    "eos_token_id": 50279, "initializer_range": 0.02, "use_cache": True}
+
+FULL_SIZE = {"olmoe_1b_7b": OLMOE_1B_7B, "mistral_nemo": MISTRAL_NEMO, "phi_4": PHI_4, "phi_3_medium_4k": PHI3_MEDIUM_4K, "llama3_2_1b": LLAMA3_2_1B, "qwen2_5_7b": QWEN2_5_7B, "qwen3_8b": QWEN3_8B, "qwen3_30b_a3b": QWEN3_30B_A3B,
              "qwen1_5_moe_a2_7b": QWEN1_5_MOE_A2_7B, "gemma_2_9b": GEMMA2_9B,
              "phi_3_mini_4k": PHI3_MINI_4K, "deepseek_v2_lite": DEEPSEEK_V2_LITE,
              "deepseek_v3": DEEPSEEK_V3}
@@ -203,8 +215,9 @@ TINY = {
     "olmo2": dict(_BASE, model_type="olmo2"),
     "gpt_oss": dict(_BASE, model_type="gpt_oss", head_dim=32, num_local_experts=4,
                     num_experts_per_tok=2, sliding_window=32, attention_bias=True),
+    "olmoe": dict(_BASE, model_type="olmoe", num_experts=8, num_experts_per_tok=2),
 }
-MOE |= {"gpt_oss"}
+MOE |= {"gpt_oss", "olmoe"}
 
 
 def hf_num_params(cfg: dict) -> int:
@@ -525,6 +538,23 @@ def test_gpt_oss_sinks_biases_and_alternating_window():
     mod_params = dict(fx.tm.build_layer(tiny, "block")[0].named_parameters())
     assert mod_params["attention.sinks"].numel() == 4  # one sink per head
     assert mod_params["mlp.experts_gate_up.bias"].shape == (4, 1, 2 * 128)
+
+
+def test_olmoe_is_read():
+    """OLMoE (Muennighoff et al. 2024; transformers' OlmoeDecoderLayer): a Llama block with
+    RMSNorm over the whole Q and K projections (OLMo-2's q_norm / k_norm) but norms before
+    attention and MLP, 64 experts of width intermediate_size, top 8 of a softmax over every
+    expert not renormalised (norm_topk_prob false: --moe-router-pre-softmax), aux loss 0.01.
+    It was refused ("model_type 'olmoe' is not supported"); QKV clipping stays refused."""
+    spec = model_spec_from_hf_config(OLMOE_1B_7B, seq_len=4096)
+    assert spec.family == "mixtral" and spec.pre_norm and spec.qk_norm and spec.qk_norm_full
+    assert (spec.num_experts, spec.top_k, spec.ffn_hidden_size) == (64, 8, 1024)
+    assert spec.router == "pre_softmax"
+    assert (spec.balance_loss, spec.aux_loss_coeff) == ("aux_loss", 0.01)
+    assert spec.parallel_variants.ep == (1, 2, 4, 8, 16, 32, 64)
+    assert fx.total_params(spec) == 6_919_161_856  # the 6.92 B of its model card
+    with pytest.raises(SpecError, match="key 'clip_qkv'"):
+        model_spec_from_hf_config({**OLMOE_1B_7B, "clip_qkv": 8.0}, seq_len=4096)
 
 
 def test_olmo2_post_norms_and_full_qk_norm():

@@ -7,7 +7,8 @@ equal transformers' meta-device count, tests/test_hf_families.py):
   V), qwen3 (RMSNorm over each head's Q and K, head_dim key), gemma2 (head_dim key, a norm
   before and after attention and MLP, GeGLU, soft-capping, alternating sliding window) -> a dense
   "llama" family block;
-* mixtral, qwen2_moe (shared expert with a sigmoid gate), qwen3_moe, deepseek_v2 / deepseek_v3
+* mixtral, qwen2_moe (shared expert with a sigmoid gate), qwen3_moe, olmoe (OLMo-2's whole-
+  projection Q/K norms with norms before attention and MLP), deepseek_v2 / deepseek_v3
   (multi-head latent attention with q/kv LoRA ranks and a rotary part per head, shared experts,
   the first `first_k_dense_replace` blocks dense) -> "mixtral" family blocks;
 * gpt2, bert.
@@ -61,6 +62,7 @@ FAMILY = {"llama": "llama", "mistral": "llama", "phi3": "llama", "qwen2": "llama
           "qwen3": "llama", "gemma2": "llama", "gemma3_text": "llama", "olmo2": "llama",
           "mixtral": "mixtral", "qwen2_moe": "mixtral", "qwen3_moe": "mixtral",
           "deepseek_v2": "mixtral", "deepseek_v3": "mixtral", "gpt_oss": "mixtral",
+          "olmoe": "mixtral",
           "gpt2": "gpt", "bert": "bert"}
 GEMMA = ("gemma2", "gemma3_text")
 # transformers' Gemma3TextConfig defaults for the keys hf_spec reads with another default of its
@@ -244,6 +246,9 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
         d["qk_norm"] = True  # RMSNorm over each head's Q and K
     if mtype == "olmo2":  # RMSNorm over the whole Q and K projections; norms after, not before
         d.update(qk_norm=True, qk_norm_full=True, pre_norm=False)
+    if mtype == "olmoe":  # the same Q / K norms (OlmoeAttention), norms before (OlmoeDecoderLayer)
+        d.update(qk_norm=True, qk_norm_full=True)
+        c.refuse("clip_qkv", lambda v: False, "clamping Q, K and V is not modelled")
     head_dim = c.get("head_dim")
     if head_dim and head_dim != h // a and mtype in ("qwen3", "qwen3_moe", "mistral", "qwen2",
                                                      "qwen2_moe", "llama", "mixtral", "olmo2",
@@ -288,7 +293,7 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
 def _router(c: _Cfg, mtype: str) -> tuple[str, list[str]]:
     """The router's numerics as ModelSpec.router (no cost: every routing is priced balanced) and
     the parts Megatron-LM's router cannot state. transformers' modeling per family: Mixtral and
-    gpt-oss take the softmax of the top-k logits (Megatron-LM's default); Qwen2/3-MoE and
+    gpt-oss take the softmax of the top-k logits (Megatron-LM's default); Qwen2/3-MoE, OLMoE and
     DeepSeek-V2 take the top k of a softmax over every expert and renormalise only under
     norm_topk_prob (default false: Megatron's --moe-router-pre-softmax); DeepSeek-V3 selects on
     sigmoid scores plus a per-expert bias inside the best topk_group of n_group groups,
@@ -329,7 +334,8 @@ def _balance_loss(c: _Cfg, mtype: str) -> tuple[str, float]:
     """The load-balancing loss and its coefficient as Megatron-Bridge maps a Hugging Face config
     (model_bridge.CONFIG_MAPPING: router_aux_loss_coef and aux_loss_alpha -> moe_aux_loss_coeff;
     its DeepSeek-V2 / V3 bridges: seq_aux_loss, DeepSeek's `seq_aux`; its gpt-oss bridge: none).
-    An absent key is the config class's default: transformers' router_aux_loss_coef 0.001;
+    An absent key is the config class's default: transformers' router_aux_loss_coef 0.001
+    (OLMoE 0.01);
     DeepSeek's aux_loss_alpha 0.001 (deepseek-ai's DeepseekV2Config), 0.0001 for V3 (its report,
     section 4.2, and Megatron-Bridge's V3 bridge)."""
     if mtype == "gpt_oss":
@@ -337,8 +343,9 @@ def _balance_loss(c: _Cfg, mtype: str) -> tuple[str, float]:
     if mtype in ("deepseek_v2", "deepseek_v3"):
         coeff = c.get("aux_loss_alpha", 0.0001 if mtype == "deepseek_v3" else 0.001)
         kind = "seq_aux_loss" if c.get("seq_aux", True) else "aux_loss"
-    else:
-        coeff, kind = c.get("router_aux_loss_coef", 0.001), "aux_loss"
+    else:  # transformers' OlmoeConfig: 0.01
+        coeff = c.get("router_aux_loss_coef", 0.01 if mtype == "olmoe" else 0.001)
+        kind = "aux_loss"
     return kind, float(coeff)
 
 
@@ -350,6 +357,9 @@ def _moe(c: _Cfg, mtype: str, d: dict) -> None:
         d["numerics_notes"] = list(d.get("numerics_notes", [])) + notes
     if mtype in ("mixtral", "gpt_oss"):  # gpt-oss: intermediate_size is each expert's width
         d.update(num_experts=c.need("num_local_experts"), top_k=c.need("num_experts_per_tok"))
+        return
+    if mtype == "olmoe":  # intermediate_size is each expert's width; no shared expert
+        d.update(num_experts=c.need("num_experts"), top_k=c.need("num_experts_per_tok"))
         return
     d["top_k"] = c.need("num_experts_per_tok")
     if mtype in ("qwen2_moe", "qwen3_moe"):
