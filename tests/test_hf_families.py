@@ -650,6 +650,36 @@ def test_transformers5_rope_parameters_give_the_rope_base():
     assert spec.rope_theta == 1e6 and spec.rope_scaling == "linear factor=8.0"
 
 
+def test_linear_rope_and_gemma3_local_base_reach_the_export():
+    """Linear RoPE scaling (positions divided by the factor) is Megatron-LM's
+    --rotary-seq-len-interpolation-factor (an integer; megatron-core RotaryEmbedding: seq *= 1 /
+    factor, transformers' linear scaling): exported for a Llama, a warning where the factor is
+    fractional. Gemma-3 scales only its global layers and runs its windowed layers at another
+    base (rope_local_base_freq, 10000): Megatron's one rotary base and factor cannot state that,
+    so it is a warning naming both, not the global base on every layer in silence (the warning
+    had also suggested multi-latent attention's YaRN flags)."""
+    from nest.interfaces.export_model import model_args
+
+    warn: list[str] = []
+    lin = {**TINY["llama"], "rope_scaling": {"rope_type": "linear", "factor": 4.0}}
+    args = model_args(model_spec_from_hf_config(lin, seq_len=128), warn)
+    assert args[args.index("--rotary-seq-len-interpolation-factor") + 1] == "4" and not warn
+    frac = {**TINY["llama"], "rope_scaling": {"rope_type": "linear", "factor": 2.5}}
+    args = model_args(model_spec_from_hf_config(frac, seq_len=128), warn)
+    assert "--rotary-seq-len-interpolation-factor" not in args
+    assert "linear factor=2.5" in warn.pop() and not warn
+    gemma = {**TINY["gemma3_text"], "rope_theta": 1e6, "rope_local_base_freq": 10000.0,
+             "rope_scaling": {"rope_type": "linear", "factor": 8.0}}
+    args = model_args(model_spec_from_hf_config(gemma, seq_len=128), warn)
+    assert "--rotary-seq-len-interpolation-factor" not in args
+    text = " ".join(warn)
+    assert "global" in text and "rope_local_base_freq 10000" in text and "multi-latent" not in text
+    warn.clear()
+    same = {**TINY["gemma3_text"], "rope_theta": 10000.0, "rope_local_base_freq": 10000.0}
+    model_args(model_spec_from_hf_config(same, seq_len=128), warn)
+    assert not any("rope_local_base_freq" in w for w in warn)
+
+
 def test_transformers5_saved_moe_configs_plan():
     """Configs written by transformers >= 5 (to_json_string on 5.24): Qwen3MoeConfig saves its
     experts as num_local_experts (attribute_map) and no num_experts; DeepseekV3Config adds

@@ -287,6 +287,14 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
     w, layers = _window_layers(c, mtype, n)
     if w:
         d.update(sliding_window=w, window_layers=list(layers))
+    if w and mtype == "gemma3_text":  # Gemma3RotaryEmbedding: the windowed layers rotate at
+        # rope_local_base_freq, unscaled (transformers >= 5: rope_parameters.sliding_attention;
+        # Gemma3TextConfig's default 10000); the global layers at rope_theta with the scaling
+        local = c.get("rope_local_base_freq")
+        sliding = (c.get("rope_parameters") or {}).get("sliding_attention")
+        if local is None and isinstance(sliding, dict):
+            local = sliding.get("rope_theta")
+        d["rope_local_theta"] = float(local if local is not None else 10000.0)
     return d
 
 

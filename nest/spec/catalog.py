@@ -106,6 +106,9 @@ class ModelSpec:
     tied_embeddings: bool = False
     published_num_params: float | None = None
     rope_theta: float | None = None  # rotary base (HF rope_theta); None: 10000 where rope is used
+    # the windowed layers' own rotary base, unscaled, where it is not the global layers' rope_theta
+    # and rope_scaling (Gemma-3: rope_local_base_freq); 0: every layer rotates alike. No cost
+    rope_local_theta: float = 0.0
     norm_eps: float | None = None  # LayerNorm / RMSNorm epsilon; None: 1e-5 (Megatron's default)
     parallel_variants: ParallelVariants = field(default_factory=ParallelVariants)
     source_file: str = ""
