@@ -609,6 +609,10 @@ def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSp
         if hi <= lo or hi % lo:
             raise SpecError(f"{where}: key 'levels.{i}.devices_per_group': {hi} must be a larger "
                             f"multiple of the level below ({lo})")
+        seen = [lv.name for lv in levels[:i]]
+        if levels[i].name in seen:  # messages, tables and pictures name levels
+            raise SpecError(f"{where}: key 'levels.{i}.name': {levels[i].name!r} repeats "
+                            f"levels.{seen.index(levels[i].name)}.name; expected a name of its own")
     sizes = tuple(d.get("sizes", ()))
     n = num_devices if num_devices is not None else (sizes[-1] if sizes else levels[-1].devices_per_group)
     top = levels[-1].devices_per_group
