@@ -668,6 +668,9 @@ def test_linear_rope_and_gemma3_local_base_reach_the_export():
     args = model_args(model_spec_from_hf_config(frac, seq_len=128), warn)
     assert "--rotary-seq-len-interpolation-factor" not in args
     assert "linear factor=2.5" in warn.pop() and not warn
+    zero = {**TINY["llama"], "rope_scaling": {"rope_type": "linear", "factor": 0}}
+    args = model_args(model_spec_from_hf_config(zero, seq_len=128), warn)
+    assert "--rotary-seq-len-interpolation-factor" not in args and "factor=0" in warn.pop()
     gemma = {**TINY["gemma3_text"], "rope_theta": 1e6, "rope_local_base_freq": 10000.0,
              "rope_scaling": {"rope_type": "linear", "factor": 8.0}}
     args = model_args(model_spec_from_hf_config(gemma, seq_len=128), warn)

@@ -168,7 +168,8 @@ def _rope_scaling_args(m: ModelSpec, warnings: list[str]) -> list[str]:
     if kind == "llama3" and "factor" in vals and all(
             vals.get(k) == v for k, v in MEGATRON_LLAMA3_ROPE.items()):
         return ["--use-rope-scaling", "--rope-scaling-factor", repr(vals["factor"])]
-    if kind == "linear" and set(vals) == {"factor"} and vals["factor"] == int(vals["factor"]):
+    if kind == "linear" and set(vals) == {"factor"} and vals["factor"] >= 1 and \
+            vals["factor"] == int(vals["factor"]):
         # positions divided by the factor (transformers' linear scaling): megatron-core's
         # RotaryEmbedding seq_len_interpolation_factor (seq *= 1 / factor), an integer argument
         return ["--rotary-seq-len-interpolation-factor", str(int(vals["factor"]))]
