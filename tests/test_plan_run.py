@@ -289,3 +289,20 @@ def test_expert_parallelism_folded_over_tp_is_named():
     with pytest.raises(PlanError, match="must be a multiple of ep = 3"):  # no folding: as before
         megatron_dp({**spec, "dp": 16, "ep": 3}, "r.yaml")
     assert megatron_dp({**spec, "ep": 8}, "r.yaml") == 2
+
+
+def test_mbs_options_are_the_sizes_searched(capsys):
+    """`--mbs-options 2,4` searched 1 as well (the problem's own mbs was always added), so a
+    plan with mbs 1 came back although the user listed 2 and 4 (Llama-3-8B on 8 H100, global
+    batch 64: mbs 1, interleaved). Now only the options are searched, in both spaces; when none
+    divides the global batch the refusal says so (it was "no plan ... fits in 0.25 GB") and
+    no device count is searched."""
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=TrainingSettings(global_batch=6))
+    for over in ({"launchable": True}, {}):
+        out = run_planner("nest", pr, {**over, "mbs_options": [2]})
+        assert out.plan is not None and out.plan.mbs == 2
+        out = run_planner("nest", pr, {**over, "mbs_options": [4]})
+        assert out.plan is None and out.kind == "batch"
+        assert "not a multiple of any micro-batch size searched (4)" in out.reason
+    rc, _, err = run(capsys, "plan", *TINY, "--global-batch", "6", "--mbs-options", "4")
+    assert rc == 3 and "micro-batch size searched (4)" in err and "devices" not in err

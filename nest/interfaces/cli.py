@@ -203,7 +203,9 @@ def cmd_plan(a) -> int:
     if out.plan is None:
         print(f"{a.planner}: {out.reason}", file=sys.stderr)
         # a micro-batch size that does not divide the global batch fails on any device count
-        batch_only = out.kind == "batch" and problem.training.global_batch % problem.mbs
+        sizes = [problem.mbs] if a.mbs or not is_nest else over["mbs_options"]
+        batch_only = out.kind == "batch" and all(problem.training.global_batch % m
+                                                 for m in sizes)
         if out.status != "crashed" and not batch_only:
             with progress.status("searching how many devices would do"):
                 k = devices_that_fit(a.model, a.cluster, a.num_devices, a.mbs or 1, training,
