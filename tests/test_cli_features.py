@@ -268,3 +268,16 @@ def test_quiet_holds_for_one_command_only():
     with contextlib.redirect_stdout(io.StringIO()):
         assert cli.main(["-q", "models"]) == 0
     assert progress.enabled()
+
+
+def test_quiet_before_validate_is_accepted(tmp_path):
+    """`nest -q validate ...` (the global -q before the command, as `nest -q plan` takes it)
+    failed with "unrecognized arguments" for every validate option: validate's own parser was
+    only reached when argv began with "validate"."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert cli.main(["-q", "validate", "--published", "--only", "korthikanti_1t_full",
+                         "-o", str(tmp_path / "v.md")]) == 0
+        assert cli.main(["--quiet", "validate", "--hardware", "nope", "-o", "-"]) == 2
+    assert "korthikanti_1t_full" in out.getvalue()
+    assert progress.enabled()

@@ -689,6 +689,48 @@ def test_router_numerics_are_exported(tmp_path):
         "--moe-router-topk", "--moe-router-load-balancing-type")]
 
 
+def test_balancing_loss_is_the_configs(tmp_path):
+    """The load-balancing loss and its coefficient as the config states them, as Megatron-Bridge
+    maps a Hugging Face config (model_bridge.CONFIG_MAPPING: router_aux_loss_coef / aux_loss_alpha
+    -> moe_aux_loss_coeff; its DeepSeek-V2 / V3 bridges: seq_aux_loss; its gpt-oss bridge: no
+    balancing loss). Every MoE export had said aux_loss at 1e-2: DeepSeek-V2's 0.003 per-sequence
+    loss, Mixtral-8x7B's 0.02, Qwen3-MoE's 0.001 were all lost. A model YAML that states none
+    keeps Megatron-LM's recommended aux_loss at 1e-2."""
+    mixtral = dict(model_type="mixtral", hidden_size=64, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
+                   vocab_size=1000, max_position_embeddings=512, num_local_experts=4,
+                   num_experts_per_tok=2)
+
+    def balance(cfg):
+        _, exp = _export_tiny(tmp_path, cfg, Variant(ep=2), 1, 4)
+        a = exp.args
+        return _flag(a, "--moe-router-load-balancing-type"), (
+            _flag(a, "--moe-aux-loss-coeff") if "--moe-aux-loss-coeff" in a else None)
+
+    assert balance({**mixtral, "router_aux_loss_coef": 0.02}) == ("aux_loss", "0.02")
+    assert balance(mixtral) == ("aux_loss", "0.001")  # MixtralConfig's default
+    v2 = {**_TINY_DSV3, "model_type": "deepseek_v2", "num_nextn_predict_layers": None,
+          "norm_topk_prob": False, "topk_method": "greedy", "scoring_func": "softmax",
+          "aux_loss_alpha": 0.003, "seq_aux": True}
+    assert balance(v2) == ("seq_aux_loss", "0.003")
+    assert balance({**v2, "seq_aux": False}) == ("aux_loss", "0.003")
+    v3 = {**_TINY_DSV3, "aux_loss_alpha": 0.0001, "seq_aux": True}
+    assert balance(v3) == ("seq_aux_loss", "0.0001")
+    from nest.common.errors import SpecError
+    from nest.graph.hf_spec import model_spec_from_hf_config
+
+    for key, bad in (("aux_loss_alpha", "abc"), ("aux_loss_alpha", -1), ("seq_aux", "yes")):
+        with pytest.raises(SpecError, match=f"key '{key}'"):  # was an internal error (exit 4)
+            model_spec_from_hf_config({**v3, key: bad}, seq_len=128)
+    pr = make_problem("tiny_moe", "tiny_cluster", 4)
+    L = pr.graph.num_layers
+    plan = make_plan(pr, "h", Variant(1, False, 2), 1, 2, [(0, L - 1)], [0], ["none"],
+                     "replica_major")
+    exp = to_megatron(plan, pr)
+    assert (_flag(exp.args, "--moe-router-load-balancing-type"),
+            _flag(exp.args, "--moe-aux-loss-coeff")) == ("aux_loss", "1e-2")
+
+
 def test_top1_moe_exports_a_router_megatron_accepts(tmp_path):
     """Top-1 routing with the softmax after the choice gives every token a weight of 1 and the
     router no gradient; megatron-core refuses it ("Please use --moe-router-pre-softmax when

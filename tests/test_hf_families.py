@@ -168,7 +168,19 @@ PHI_4 = {
     "attention_dropout": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0, "bos_token_id": 100257,
     "eos_token_id": 100265, "pad_token_id": 100349}
 
-FULL_SIZE = {"mistral_nemo": MISTRAL_NEMO, "phi_4": PHI_4, "phi_3_medium_4k": PHI3_MEDIUM_4K, "llama3_2_1b": LLAMA3_2_1B, "qwen2_5_7b": QWEN2_5_7B, "qwen3_8b": QWEN3_8B, "qwen3_30b_a3b": QWEN3_30B_A3B,
+# https://huggingface.co/allenai/OLMoE-1B-7B-0924/blob/main/config.json (6.92 B parameters)
+OLMOE_1B_7B = {
+    "_name_or_path": "allenai/OLMoE-1B-7B-0924", "model_type": "olmoe",
+    "architectures": ["OlmoeForCausalLM"], "hidden_size": 2048, "intermediate_size": 1024,
+    "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16,
+    "num_experts": 64, "num_experts_per_tok": 8, "norm_topk_prob": False, "vocab_size": 50304,
+    "max_position_embeddings": 4096, "rope_theta": 10000.0, "rope_scaling": None,
+    "rms_norm_eps": 1e-05, "hidden_act": "silu", "tie_word_embeddings": False,
+    "attention_bias": False, "attention_dropout": 0.0, "clip_qkv": None,
+    "output_router_logits": False, "router_aux_loss_coef": 0.01, "pad_token_id": 1,
+    "eos_token_id": 50279, "initializer_range": 0.02, "use_cache": True}
+
+FULL_SIZE = {"olmoe_1b_7b": OLMOE_1B_7B, "mistral_nemo": MISTRAL_NEMO, "phi_4": PHI_4, "phi_3_medium_4k": PHI3_MEDIUM_4K, "llama3_2_1b": LLAMA3_2_1B, "qwen2_5_7b": QWEN2_5_7B, "qwen3_8b": QWEN3_8B, "qwen3_30b_a3b": QWEN3_30B_A3B,
              "qwen1_5_moe_a2_7b": QWEN1_5_MOE_A2_7B, "gemma_2_9b": GEMMA2_9B,
              "phi_3_mini_4k": PHI3_MINI_4K, "deepseek_v2_lite": DEEPSEEK_V2_LITE,
              "deepseek_v3": DEEPSEEK_V3}
@@ -203,8 +215,9 @@ TINY = {
     "olmo2": dict(_BASE, model_type="olmo2"),
     "gpt_oss": dict(_BASE, model_type="gpt_oss", head_dim=32, num_local_experts=4,
                     num_experts_per_tok=2, sliding_window=32, attention_bias=True),
+    "olmoe": dict(_BASE, model_type="olmoe", num_experts=8, num_experts_per_tok=2),
 }
-MOE |= {"gpt_oss"}
+MOE |= {"gpt_oss", "olmoe"}
 
 
 def hf_num_params(cfg: dict) -> int:
@@ -527,6 +540,23 @@ def test_gpt_oss_sinks_biases_and_alternating_window():
     assert mod_params["mlp.experts_gate_up.bias"].shape == (4, 1, 2 * 128)
 
 
+def test_olmoe_is_read():
+    """OLMoE (Muennighoff et al. 2024; transformers' OlmoeDecoderLayer): a Llama block with
+    RMSNorm over the whole Q and K projections (OLMo-2's q_norm / k_norm) but norms before
+    attention and MLP, 64 experts of width intermediate_size, top 8 of a softmax over every
+    expert not renormalised (norm_topk_prob false: --moe-router-pre-softmax), aux loss 0.01.
+    It was refused ("model_type 'olmoe' is not supported"); QKV clipping stays refused."""
+    spec = model_spec_from_hf_config(OLMOE_1B_7B, seq_len=4096)
+    assert spec.family == "mixtral" and spec.pre_norm and spec.qk_norm and spec.qk_norm_full
+    assert (spec.num_experts, spec.top_k, spec.ffn_hidden_size) == (64, 8, 1024)
+    assert spec.router == "pre_softmax"
+    assert (spec.balance_loss, spec.aux_loss_coeff) == ("aux_loss", 0.01)
+    assert spec.parallel_variants.ep == (1, 2, 4, 8, 16, 32, 64)
+    assert fx.total_params(spec) == 6_919_161_856  # the 6.92 B of its model card
+    with pytest.raises(SpecError, match="key 'clip_qkv'"):
+        model_spec_from_hf_config({**OLMOE_1B_7B, "clip_qkv": 8.0}, seq_len=4096)
+
+
 def test_olmo2_post_norms_and_full_qk_norm():
     spec = model_spec_from_hf_config(TINY["olmo2"], seq_len=128, parallel_variants=SMALL_PV)
     assert not spec.pre_norm and spec.qk_norm_full
@@ -581,6 +611,24 @@ def test_gemma3_27b_published_text_config_takes_transformers_defaults():
     assert spec.rope_scaling == "linear factor=8.0"
 
 
+def test_gemma3_4b_published_text_config_takes_the_default_heads():
+    """google/gemma-3-4b-pt's text_config states no num_attention_heads / num_key_value_heads
+    (its 8 / 4 are Gemma3TextConfig's defaults). It was refused ("key 'num_attention_heads':
+    required"); now its count is transformers' Gemma3ForCausalLM's (3,880,263,168; Keras-Hub's
+    gemma3_4b_text preset lists 3,880,099,328 = that less 64 x 2560 for its 262,144-token
+    vocabulary)."""
+    text = {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+            "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+            "sliding_window": 1024}
+    cfg = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+           "text_config": text, "torch_dtype": "bfloat16",
+           "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152}}
+    with pytest.warns(UserWarning, match="vision tower"):
+        spec = model_spec_from_hf_config(cfg, seq_len=4096)
+    assert spec.num_heads == 8 and spec.num_kv_heads == 4 and spec.head_dim == 256
+    assert fx.total_params(spec) == hf_num_params(text) == 3_880_263_168
+
+
 def test_transformers5_rope_parameters_give_the_rope_base():
     """transformers >= 5 saves the RoPE base inside `rope_parameters` and no top-level rope_theta
     (LlamaConfig(...).to_json_string() on 5.24; Gemma-3 per layer type). The export said
@@ -600,6 +648,39 @@ def test_transformers5_rope_parameters_give_the_rope_base():
         "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}}}
     spec = model_spec_from_hf_config(gemma, seq_len=128)
     assert spec.rope_theta == 1e6 and spec.rope_scaling == "linear factor=8.0"
+
+
+def test_linear_rope_and_gemma3_local_base_reach_the_export():
+    """Linear RoPE scaling (positions divided by the factor) is Megatron-LM's
+    --rotary-seq-len-interpolation-factor (an integer; megatron-core RotaryEmbedding: seq *= 1 /
+    factor, transformers' linear scaling): exported for a Llama, a warning where the factor is
+    fractional. Gemma-3 scales only its global layers and runs its windowed layers at another
+    base (rope_local_base_freq, 10000): Megatron's one rotary base and factor cannot state that,
+    so it is a warning naming both, not the global base on every layer in silence (the warning
+    had also suggested multi-latent attention's YaRN flags)."""
+    from nest.interfaces.export_model import model_args
+
+    warn: list[str] = []
+    lin = {**TINY["llama"], "rope_scaling": {"rope_type": "linear", "factor": 4.0}}
+    args = model_args(model_spec_from_hf_config(lin, seq_len=128), warn)
+    assert args[args.index("--rotary-seq-len-interpolation-factor") + 1] == "4" and not warn
+    frac = {**TINY["llama"], "rope_scaling": {"rope_type": "linear", "factor": 2.5}}
+    args = model_args(model_spec_from_hf_config(frac, seq_len=128), warn)
+    assert "--rotary-seq-len-interpolation-factor" not in args
+    assert "linear factor=2.5" in warn.pop() and not warn
+    zero = {**TINY["llama"], "rope_scaling": {"rope_type": "linear", "factor": 0}}
+    args = model_args(model_spec_from_hf_config(zero, seq_len=128), warn)
+    assert "--rotary-seq-len-interpolation-factor" not in args and "factor=0" in warn.pop()
+    gemma = {**TINY["gemma3_text"], "rope_theta": 1e6, "rope_local_base_freq": 10000.0,
+             "rope_scaling": {"rope_type": "linear", "factor": 8.0}}
+    args = model_args(model_spec_from_hf_config(gemma, seq_len=128), warn)
+    assert "--rotary-seq-len-interpolation-factor" not in args
+    text = " ".join(warn)
+    assert "global" in text and "rope_local_base_freq 10000" in text and "multi-latent" not in text
+    warn.clear()
+    same = {**TINY["gemma3_text"], "rope_theta": 10000.0, "rope_local_base_freq": 10000.0}
+    model_args(model_spec_from_hf_config(same, seq_len=128), warn)
+    assert not any("rope_local_base_freq" in w for w in warn)
 
 
 def test_transformers5_saved_moe_configs_plan():

@@ -325,6 +325,18 @@ HF_CASES = [
     ("model-type-long", {"model_type": "x" * 100000}, "key 'model_type'", "at most"),
     ("window-float", {"sliding_window": 32.5, "model_type": "mistral"}, "key 'sliding_window'",
      "expected an integer"),
+    # the router's keys (DeepSeek / Qwen-MoE): were int() / float() on the raw value, an internal
+    # error (exit 4), or bool("false") == True in silence
+    ("groups-string", {"n_group": "x"}, "key 'n_group'", "is a string"),
+    ("group-topk-float", {"topk_group": 2.5}, "key 'topk_group'", "expected an integer"),
+    ("scale-string", {"routed_scaling_factor": "abc"}, "key 'routed_scaling_factor'",
+     "is a string"),
+    ("scale-negative", {"routed_scaling_factor": -1.0}, "key 'routed_scaling_factor'",
+     "0 < value"),
+    ("renorm-string", {"norm_topk_prob": "false"}, "key 'norm_topk_prob'", "is a string"),
+    ("score-number", {"scoring_func": 1}, "key 'scoring_func'", "expected a string"),
+    ("aux-coef-string", {"router_aux_loss_coef": "0.01"}, "key 'router_aux_loss_coef'",
+     "is a string"),
 ]
 
 

@@ -35,7 +35,7 @@ def brute_force(problem, space_over: dict, mbs_options=()):
     exhaustive enumeration with one ZeRO stage and one recomputation mode), interleaved with every
     v, placement and knob, for every micro-batch size."""
     best = (math.inf, None)
-    for mbs in sorted({problem.mbs, *mbs_options}):
+    for mbs in sorted(set(mbs_options) or {problem.mbs}):  # the options only, when given
         pr = problem.with_mbs(mbs)
         base = declare(pr, {**space_over, "heterogeneous_stages": False})
         base = base.with_(variants=tuple(v for v in base.variants if v.cp == 1 or v.ep == 1))

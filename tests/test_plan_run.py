@@ -232,3 +232,77 @@ def test_global_batch_flag_on_an_interleaved_plan_names_the_flag(capsys, tmp_pat
     assert "num_microbatches" not in err
     rc, out, _ = run(capsys, "evaluate", str(p), "--global-batch", "12", "-q")
     assert rc == 0 and "micro-batches=6" in out, out
+
+
+def test_unlaunchable_order_is_not_called_launchable(tmp_path):
+    """stage_major (tp-cp-ep-pp-dp) with cp 2 > ep 1 and pp 2: megatron-core asserts the order
+    ends with pp unless cp == ep, so the export re-orders the plan (tp-cp-ep-dp-pp) and re-scores
+    it; with 4 devices per node no rank map pins the plan's devices either. `nest plan` said
+    "launchable as priced ... (nest export writes it unchanged)" (Mistral-Small-24B on 96 H100
+    at sequence 8192: pp 6, cp 2, stage_major; the export then warned and took 87.71 s, not
+    87.52)."""
+    from nest.interfaces.export import to_megatron
+    from nest.problem.plan_spec import expand
+
+    model = tmp_path / "m.yaml"
+    model.write_text("name: m\nfamily: llama\nnum_layers: 4\nhidden_size: 256\nnum_heads: 8\n"
+                     "ffn_hidden_size: 688\nffn_type: swiglu\nvocab_size: 1000\nseq_len: 256\n"
+                     "causal: true\nparallel_variants: {tp: [1], sp: [false], ep: [1], "
+                     "cp: [1, 2]}\n")
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("name: c\nhardware: tiny_accel\nsource: test\nlevels:\n"
+                       "  - {name: node, devices_per_group: 4, bandwidth_GBps: 50, latency_us: 1}\n"
+                       "  - {name: top, devices_per_group: 16, bandwidth_GBps: 5, "
+                       "latency_us: 10}\n")
+    pr = make_problem(str(model), str(cluster), 8, training=TrainingSettings(global_batch=8))
+    spec = {"model": str(model), "cluster": str(cluster), "num_devices": 8, "pp": 2, "dp": 2,
+            "cp": 2, "placement": "stage_major"}
+    plan = expand(spec, pr, "x")
+    ev = evaluate(plan, pr)
+    exported = to_megatron(plan, pr)
+    assert any("not launchable" in w for w in exported.warnings)  # the export's own verdict
+    lines = " ".join(cli.launchability(plan, ev, pr, {}, False))
+    assert "NOT launchable as priced" in lines and "tp-cp-ep-dp-pp" in lines
+    assert "launchable as priced: one variant" not in lines
+    replica = expand({**spec, "placement": "replica_major"}, pr, "x")
+    t = evaluate(replica, pr).time_per_batch_s
+    assert f"{t:.4f} s" in lines
+    assert "launchable as priced: one variant" in cli.launchability(replica, evaluate(replica, pr),
+                                                                     pr, {}, False)[0]
+
+
+def test_expert_parallelism_folded_over_tp_is_named():
+    """Megatron-Bridge's Qwen3-235B-A22B H100 recipe (tp 2, pp 8, ep 32 on 256 GPUs: Megatron's
+    dp 16) runs ep 32 over the tp x dp ranks (expert tensor parallelism 1: MoE parallel
+    folding). The plan file was refused as "dp 16 ... must be a multiple of ep = 32", which
+    reads as a typo in the recipe; the error now names the folding, which the harness does not
+    price, and the largest ep it does (a divisor of Megatron's dp)."""
+    from nest.common.errors import PlanError
+    from nest.problem.plan_spec import megatron_dp
+
+    spec = {"tp": 2, "cp": 1, "dp": 16, "ep": 32, "dp_includes_ep": True}
+    with pytest.raises(PlanError) as e:
+        megatron_dp(spec, "r.yaml")
+    msg = str(e.value)
+    assert "r.yaml: key 'ep': 32" in msg and "tp x cp x dp = 32" in msg
+    assert "folding" in msg and "ep 16" in msg
+    with pytest.raises(PlanError, match="must be a multiple of ep = 3"):  # no folding: as before
+        megatron_dp({**spec, "dp": 16, "ep": 3}, "r.yaml")
+    assert megatron_dp({**spec, "ep": 8}, "r.yaml") == 2
+
+
+def test_mbs_options_are_the_sizes_searched(capsys):
+    """`--mbs-options 2,4` searched 1 as well (the problem's own mbs was always added), so a
+    plan with mbs 1 came back although the user listed 2 and 4 (Llama-3-8B on 8 H100, global
+    batch 64: mbs 1, interleaved). Now only the options are searched, in both spaces; when none
+    divides the global batch the refusal says so (it was "no plan ... fits in 0.25 GB") and
+    no device count is searched."""
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=TrainingSettings(global_batch=6))
+    for over in ({"launchable": True}, {}):
+        out = run_planner("nest", pr, {**over, "mbs_options": [2]})
+        assert out.plan is not None and out.plan.mbs == 2
+        out = run_planner("nest", pr, {**over, "mbs_options": [4]})
+        assert out.plan is None and out.kind == "batch"
+        assert "not a multiple of any micro-batch size searched (4)" in out.reason
+    rc, _, err = run(capsys, "plan", *TINY, "--global-batch", "6", "--mbs-options", "4")
+    assert rc == 3 and "micro-batch size searched (4)" in err and "devices" not in err

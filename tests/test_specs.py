@@ -92,3 +92,17 @@ def test_num_devices_validated():
         load_cluster("tpuv4_fattree", 65)
     with pytest.raises(SpecError, match="at most 1024"):
         load_cluster("tpuv4_fattree", 2048)
+
+
+def test_repeated_level_name_is_refused(tmp_path):
+    """Two levels named alike ('leaf' twice) were accepted; every message, table and picture
+    then names two different levels the same."""
+    f = tmp_path / "c.yaml"
+    f.write_text("name: c\nhardware: h100_sxm\nsource: t\nlevels:\n"
+                 "  - {name: leaf, devices_per_group: 8, bandwidth_GBps: 450, latency_us: 2}\n"
+                 "  - {name: leaf, devices_per_group: 32, bandwidth_GBps: 50, latency_us: 5}\n")
+    with pytest.raises(SpecError, match=r"c.yaml: key 'levels.1.name': 'leaf' repeats levels.0"):
+        load_cluster(str(f))
+    f.write_text(f.read_text().replace("name: leaf, devices_per_group: 32", "name: spine, "
+                                       "devices_per_group: 32"))
+    assert [lv.name for lv in load_cluster(str(f)).levels] == ["leaf", "spine"]

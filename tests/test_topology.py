@@ -176,3 +176,22 @@ def test_odd_torus_bisection_is_the_graph_cut():
     assert flow == pytest.approx(6 * 10.0)
     assert t.levels[-1]["bandwidth_GBps"] == pytest.approx(flow / (15 / 2))
     assert t.levels[-1]["ring_bandwidth_GBps"] == pytest.approx(4 * 10.0)
+
+
+def test_a_disconnected_device_is_named():
+    """A graph file with a device no link reaches was refused as "the devices are not all
+    connected", leaving the user to search a thousand-node file; the error now names the
+    unreachable devices and the first device they have no route to."""
+    G = _two_level_tree()
+    G.add_node("gpu_lost", kind="device")
+    with pytest.raises(ValueError, match="'gpu_lost'.*no route.*'g0'"):
+        graph_levels(G, names=["leaf", "spine"])
+    G.add_node("lost2", kind="device")
+    with pytest.raises(ValueError, match="2 devices.*'gpu_lost', 'lost2'"):
+        graph_levels(G, names=["leaf", "spine"])
+    H = nx.Graph()  # the lost device listed first: still the one named
+    H.add_node("gpu_lost", kind="device")
+    H.add_nodes_from(_two_level_tree().nodes(data=True))
+    H.add_edges_from(_two_level_tree().edges(data=True))
+    with pytest.raises(ValueError, match="device 'gpu_lost' has no route to device 'g0'"):
+        graph_levels(H, names=["leaf", "spine"])

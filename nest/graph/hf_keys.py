@@ -70,6 +70,7 @@ FAMILY_KEYS = {
                               "swiglu_limit", "swiglu_alpha", "initial_context_length"},
 }
 FAMILY_KEYS["deepseek_v3"] = FAMILY_KEYS["deepseek_v2"]
+FAMILY_KEYS["olmoe"] = MOE_ROUTING | {"num_experts", "clip_qkv"}
 
 
 def check_keys(cfg: dict, where: str) -> None:

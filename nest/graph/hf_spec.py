@@ -7,7 +7,8 @@ equal transformers' meta-device count, tests/test_hf_families.py):
   V), qwen3 (RMSNorm over each head's Q and K, head_dim key), gemma2 (head_dim key, a norm
   before and after attention and MLP, GeGLU, soft-capping, alternating sliding window) -> a dense
   "llama" family block;
-* mixtral, qwen2_moe (shared expert with a sigmoid gate), qwen3_moe, deepseek_v2 / deepseek_v3
+* mixtral, qwen2_moe (shared expert with a sigmoid gate), qwen3_moe, olmoe (OLMo-2's whole-
+  projection Q/K norms with norms before attention and MLP), deepseek_v2 / deepseek_v3
   (multi-head latent attention with q/kv LoRA ranks and a rotary part per head, shared experts,
   the first `first_k_dense_replace` blocks dense) -> "mixtral" family blocks;
 * gpt2, bert.
@@ -61,13 +62,16 @@ FAMILY = {"llama": "llama", "mistral": "llama", "phi3": "llama", "qwen2": "llama
           "qwen3": "llama", "gemma2": "llama", "gemma3_text": "llama", "olmo2": "llama",
           "mixtral": "mixtral", "qwen2_moe": "mixtral", "qwen3_moe": "mixtral",
           "deepseek_v2": "mixtral", "deepseek_v3": "mixtral", "gpt_oss": "mixtral",
+          "olmoe": "mixtral",
           "gpt2": "gpt", "bert": "bert"}
 GEMMA = ("gemma2", "gemma3_text")
 # transformers' Gemma3TextConfig defaults for the keys hf_spec reads with another default of its
 # own: google/gemma-3-4b/12b/27b-pt publish a text_config without vocab_size, rms_norm_eps,
-# rope_theta or max_position_embeddings (refused as "vocab_size: required" before). The sizes
-# (hidden_size, layers, heads, intermediate_size) stay required.
-GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262208, "num_key_value_heads": 4, "head_dim": 256,
+# rope_theta or max_position_embeddings (refused as "vocab_size: required" before); gemma-3-4b-pt
+# states no heads either (its 8 query / 4 KV heads are the defaults). The widths and the depth
+# (hidden_size, intermediate_size, num_hidden_layers) stay required.
+GEMMA3_TEXT_DEFAULTS = {"vocab_size": 262208, "num_attention_heads": 8, "num_key_value_heads": 4,
+                        "head_dim": 256,
                         "max_position_embeddings": 131072, "rms_norm_eps": 1e-6,
                         "rope_theta": 1000000.0, "sliding_window": 4096,
                         "query_pre_attn_scalar": 256, "hidden_activation": "gelu_pytorch_tanh",
@@ -242,6 +246,9 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
         d["qk_norm"] = True  # RMSNorm over each head's Q and K
     if mtype == "olmo2":  # RMSNorm over the whole Q and K projections; norms after, not before
         d.update(qk_norm=True, qk_norm_full=True, pre_norm=False)
+    if mtype == "olmoe":  # the same Q / K norms (OlmoeAttention), norms before (OlmoeDecoderLayer)
+        d.update(qk_norm=True, qk_norm_full=True)
+        c.refuse("clip_qkv", lambda v: False, "clamping Q, K and V is not modelled")
     head_dim = c.get("head_dim")
     if head_dim and head_dim != h // a and mtype in ("qwen3", "qwen3_moe", "mistral", "qwen2",
                                                      "qwen2_moe", "llama", "mixtral", "olmo2",
@@ -280,13 +287,21 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
     w, layers = _window_layers(c, mtype, n)
     if w:
         d.update(sliding_window=w, window_layers=list(layers))
+    if w and mtype == "gemma3_text":  # Gemma3RotaryEmbedding: the windowed layers rotate at
+        # rope_local_base_freq, unscaled (transformers >= 5: rope_parameters.sliding_attention;
+        # Gemma3TextConfig's default 10000); the global layers at rope_theta with the scaling
+        local = c.get("rope_local_base_freq")
+        sliding = (c.get("rope_parameters") or {}).get("sliding_attention")
+        if local is None and isinstance(sliding, dict):
+            local = sliding.get("rope_theta")
+        d["rope_local_theta"] = float(local if local is not None else 10000.0)
     return d
 
 
 def _router(c: _Cfg, mtype: str) -> tuple[str, list[str]]:
     """The router's numerics as ModelSpec.router (no cost: every routing is priced balanced) and
     the parts Megatron-LM's router cannot state. transformers' modeling per family: Mixtral and
-    gpt-oss take the softmax of the top-k logits (Megatron-LM's default); Qwen2/3-MoE and
+    gpt-oss take the softmax of the top-k logits (Megatron-LM's default); Qwen2/3-MoE, OLMoE and
     DeepSeek-V2 take the top k of a softmax over every expert and renormalise only under
     norm_topk_prob (default false: Megatron's --moe-router-pre-softmax); DeepSeek-V3 selects on
     sigmoid scores plus a per-expert bias inside the best topk_group of n_group groups,
@@ -323,13 +338,36 @@ def _router(c: _Cfg, mtype: str) -> tuple[str, list[str]]:
     return " ".join(tokens), notes
 
 
+def _balance_loss(c: _Cfg, mtype: str) -> tuple[str, float]:
+    """The load-balancing loss and its coefficient as Megatron-Bridge maps a Hugging Face config
+    (model_bridge.CONFIG_MAPPING: router_aux_loss_coef and aux_loss_alpha -> moe_aux_loss_coeff;
+    its DeepSeek-V2 / V3 bridges: seq_aux_loss, DeepSeek's `seq_aux`; its gpt-oss bridge: none).
+    An absent key is the config class's default: transformers' router_aux_loss_coef 0.001
+    (OLMoE 0.01);
+    DeepSeek's aux_loss_alpha 0.001 (deepseek-ai's DeepseekV2Config), 0.0001 for V3 (its report,
+    section 4.2, and Megatron-Bridge's V3 bridge)."""
+    if mtype == "gpt_oss":
+        return "none", 0.0
+    if mtype in ("deepseek_v2", "deepseek_v3"):
+        coeff = c.get("aux_loss_alpha", 0.0001 if mtype == "deepseek_v3" else 0.001)
+        kind = "seq_aux_loss" if c.get("seq_aux", True) else "aux_loss"
+    else:  # transformers' OlmoeConfig: 0.01
+        coeff = c.get("router_aux_loss_coef", 0.01 if mtype == "olmoe" else 0.001)
+        kind = "aux_loss"
+    return kind, float(coeff)
+
+
 def _moe(c: _Cfg, mtype: str, d: dict) -> None:
     n = d["num_layers"]
     d["router"], notes = _router(c, mtype)
+    d["balance_loss"], d["aux_loss_coeff"] = _balance_loss(c, mtype)
     if notes:
         d["numerics_notes"] = list(d.get("numerics_notes", [])) + notes
     if mtype in ("mixtral", "gpt_oss"):  # gpt-oss: intermediate_size is each expert's width
         d.update(num_experts=c.need("num_local_experts"), top_k=c.need("num_experts_per_tok"))
+        return
+    if mtype == "olmoe":  # intermediate_size is each expert's width; no shared expert
+        d.update(num_experts=c.need("num_experts"), top_k=c.need("num_experts_per_tok"))
         return
     d["top_k"] = c.need("num_experts_per_tok")
     if mtype in ("qwen2_moe", "qwen3_moe"):

@@ -203,7 +203,9 @@ def cmd_plan(a) -> int:
     if out.plan is None:
         print(f"{a.planner}: {out.reason}", file=sys.stderr)
         # a micro-batch size that does not divide the global batch fails on any device count
-        batch_only = out.kind == "batch" and problem.training.global_batch % problem.mbs
+        sizes = [problem.mbs] if a.mbs or not is_nest else over["mbs_options"]
+        batch_only = out.kind == "batch" and all(problem.training.global_batch % m
+                                                 for m in sizes)
         if out.status != "crashed" and not batch_only:
             with progress.status("searching how many devices would do"):
                 k = devices_that_fit(a.model, a.cluster, a.num_devices, a.mbs or 1, training,
@@ -220,7 +222,7 @@ def cmd_plan(a) -> int:
     ev = evaluate(plan, real, simulated=True)  # on the whole HBM: margins against the real size
     print(summarize(plan, ev, real))
     if is_nest:
-        for line in launchability(plan, ev, seen, over, a.heterogeneous):
+        for line in launchability(plan, ev, seen, over, a.heterogeneous, real):
             print(line)
     full = None
     if is_nest and plan.devices_used < plan.num_devices:
@@ -256,15 +258,34 @@ def cmd_plan(a) -> int:
     return 0 if ev.feasible else EXIT_INFEASIBLE
 
 
-def launchability(plan, ev, seen, over: dict, heterogeneous: bool) -> list[str]:
+def launchability(plan, ev, seen, over: dict, heterogeneous: bool, real=None) -> list[str]:
     """Whether Megatron-LM launches the plan as priced; with --heterogeneous, the launchable
-    optimum beside the paper's (by how much it differs, and why the other cannot be launched)."""
+    optimum beside the paper's (by how much it differs, and why the other cannot be launched).
+    `real`: the problem the export scores on (default `seen` at the plan's mbs)."""
+    from nest.common.errors import PlanError
+    from nest.interfaces.export import resolve_order
     from nest.problem.evaluate import evaluate
     from nest.planners.registry import run_planner
     from nest.solver.launchable import differs
 
     diff = differs(plan)
     if not heterogeneous:
+        # the rank order as the export resolves it (its steps 1-3): an order Megatron-LM's CLI
+        # cannot build for these degrees (stage_major with cp > 1, pp > 1 and cp != ep) is
+        # re-ordered and re-scored there
+        real = real or seen.with_mbs(plan.mbs)
+        moved: list[str] = []
+        try:
+            out, order, _ = resolve_order(plan, real, real.cluster.node_size, moved)
+        except PlanError as e:
+            return [f"  NOT launchable as priced: {e} (nest export projects it)"]
+        if moved:
+            t = evaluate(out, real).time_per_batch_s
+            return [f"  NOT launchable as priced: placement '{plan.placement}' is no rank order "
+                    f"Megatron-LM's CLI builds for tp {plan.tp}, cp {plan.cp}, ep {plan.ep}, "
+                    f"dp {plan.dp}, pp {plan.pp}, and no rank map pins its devices; nest export "
+                    f"launches {order}: {t:.4f} s, {t / ev.time_per_batch_s - 1:+.2%} vs this "
+                    f"plan"]
         return ["  launchable as priced: one variant, ZeRO stage and recomputation mode for all "
                 "stages (nest export writes it unchanged)"]
     if not diff:
@@ -706,14 +727,17 @@ def _warnings_as_lines():
 
 def _main(argv: list[str]) -> int:
     try:
-        if argv[:2] == ["validate", "--published"]:  # published runs (nest.fidelity.published_runs)
+        cmd = list(argv)
+        while cmd[:1] in (["-q"], ["--quiet"]):  # the global -q (validate draws no progress)
+            cmd = cmd[1:]
+        if cmd[:2] == ["validate", "--published"]:  # published runs (nest.fidelity.published_runs)
             from nest.fidelity import published_runs as published
 
-            return published.main(argv[2:]) or 0
-        if argv[:1] == ["validate"]:  # its own options (nest.fidelity.block_validation)
+            return published.main(cmd[2:]) or 0
+        if cmd[:1] == ["validate"]:  # its own options (nest.fidelity.block_validation)
             from nest.fidelity import block_validation as validate
 
-            return validate.main(argv[1:]) or 0
+            return validate.main(cmd[1:]) or 0
         a = build_parser().parse_args(argv)
         from nest.common import progress
 

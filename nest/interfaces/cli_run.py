@@ -162,7 +162,7 @@ def all_devices_outcome(planner: str, seen, over: dict):
     sp = declare(seen, space)
     out = run_planner(planner, seen, {**over, "space": space}, log_crash=False)
     shapes = any(next(pp_dp_options(seen.with_mbs(m), sp, v), None) is not None
-                 for v in sp.variants for m in {seen.mbs, *(over.get("mbs_options") or ())})
+                 for v in sp.variants for m in set(over.get("mbs_options") or ()) or {seen.mbs})
     return out if shapes or out.plan is not None else replace(out, kind="devices")
 
 

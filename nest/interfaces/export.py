@@ -288,7 +288,7 @@ def _score(candidates, problem: Problem, per_node: int, failed: list[str], error
     scored = []
     for what, q in candidates:
         try:
-            r, _, _ = _resolve_order(q, problem, per_node, [])
+            r, _, _ = resolve_order(q, problem, per_node, [])
             ev = evaluate(r, problem)
         except errors as e:
             failed.append(f"{what}: {e}")
@@ -353,7 +353,7 @@ def _with_order(plan: Plan, order: str) -> Plan:
                                                     for j, s in enumerate(plan.stages)))
 
 
-def _resolve_order(plan: Plan, problem: Problem, per_node: int,
+def resolve_order(plan: Plan, problem: Problem, per_node: int,
                    warnings: list[str]) -> tuple[Plan, str, list[dict]]:
     """(plan to export, launch order, rank map): module docstring, steps 1-3."""
     cands, cli = launch_candidates(plan)
@@ -524,7 +524,7 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
         out = _project_variants(out, problem, hw_per_node, original.time_per_batch_s, warnings)
     if out.cp > 1 and out.ep > 1:
         out = _project_folding(out, problem, hw_per_node, original.time_per_batch_s, warnings)
-    out, order, ranks = _resolve_order(out, problem, hw_per_node, warnings)
+    out, order, ranks = resolve_order(out, problem, hw_per_node, warnings)
     projected = out != plan
     ev = evaluate(out, problem) if projected else original
     if projected:

@@ -34,7 +34,17 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
     else:  # Llama family: rotary, no biases (gpt-oss: biases on every linear)
         a += ["--position-embedding-type", "rope", "--rotary-base",
               str(int(m.rope_theta or 10000))]
-        if m.rope_scaling:
+        theta = float(m.rope_theta or 10000)
+        if m.rope_local_theta and (m.rope_scaling or m.rope_local_theta != theta):
+            # one rotary base and scaling for every layer in Megatron-LM's arguments
+            scaled = f" with RoPE scaling ({m.rope_scaling})" if m.rope_scaling else ""
+            warnings.append(f"{m.name} rotates its global-attention layers at base {theta:g}"
+                            f"{scaled} and its windowed layers at base {m.rope_local_theta:g} "
+                            f"unscaled (rope_local_base_freq {m.rope_local_theta:g}): exported "
+                            f"as --rotary-base {int(theta)} on every layer"
+                            f"{', unscaled' if scaled else ''} (add the windowed layers' rotary "
+                            f"by hand)")
+        elif m.rope_scaling:
             scaling = _rope_scaling_args(m, warnings)
             if scaling[:2] == ["--position-embedding-type", "yarn"]:  # replaces rope
                 a[a.index("--position-embedding-type") + 1] = "yarn"
@@ -69,8 +79,12 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
         a += ["--num-experts", str(m.num_experts), "--moe-router-topk", str(m.top_k),
               "--moe-ffn-hidden-size", str(m.ffn_hidden_size),
               "--moe-token-dispatcher-type", "alltoall",  # the all-to-all the evaluator prices
-              "--moe-grouped-gemm",  # the local experts as one batched GEMM, as priced
-              "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "1e-2"]
+              "--moe-grouped-gemm"]  # the local experts as one batched GEMM, as priced
+        if m.balance_loss in ("", "aux_loss", "seq_aux_loss"):  # "": Megatron-LM's own advice
+            a += ["--moe-router-load-balancing-type", m.balance_loss or "aux_loss",
+                  "--moe-aux-loss-coeff", repr(m.aux_loss_coeff) if m.balance_loss else "1e-2"]
+        else:
+            a += ["--moe-router-load-balancing-type", m.balance_loss]
         router = m.router
         if m.top_k == 1 and not {"pre_softmax", "sigmoid"} & set(router.split()):
             # the softmax of one logit is 1: the router would get no gradient, and megatron-core
@@ -146,13 +160,19 @@ MEGATRON_MLA_YARN = {"original_max_position_embeddings": 4096.0, "beta_fast": 32
 
 def _rope_scaling_args(m: ModelSpec, warnings: list[str]) -> list[str]:
     """Llama-3 RoPE scaling with Megatron-LM's fixed constants -> --use-rope-scaling and its
-    factor; any other scaling (yarn, linear, longrope, other constants) -> a warning, never
-    dropped in silence (the run would train other rotation frequencies than the config's)."""
+    factor; linear with an integer factor -> --rotary-seq-len-interpolation-factor; YaRN (below);
+    any other scaling (longrope, other constants) -> a warning, never dropped in silence (the run
+    would train other rotation frequencies than the config's)."""
     kind, *kv = m.rope_scaling.split()
     vals = {k: float(v) for k, v in (x.split("=", 1) for x in kv)}
     if kind == "llama3" and "factor" in vals and all(
             vals.get(k) == v for k, v in MEGATRON_LLAMA3_ROPE.items()):
         return ["--use-rope-scaling", "--rope-scaling-factor", repr(vals["factor"])]
+    if kind == "linear" and set(vals) == {"factor"} and vals["factor"] >= 1 and \
+            vals["factor"] == int(vals["factor"]):
+        # positions divided by the factor (transformers' linear scaling): megatron-core's
+        # RotaryEmbedding seq_len_interpolation_factor (seq *= 1 / factor), an integer argument
+        return ["--rotary-seq-len-interpolation-factor", str(int(vals["factor"]))]
     if kind == "yarn" and m.is_mla and "factor" in vals and all(
             vals.get(k, v) == v for k, v in MEGATRON_MLA_YARN.items()):
         # multi-latent attention's YaRN: the factor and both mscales are arguments (their
@@ -177,9 +197,7 @@ def _rope_scaling_args(m: ModelSpec, warnings: list[str]) -> list[str]:
             a.append("--no-yarn-correction-range-round-to-int")
         return a
     warnings.append(f"{m.name} uses RoPE scaling ({m.rope_scaling}): not expressed by these "
-                    f"Megatron-LM arguments (add them by hand, e.g. --rope-type yarn "
-                    f"--rotary-scaling-factor --mscale --mscale-all-dim for multi-latent "
-                    f"attention)")
+                    f"Megatron-LM arguments (add it by hand)")
     return []
 
 

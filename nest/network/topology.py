@@ -388,8 +388,15 @@ def graph_levels(G: nx.Graph, *, devices=None, names=None, message_bytes: float 
     Wl = csr_matrix((lat, (rows, cols)), shape=(V, V))
     dev_i = np.array([idx[d] for d in devs])
     D, pred = dijkstra(Wc, directed=True, indices=dev_i, return_predecessors=True)
-    if not np.isfinite(D[:, dev_i]).all():
-        raise ValueError("graph_levels: the devices are not all connected")
+    if not np.isfinite(D[:, dev_i]).all():  # name what the best-connected device cannot reach
+        reach = np.isfinite(D[:, dev_i])
+        ref = int(np.argmax(reach.sum(axis=1)))
+        lost = [d for d, ok in zip(devs, reach[ref]) if not ok]
+        names = ", ".join(repr(d) for d in lost[:5]) + (", ..." if len(lost) > 5 else "")
+        raise ValueError(f"graph_levels: device {names} has no route to device {devs[ref]!r}"
+                         if len(lost) == 1 else
+                         f"graph_levels: {len(lost)} devices have no route to device "
+                         f"{devs[ref]!r}: {names} (every device must be linked to the others)")
     route_lat = _route_latency(pred, Wl)[:, dev_i]
     C = D[:, dev_i]
     C = np.minimum(C, C.T)

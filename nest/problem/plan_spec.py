@@ -147,6 +147,15 @@ def megatron_dp(d: dict, where: str) -> int:
     dp, ep = d["dp"], d.get("ep", 1)
     if not d.get("dp_includes_ep"):
         return dp
+    width = d.get("tp", 1) * d.get("cp", 1) * dp
+    if dp % ep and width % ep == 0:  # Megatron-Core's expert grid (etp, ep, edp, pp) folds ep
+        # over the tp / cp ranks too (expert_tensor_parallel_size below tp: MoE parallel folding)
+        near = max(k for k in range(1, min(dp, ep) + 1) if dp % k == 0)
+        raise PlanError(f"{where}: key 'ep': {ep} spans more than Megatron-LM's data-parallel "
+                        f"size dp = {dp} (over tp x cp x dp = {width} ranks: MoE parallel "
+                        f"folding, expert tensor parallelism below tp), which the harness does "
+                        f"not price: expert ranks lie within the data-parallel ranks here, so ep "
+                        f"divides dp (e.g. ep {near})")
     if dp % ep:
         raise PlanError(f"{where}: key 'dp': {dp} with dp_includes_ep: true must be a multiple "
                         f"of ep = {ep} (Megatron-LM's data-parallel size includes the expert "

@@ -273,11 +273,17 @@ def plan(problem: Problem, settings: dict):
     # the network the search sees: the real one, or its flattened view (the returned plan is the
     # real problem's, so run_planner's evaluator scores it on the real network)
     seen = problem.with_cluster(flattened(problem.cluster)) if flat else problem
+    options = mbs_sizes(seen, settings) if settings.get("mbs_options") else []
+    if options and seen.mbs not in options:  # only the options, never the problem's own
+        seen = with_mbs(seen, options[0])
+    first = seen.mbs
     space = declare(seen, settings.get("space"))
     t0 = time.perf_counter()
     best_T, best, stats = search(seen, space, even_cuts=even)
-    for mbs in settings.get("mbs_options") or ():  # search the micro-batch size when asked
-        other = with_mbs(seen, int(mbs))
+    for mbs in options:  # search the micro-batch size when asked
+        if mbs == first:
+            continue
+        other = with_mbs(seen, mbs)
         T, found, st = search(other, declare(other, settings.get("space")), even_cuts=even)
         stats = {k: stats[k] + st[k] for k in ("candidates", "visited")} | {
             "tied": stats["tied"]}
@@ -304,6 +310,24 @@ def plan(problem: Problem, settings: dict):
                   f"objective (nest.planners.ties): the first kept")
     return out.with_(predicted_time_per_batch_s=best_T, solve_time_s=time.perf_counter() - t0,
                      notes=notes)
+
+
+def mbs_sizes(problem: Problem, settings: dict) -> list[int]:
+    """The micro-batch sizes a search covers: settings' `mbs_options` when given (those that
+    divide the global batch, and only those: `nest plan --mbs-options 2,4` never plans with the
+    problem's mbs 1), else the problem's own; NoPlan (kind batch) when no option divides it."""
+    from nest.planners.registry import NoPlan
+
+    opts = [int(m) for m in settings.get("mbs_options") or ()]
+    if not opts:
+        return [problem.mbs]
+    gb = problem.training.global_batch
+    ok = sorted({m for m in opts if gb % m == 0})
+    if not ok:
+        raise NoPlan(f"global batch {gb} is not a multiple of any micro-batch size searched "
+                     f"({', '.join(map(str, opts))}): no plan processes exactly the global batch "
+                     f"(choose sizes dividing it)", kind="batch")
+    return ok
 
 
 def plan_launchable(problem: Problem, settings: dict):

@@ -317,14 +317,12 @@ def search_launchable(problem: Problem, settings: dict, log=None):
     """(time, plan, stats, problem of the plan's micro-batch size) of the launchable optimum
     (module docstring); plan None if nothing fits."""
     from nest.problem.evaluate import evaluate
-    from nest.solver import plan_of, search
+    from nest.solver import mbs_sizes, plan_of, search
 
     best_T, best, best_pr = math.inf, None, problem
     stats = {"candidates": 0, "visited": 0, "interleaved": 0, "tied": []}
     interleave = settings.get("interleaved", True)
-    mbs_all = [problem.mbs, *[int(x) for x in settings.get("mbs_options") or ()
-                              if int(x) != problem.mbs]]
-    for mbs in sorted(set(mbs_all)):
+    for mbs in mbs_sizes(problem, settings):
         pr = with_mbs(problem, mbs)
         base = launchable_space(declare(pr, {**(settings.get("space") or {}),
                                              "heterogeneous_stages": False}))

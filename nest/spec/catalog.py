@@ -106,6 +106,9 @@ class ModelSpec:
     tied_embeddings: bool = False
     published_num_params: float | None = None
     rope_theta: float | None = None  # rotary base (HF rope_theta); None: 10000 where rope is used
+    # the windowed layers' own rotary base, unscaled, where it is not the global layers' rope_theta
+    # and rope_scaling (Gemma-3: rope_local_base_freq); 0: every layer rotates alike. No cost
+    rope_local_theta: float = 0.0
     norm_eps: float | None = None  # LayerNorm / RMSNorm epsilon; None: 1e-5 (Megatron's default)
     parallel_variants: ParallelVariants = field(default_factory=ParallelVariants)
     source_file: str = ""
@@ -129,6 +132,11 @@ class ModelSpec:
     # renormalised: Hugging Face norm_topk_prob false), "sigmoid", "expert_bias" (aux-loss-free
     # balancing), "scale=F", "groups=N", "group_topk=K". No cost; `nest export` states it
     router: str = ""
+    # the load-balancing loss a Megatron-LM export trains with (no cost: every routing is priced
+    # balanced): "aux_loss" (Switch / GShard), "seq_aux_loss" (DeepSeek-V2's loss per sequence),
+    # "none"; "" = not stated (the export: Megatron-LM's recommended aux_loss at 1e-2)
+    balance_loss: str = ""
+    aux_loss_coeff: float = 0.0  # its coefficient (Hugging Face router_aux_loss_coef, aux_loss_alpha)
     shared_ffn_hidden_size: int = 0  # always-active shared expert(s) of an MoE layer, in total
     shared_expert_gate: bool = False  # sigmoid gate Linear(h, 1) on the shared expert (Qwen2-MoE)
     num_dense_layers: int = 0  # the first blocks of an MoE model with a dense MLP (DeepSeek)
@@ -601,6 +609,10 @@ def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSp
         if hi <= lo or hi % lo:
             raise SpecError(f"{where}: key 'levels.{i}.devices_per_group': {hi} must be a larger "
                             f"multiple of the level below ({lo})")
+        seen = [lv.name for lv in levels[:i]]
+        if levels[i].name in seen:  # messages, tables and pictures name levels
+            raise SpecError(f"{where}: key 'levels.{i}.name': {levels[i].name!r} repeats "
+                            f"levels.{seen.index(levels[i].name)}.name; expected a name of its own")
     sizes = tuple(d.get("sizes", ()))
     n = num_devices if num_devices is not None else (sizes[-1] if sizes else levels[-1].devices_per_group)
     top = levels[-1].devices_per_group
