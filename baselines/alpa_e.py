@@ -92,6 +92,7 @@ import numpy as np
 
 from dataclasses import dataclass, replace
 
+from baselines.alpa_e_dp import CapDP
 from baselines.alpa_e_ilp import (mesh_view, range_tables, sharding_of, sharding_table,
                                   solve_ilp, stage_cost, submesh_sizes)
 from nest.costs.memory import peak
@@ -221,17 +222,18 @@ def inter_op_dp(T_XKIS, units, U, B, rel_gap=0.0, budget: Budget | None = None,
                 bound=np.inf):
     """Alpa's DP (Eq. 2-4): (T*, t_max, stages [(k, i, x, s)]) or None when nothing fits (or
     nothing can beat `bound`)."""
-    lb, _, _ = _dp(T_XKIS, units, U, np.inf, np.maximum)  # the least feasible t_max
+    dp = CapDP(T_XKIS, units, U)  # _dp's value, vectorised (baselines.alpa_e_dp)
+    lb = dp.value(np.inf, np.maximum)  # the least feasible t_max
     if not math.isfinite(lb) or B * lb >= bound:
         return None
     vals = np.unique(T_XKIS[np.isfinite(T_XKIS) & (T_XKIS >= lb)])
     # the least sum of stage latencies under no cap: F(s, 0, U; t_max) never falls below it, so
     # every t_max >= c gives T >= F_inf + (B - 1) c
-    F_inf, _, _ = _dp(T_XKIS, units, U, np.inf, np.add)
+    F_inf = dp.value(np.inf)
     if rel_gap:
-        best, best_c = _scan_every(T_XKIS, units, U, B, vals, F_inf, rel_gap, budget)
+        best, best_c = _scan_every(dp.value, B, vals, F_inf, rel_gap, budget)
     else:
-        best, best_c = _scan_pruned(T_XKIS, units, U, B, vals, F_inf, budget)
+        best, best_c = _scan_pruned(dp.value, B, vals, F_inf, budget)
     F, _, stages = _dp(T_XKIS, units, U, best_c, np.add, backtrack=True)
     t_max = max(T_XKIS[x, k, i, s - 1] for k, i, x, s in stages)
     return float(dapple(F, t_max, B)), float(t_max), stages
@@ -243,9 +245,10 @@ def _stops(c, B: int, best: float, F_inf: float) -> bool:
     return B * c >= best or F_inf + (B - 1) * c >= best
 
 
-def _scan_every(T_XKIS, units, U, B, vals, F_inf, rel_gap, budget):
-    """Alpa's walk over t_max in increasing order, one DP pass per t_max, skipping t_max within
-    `rel_gap` of the last one priced: (best T*, its t_max)."""
+def _scan_every(F_of, B, vals, F_inf, rel_gap, budget):
+    """Alpa's walk over t_max in increasing order, one DP pass per t_max (F_of(t_max): the DP's
+    least sum under that cap), skipping t_max within `rel_gap` of the last one priced: (best T*,
+    its t_max)."""
     best, best_c, last = np.inf, None, -np.inf
     for c in vals:
         if _stops(c, B, best, F_inf):
@@ -255,13 +258,13 @@ def _scan_every(T_XKIS, units, U, B, vals, F_inf, rel_gap, budget):
         if budget is not None:
             budget.spend()
         last = c
-        F, _, _ = _dp(T_XKIS, units, U, c, np.add)
+        F = F_of(c)
         if dapple(F, c, B) < best:  # Alpa's Eq. 2 (nest.costs.pipeline.alpa_objective)
             best, best_c = dapple(F, c, B), c
     return best, best_c
 
 
-def _scan_pruned(T_XKIS, units, U, B, vals, F_inf, budget, walk: int = 8):
+def _scan_pruned(F_of, B, vals, F_inf, budget, walk: int = 8):
     """The same walk as `_scan_every` with no gap (the same best, the same t_max, the same stop),
     pricing fewer t_max: F(t_max), the DP's least sum under the cap t_max, never grows with
     t_max (a larger cap only adds options; each plan's sum is the same floats under any cap), so
@@ -273,7 +276,7 @@ def _scan_pruned(T_XKIS, units, U, B, vals, F_inf, budget, walk: int = 8):
     one by one (where Alpa's stop comes early, as with many micro-batches, splitting would price
     more of them than the walk)."""
     head = min(walk, len(vals))
-    best, best_c = _scan_every(T_XKIS, units, U, B, vals[:head], F_inf, 0.0, budget)
+    best, best_c = _scan_every(F_of, B, vals[:head], F_inf, 0.0, budget)
     if head == len(vals) or _stops(vals[head], B, best, F_inf):
         return best, best_c
     memo: dict[int, float] = {}
@@ -283,7 +286,7 @@ def _scan_pruned(T_XKIS, units, U, B, vals, F_inf, budget, walk: int = 8):
         if i not in memo:
             if budget is not None:
                 budget.spend()
-            memo[i] = _dp(T_XKIS, units, U, vals[i], np.add)[0]
+            memo[i] = F_of(vals[i])
         return memo[i]
 
     def run(lo: int, hi: int, F_low: float) -> bool:  # False: the walk stopped in [lo, hi]
