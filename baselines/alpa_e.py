@@ -12,7 +12,9 @@ solved as Alpa does (Eq. 3-4) by enumerating t_max over the stage latencies in i
     F(s, k, d; t_max) = min_{i >= k, submesh n} t_intra(k..i, n, s) + F(s-1, i+1, d - |n|)
                         over t_intra <= t_max,        F(0, L, 0; t_max) = 0,
     T*(t_max) = min_s F(s, 0, N; t_max) + (B - 1) * t_max,
-from the least feasible t_max up, with Alpa's early stop (B * t_max >= the best T*).
+from the least feasible t_max up, with Alpa's early stop (B * t_max >= the best T*). Each
+t_max's value F comes from baselines.alpa_e_dp.CapDP (the loop `_dp`, vectorised: the same
+floats); `_dp` backtracks the stages at the best t_max.
 t_intra(k..i, n, s) comes from the intra-operator pass (Alpa section 4, baselines.alpa_e_ilp): an
 ILP picks each layer's sharding on the submesh minimising communication + resharding, then the
 latency of that sharding is estimated (compute + communication), then memory is checked (Alpa
@@ -154,7 +156,8 @@ def stage_times(rt, problem: Problem, B: int, smax: int):
 def _dp(T_XKIS, units, U, cap, combine, backtrack=False):
     """F(s, k, d) of the module docstring with `combine` = np.add (sum of latencies) or
     np.maximum (the bottleneck); stage options above `cap` are excluded. Returns (value, s) of
-    min_s F(s, 0, U), and the stages [(k, i, x, s)] if backtrack."""
+    min_s F(s, 0, U), and the stages [(k, i, x, s)] if backtrack. The reference of
+    baselines.alpa_e_dp.CapDP, which gives the value of a pass faster."""
     X, L, _, Smax = T_XKIS.shape
     umin, umax = min(units), max(units)
     F_prev = np.full((L + 1, U + 1), np.inf)
@@ -234,7 +237,7 @@ def inter_op_dp(T_XKIS, units, U, B, rel_gap=0.0, budget: Budget | None = None,
         best, best_c = _scan_every(dp.value, B, vals, F_inf, rel_gap, budget)
     else:
         best, best_c = _scan_pruned(dp.value, B, vals, F_inf, budget)
-    F, _, stages = _dp(T_XKIS, units, U, best_c, np.add, backtrack=True)
+    F, _, stages = dp.stages(best_c)  # _dp(..., np.add, backtrack=True)
     t_max = max(T_XKIS[x, k, i, s - 1] for k, i, x, s in stages)
     return float(dapple(F, t_max, B)), float(t_max), stages
 

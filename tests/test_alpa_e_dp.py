@@ -21,7 +21,8 @@ def _same(a, b) -> bool:
 
 
 def _check_every_cap(T, units, U, caps=None):
-    """CapDP's value equals the loop's, bit for bit, at every cap (both combines)."""
+    """CapDP's value equals the loop's, bit for bit, at every cap (both combines), and so does
+    its backtrack (the value, the stage count and the stages chosen among ties)."""
     dp = CapDP(T, units, U)
     if caps is None:
         fin = np.unique(T[np.isfinite(T)])
@@ -31,6 +32,9 @@ def _check_every_cap(T, units, U, caps=None):
             ref = _dp(T, units, U, cap, combine)[0]
             got = dp.value(cap, combine)
             assert _same(got, ref), (cap, combine.__name__, got, ref)
+        ref_v, ref_s, ref_stages = _dp(T, units, U, cap, np.add, backtrack=True)
+        got_v, got_s, got_stages = dp.stages(cap)
+        assert _same(got_v, ref_v) and got_s == ref_s and got_stages == ref_stages, cap
     return dp
 
 
@@ -50,12 +54,12 @@ def _layered(L, units, Smax, B, seed, room=3.0):
     return T
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_cap_dp_value_is_the_loops_on_random_tables(data):
     """Random tables: stash-like (the same for s >= s0: the sweep), free in s (no sweep), Smax
-    below, at or above the DP's bound on stage counts, inf entries, and sometimes a finite
-    entry with i < k (the loop's fall-back)."""
+    below, at or above the DP's bound on stage counts, inf entries, many ties, and sometimes a
+    finite entry with i < k (the loop's fall-back)."""
     L = data.draw(st.integers(1, 8))
     units = data.draw(st.sampled_from([[1], [1, 2], [2, 3], [1, 2, 4], [3], [2, 4, 8]]))
     U = data.draw(st.integers(1, 12))
@@ -63,6 +67,8 @@ def test_cap_dp_value_is_the_loops_on_random_tables(data):
     Smax = data.draw(st.sampled_from([bound, max(1, bound - 1), L, 1]))
     rng = np.random.default_rng(data.draw(st.integers(0, 2**31)))
     T = rng.uniform(0.1, 10.0, size=(len(units), L, L, Smax))
+    if data.draw(st.booleans()):  # few distinct latencies: ties among stages, x and s
+        T = rng.integers(1, 4, size=T.shape).astype(float)
     if data.draw(st.booleans()):  # Alpa's stash: the same table for every s >= s0
         s0 = data.draw(st.integers(1, Smax))
         T[..., s0:] = T[..., s0 - 1: s0]
@@ -73,6 +79,19 @@ def test_cap_dp_value_is_the_loops_on_random_tables(data):
         T[0, 1, 0, 0] = 0.5  # i < k: the loop reads it, the band does not
     dp = _check_every_cap(T, units, U)
     assert dp.fallback == bool(np.isfinite(T[:, lower, :]).any())
+
+
+@pytest.mark.parametrize("units", [[1], [1, 2], [2, 1, 3]])
+def test_cap_dp_backtracks_ties_as_the_loop(units):
+    """Every stage range costs the same (and a second table two values): optima tie in the
+    stage count, the submesh and the last layer of a stage; the loop's first s, first x and
+    least i are taken."""
+    L, U = 7, 5
+    T = np.ones((len(units), L, L, L))
+    T[:, np.tril_indices(L, -1)[0], np.tril_indices(L, -1)[1], :] = math.inf
+    _check_every_cap(T, units, U)
+    T2 = np.where(np.isfinite(T), 1.0 + (np.arange(L)[None, None, :, None] % 2), T)
+    _check_every_cap(T2, units, U)
 
 
 def test_cap_dp_sweeps_a_medium_table():
