@@ -226,13 +226,14 @@ def inter_op_dp(T_XKIS, units, U, B, rel_gap=0.0, budget: Budget | None = None,
     """Alpa's DP (Eq. 2-4): (T*, t_max, stages [(k, i, x, s)]) or None when nothing fits (or
     nothing can beat `bound`)."""
     dp = CapDP(T_XKIS, units, U)  # _dp's value, vectorised (baselines.alpa_e_dp)
-    lb = dp.value(np.inf, np.maximum)  # the least feasible t_max
+    lb = dp.least_cap()  # the least feasible t_max: _dp(..., np.inf, np.maximum)'s value
     if not math.isfinite(lb) or B * lb >= bound:
         return None
     vals = np.unique(T_XKIS[np.isfinite(T_XKIS) & (T_XKIS >= lb)])
     # the least sum of stage latencies under no cap: F(s, 0, U; t_max) never falls below it, so
-    # every t_max >= c gives T >= F_inf + (B - 1) c
-    F_inf = dp.value(np.inf)
+    # every t_max >= c gives T >= F_inf + (B - 1) c; priced on first use (where Alpa's own stop
+    # does not decide first: with many micro-batches, never)
+    F_inf = _Once(lambda: dp.value(np.inf))
     if rel_gap:
         best, best_c = _scan_every(dp.value, B, vals, F_inf, rel_gap, budget)
     else:
@@ -242,10 +243,28 @@ def inter_op_dp(T_XKIS, units, U, B, rel_gap=0.0, budget: Budget | None = None,
     return float(dapple(F, t_max, B)), float(t_max), stages
 
 
-def _stops(c, B: int, best: float, F_inf: float) -> bool:
+class _Once:
+    """A value computed on its first call, then kept."""
+
+    def __init__(self, fn):
+        self.fn, self.v = fn, None
+
+    def __call__(self) -> float:
+        if self.v is None:
+            self.v = self.fn()
+        return self.v
+
+
+def _stops(c, B: int, best: float, F_inf) -> bool:
     """Alpa's early pruning (every later plan has T >= B * t_max), then ours: F(t_max) >= F_inf,
-    so every t_max >= c has T >= F_inf + (B - 1) c. Both grow with c for a fixed best."""
-    return B * c >= best or F_inf + (B - 1) * c >= best
+    so every t_max >= c has T >= F_inf + (B - 1) c. Both grow with c for a fixed best. F_inf: a
+    float or a `_Once`, called only when the first test fails and best is finite (F_inf is
+    finite wherever some t_max is feasible, so the second test is false for an infinite best)."""
+    if B * c >= best:
+        return True
+    if not math.isfinite(best):
+        return False
+    return (F_inf() if callable(F_inf) else F_inf) + (B - 1) * c >= best
 
 
 def _scan_every(F_of, B, vals, F_inf, rel_gap, budget):
@@ -292,11 +311,11 @@ def _scan_pruned(F_of, B, vals, F_inf, budget, walk: int = 8):
             memo[i] = F_of(vals[i])
         return memo[i]
 
-    def run(lo: int, hi: int, F_low: float) -> bool:  # False: the walk stopped in [lo, hi]
+    def run(lo: int, hi: int, F_low) -> bool:  # False: the walk stopped in [lo, hi]
         best = state["best"]
         if _stops(vals[lo], B, best, F_inf):
             return False
-        if F_low + (B - 1) * vals[lo] >= best:
+        if (F_low() if callable(F_low) else F_low) + (B - 1) * vals[lo] >= best:
             return not _stops(vals[hi], B, best, F_inf)
         if lo == hi:
             T = dapple(F_at(lo), vals[lo], B)

@@ -51,6 +51,11 @@ class CapDP:
         lower = np.tril(np.ones((L, L), dtype=bool), -1)
         # a finite latency for i < k: the band would miss it; the loop takes it (tests only)
         self.fallback = bool(np.isfinite(T[:, lower, :]).any())
+        # least_cap's probes: the table's latencies, from the least one that a stage over the
+        # costliest layer to cover can take (a lower bound on every plan's bottleneck)
+        self.caps = np.unique(T[np.isfinite(T)])
+        lower_KI = T.min(axis=(0, 3))  # over x and s
+        self.floor = max(lower_KI[: l + 1, l:].min() for l in range(L))  # k <= l <= i
         if self.fallback or self.s_last < 1:
             self.T = T
             return
@@ -99,6 +104,23 @@ class CapDP:
             g = combine(A_KJX1[k, :j1], H[k + 1: k + 1 + j1][:, cols]).min(axis=(0, 1))
             np.minimum(H[k, umax:], g, out=H[k, umax:])
         return min(best, g[U])
+
+    def least_cap(self) -> float:
+        """The least t_max any plan meets, value(inf, np.maximum) bit for bit, probing few caps:
+        the bottleneck value under a cap c is that same minimum whenever c reaches it (min and
+        max select, they do not round) and inf below it, and the minimum is a latency of the
+        table. Every plan has a stage over each layer l, so it is at least the largest over l of
+        the least latency of a range holding l: the probes start there and step up, 1, 2, 4,
+        ... latencies at a time, each at the narrow band of its cap."""
+        vals = self.caps
+        if self.fallback or self.s_last < 1 or not np.isfinite(self.floor):
+            return self.value(np.inf, np.maximum)  # (a layer no stage covers: inf)
+        idx, step = int(np.searchsorted(vals, self.floor)), 1
+        while True:
+            v = self.value(vals[min(idx, vals.size - 1)], np.maximum)
+            if np.isfinite(v) or idx >= vals.size - 1:
+                return v
+            idx, step = idx + step, 2 * step
 
     def stages(self, cap):
         """alpa_e._dp(T, units, U, cap, np.add, backtrack=True), bit for bit: (value, s, stages

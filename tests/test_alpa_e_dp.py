@@ -22,7 +22,8 @@ def _same(a, b) -> bool:
 
 def _check_every_cap(T, units, U, caps=None):
     """CapDP's value equals the loop's, bit for bit, at every cap (both combines), and so does
-    its backtrack (the value, the stage count and the stages chosen among ties)."""
+    its backtrack (the value, the stage count and the stages chosen among ties), and the least
+    feasible t_max."""
     dp = CapDP(T, units, U)
     if caps is None:
         fin = np.unique(T[np.isfinite(T)])
@@ -32,6 +33,8 @@ def _check_every_cap(T, units, U, caps=None):
             ref = _dp(T, units, U, cap, combine)[0]
             got = dp.value(cap, combine)
             assert _same(got, ref), (cap, combine.__name__, got, ref)
+        if cap == np.inf:  # the least feasible t_max, probed from below
+            assert _same(dp.least_cap(), _dp(T, units, U, cap, np.maximum)[0])
         ref_v, ref_s, ref_stages = _dp(T, units, U, cap, np.add, backtrack=True)
         got_v, got_s, got_stages = dp.stages(cap)
         assert _same(got_v, ref_v) and got_s == ref_s and got_stages == ref_stages, cap
