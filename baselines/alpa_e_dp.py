@@ -1,17 +1,17 @@
-"""Alpa-E's inter-operator DP value under a cap, vectorised: the same float as
-baselines.alpa_e._dp(T_XKIS, units, U, cap, combine)[0] for every cap, in fewer and larger
-array operations (the t_max walk prices hundreds of caps per split).
+"""Alpa-E's inter-operator DP under a cap, vectorised: the same floats as the loop
+baselines.alpa_e._dp(T_XKIS, units, U, cap, combine, backtrack) for every cap, in fewer and
+larger array operations (the t_max walk prices up to hundreds of caps per split).
 
-The loop it reproduces (alpa_e._dp, values only), with A_s = T_XKIS[..., s - 1] capped:
+The loop it reproduces, with A_s = T_XKIS[..., s - 1] capped:
 
     F(0, L, 0) = 0, else inf
     F(s, k, d) = min over x, i >= k of combine(A_s[x, k, i], F(s - 1, i + 1, d - units[x]))
     value      = min over s = 1 .. min(Smax, L) of F(s, 0, U)
 
-Three changes, each leaving every candidate float as it was (one `combine` of the same two
-operands) and taking the exact minimum of the same candidates (min is order-free; combine, + or
-max, is monotone in each operand under rounding, so combine(a, min(b, c)) = min(combine(a, b),
-combine(a, c)) bit for bit):
+`value` changes three things, each leaving every candidate float as it was (one `combine` of
+the same two operands) and taking the exact minimum of the same candidates (min is order-free;
+combine, + or max, is monotone in each operand under rounding, so combine(a, min(b, c)) =
+min(combine(a, b), combine(a, c)) bit for bit):
 
 * one array operation per stage count s and submesh x over every first layer k and unit count
   d in [s min(units), s max(units)], reading the band i - k in [0, J) of stage ranges (J: the
@@ -25,8 +25,13 @@ combine(a, c)) bit for bit):
   bound; otherwise every s runs explicitly);
 * the table's band layout and s0 are computed once per table, not once per cap.
 
-tests/test_baseline_alpa_e.py checks this value against `_dp` at every cap of random and real
-tables, and the t_max walk on both.
+`stages` is the loop's backtrack (every s explicit, the stages read back along the optimum
+only, with the loop's tie rules); `least_cap` is the bottleneck value without a cap (the least
+feasible t_max), found by probing caps from a lower bound upward.
+
+tests/test_alpa_e_dp.py checks all three against `_dp` at every cap of random tables (ties
+included), a medium table and the tiny meshes' real tables, and the planner's t_max search
+against Alpa's walk on the loop.
 """
 
 from __future__ import annotations
