@@ -12,7 +12,9 @@ solved as Alpa does (Eq. 3-4) by enumerating t_max over the stage latencies in i
     F(s, k, d; t_max) = min_{i >= k, submesh n} t_intra(k..i, n, s) + F(s-1, i+1, d - |n|)
                         over t_intra <= t_max,        F(0, L, 0; t_max) = 0,
     T*(t_max) = min_s F(s, 0, N; t_max) + (B - 1) * t_max,
-from the least feasible t_max up, with Alpa's early stop (B * t_max >= the best T*).
+from the least feasible t_max up, with Alpa's early stop (B * t_max >= the best T*). Each
+t_max's value F comes from baselines.alpa_e_dp.CapDP (the loop `_dp`, vectorised: the same
+floats); `_dp` backtracks the stages at the best t_max.
 t_intra(k..i, n, s) comes from the intra-operator pass (Alpa section 4, baselines.alpa_e_ilp): an
 ILP picks each layer's sharding on the submesh minimising communication + resharding, then the
 latency of that sharding is estimated (compute + communication), then memory is checked (Alpa
@@ -92,6 +94,7 @@ import numpy as np
 
 from dataclasses import dataclass, replace
 
+from baselines.alpa_e_dp import CapDP
 from baselines.alpa_e_ilp import (mesh_view, range_tables, sharding_of, sharding_table,
                                   solve_ilp, stage_cost, submesh_sizes)
 from nest.costs.memory import peak
@@ -153,7 +156,8 @@ def stage_times(rt, problem: Problem, B: int, smax: int):
 def _dp(T_XKIS, units, U, cap, combine, backtrack=False):
     """F(s, k, d) of the module docstring with `combine` = np.add (sum of latencies) or
     np.maximum (the bottleneck); stage options above `cap` are excluded. Returns (value, s) of
-    min_s F(s, 0, U), and the stages [(k, i, x, s)] if backtrack."""
+    min_s F(s, 0, U), and the stages [(k, i, x, s)] if backtrack. The reference of
+    baselines.alpa_e_dp.CapDP, which gives the value of a pass faster."""
     X, L, _, Smax = T_XKIS.shape
     umin, umax = min(units), max(units)
     F_prev = np.full((L + 1, U + 1), np.inf)
@@ -221,31 +225,52 @@ def inter_op_dp(T_XKIS, units, U, B, rel_gap=0.0, budget: Budget | None = None,
                 bound=np.inf):
     """Alpa's DP (Eq. 2-4): (T*, t_max, stages [(k, i, x, s)]) or None when nothing fits (or
     nothing can beat `bound`)."""
-    lb, _, _ = _dp(T_XKIS, units, U, np.inf, np.maximum)  # the least feasible t_max
+    dp = CapDP(T_XKIS, units, U)  # _dp's value, vectorised (baselines.alpa_e_dp)
+    lb = dp.least_cap()  # the least feasible t_max: _dp(..., np.inf, np.maximum)'s value
     if not math.isfinite(lb) or B * lb >= bound:
         return None
     vals = np.unique(T_XKIS[np.isfinite(T_XKIS) & (T_XKIS >= lb)])
     # the least sum of stage latencies under no cap: F(s, 0, U; t_max) never falls below it, so
-    # every t_max >= c gives T >= F_inf + (B - 1) c
-    F_inf, _, _ = _dp(T_XKIS, units, U, np.inf, np.add)
+    # every t_max >= c gives T >= F_inf + (B - 1) c; priced on first use (where Alpa's own stop
+    # does not decide first: with many micro-batches, never)
+    F_inf = _Once(lambda: dp.value(np.inf))
     if rel_gap:
-        best, best_c = _scan_every(T_XKIS, units, U, B, vals, F_inf, rel_gap, budget)
+        best, best_c = _scan_every(dp.value, B, vals, F_inf, rel_gap, budget)
     else:
-        best, best_c = _scan_pruned(T_XKIS, units, U, B, vals, F_inf, budget)
-    F, _, stages = _dp(T_XKIS, units, U, best_c, np.add, backtrack=True)
+        best, best_c = _scan_pruned(dp.value, B, vals, F_inf, budget)
+    F, _, stages = dp.stages(best_c)  # _dp(..., np.add, backtrack=True)
     t_max = max(T_XKIS[x, k, i, s - 1] for k, i, x, s in stages)
     return float(dapple(F, t_max, B)), float(t_max), stages
 
 
-def _stops(c, B: int, best: float, F_inf: float) -> bool:
+class _Once:
+    """A value computed on its first call, then kept."""
+
+    def __init__(self, fn):
+        self.fn, self.v = fn, None
+
+    def __call__(self) -> float:
+        if self.v is None:
+            self.v = self.fn()
+        return self.v
+
+
+def _stops(c, B: int, best: float, F_inf) -> bool:
     """Alpa's early pruning (every later plan has T >= B * t_max), then ours: F(t_max) >= F_inf,
-    so every t_max >= c has T >= F_inf + (B - 1) c. Both grow with c for a fixed best."""
-    return B * c >= best or F_inf + (B - 1) * c >= best
+    so every t_max >= c has T >= F_inf + (B - 1) c. Both grow with c for a fixed best. F_inf: a
+    float or a `_Once`, called only when the first test fails and best is finite (F_inf is
+    finite wherever some t_max is feasible, so the second test is false for an infinite best)."""
+    if B * c >= best:
+        return True
+    if not math.isfinite(best):
+        return False
+    return (F_inf() if callable(F_inf) else F_inf) + (B - 1) * c >= best
 
 
-def _scan_every(T_XKIS, units, U, B, vals, F_inf, rel_gap, budget):
-    """Alpa's walk over t_max in increasing order, one DP pass per t_max, skipping t_max within
-    `rel_gap` of the last one priced: (best T*, its t_max)."""
+def _scan_every(F_of, B, vals, F_inf, rel_gap, budget):
+    """Alpa's walk over t_max in increasing order, one DP pass per t_max (F_of(t_max): the DP's
+    least sum under that cap), skipping t_max within `rel_gap` of the last one priced: (best T*,
+    its t_max)."""
     best, best_c, last = np.inf, None, -np.inf
     for c in vals:
         if _stops(c, B, best, F_inf):
@@ -255,13 +280,13 @@ def _scan_every(T_XKIS, units, U, B, vals, F_inf, rel_gap, budget):
         if budget is not None:
             budget.spend()
         last = c
-        F, _, _ = _dp(T_XKIS, units, U, c, np.add)
+        F = F_of(c)
         if dapple(F, c, B) < best:  # Alpa's Eq. 2 (nest.costs.pipeline.alpa_objective)
             best, best_c = dapple(F, c, B), c
     return best, best_c
 
 
-def _scan_pruned(T_XKIS, units, U, B, vals, F_inf, budget, walk: int = 8):
+def _scan_pruned(F_of, B, vals, F_inf, budget, walk: int = 8):
     """The same walk as `_scan_every` with no gap (the same best, the same t_max, the same stop),
     pricing fewer t_max: F(t_max), the DP's least sum under the cap t_max, never grows with
     t_max (a larger cap only adds options; each plan's sum is the same floats under any cap), so
@@ -273,7 +298,7 @@ def _scan_pruned(T_XKIS, units, U, B, vals, F_inf, budget, walk: int = 8):
     one by one (where Alpa's stop comes early, as with many micro-batches, splitting would price
     more of them than the walk)."""
     head = min(walk, len(vals))
-    best, best_c = _scan_every(T_XKIS, units, U, B, vals[:head], F_inf, 0.0, budget)
+    best, best_c = _scan_every(F_of, B, vals[:head], F_inf, 0.0, budget)
     if head == len(vals) or _stops(vals[head], B, best, F_inf):
         return best, best_c
     memo: dict[int, float] = {}
@@ -283,14 +308,14 @@ def _scan_pruned(T_XKIS, units, U, B, vals, F_inf, budget, walk: int = 8):
         if i not in memo:
             if budget is not None:
                 budget.spend()
-            memo[i] = _dp(T_XKIS, units, U, vals[i], np.add)[0]
+            memo[i] = F_of(vals[i])
         return memo[i]
 
-    def run(lo: int, hi: int, F_low: float) -> bool:  # False: the walk stopped in [lo, hi]
+    def run(lo: int, hi: int, F_low) -> bool:  # False: the walk stopped in [lo, hi]
         best = state["best"]
         if _stops(vals[lo], B, best, F_inf):
             return False
-        if F_low + (B - 1) * vals[lo] >= best:
+        if (F_low() if callable(F_low) else F_low) + (B - 1) * vals[lo] >= best:
             return not _stops(vals[hi], B, best, F_inf)
         if lo == hi:
             T = dapple(F_at(lo), vals[lo], B)

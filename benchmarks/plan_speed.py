@@ -369,6 +369,42 @@ bit (tests/test_baseline_alpa_e.py): Alpa-E 153 -> 17-23 CPU s, the whole `nest 
 -> 32.8 CPU s (nest 1.4, MCMC 3.3, Alpa-E 22.6, Mist 0.5, Phaze 0.2, the rest graph and
 imports), the same table but the solve times. Still about the 30 s target there: Alpa-E's
 DP passes (23-70 ms each, 732 of them) are what is left.
+
+Seventh pass (halpa, eleventh session): Alpa-E's inter-operator DP, exact. `--unseen` in one
+process per code (so only the first case pays the imports), before (main at 88707c4) and after
+alternated twice on the shared machine (other helpers' jobs: load 3.6-6 on the two cores, so
+every figure is inflated against an idle machine, the before most), compare CPU s:
+
+    case               before (A, B)    after (A, B)
+    yi_34b_gb8         34.7, 33.8       16.6, 10.0
+    gemma3_27b_rail    17.7, 19.0       10.7, 10.5
+    qwen3_32b_torus    17.6, 21.0       17.6, 14.2
+    qwen2_57b_nvl36    18.2, 19.6       20.6, 19.0
+    qwen3_32b_h200     38.0, 26.6       19.3, 23.1
+
+and the whole `nest compare` process on Yi-1.5-34B, 64 H100, global batch 8 (user + sys, imports
+and graph included), alternated old / new twice: 37.2 / 17.3, 38.6 / 19.8 at load 4-6 (and,
+with the code before its last step, 43.2 / 18.6, 30.6 / 21.2 at load 2.2-2.7). Alpa-E alone on
+Yi (its own process, its imports included): 19.7-21.2 CPU s before, 5.8 after; the rest of that
+compare is the graph and imports, MCMC and nest. Exact: the Alpa-E plan files (plan, evaluation and
+extra, dp_passes included; but the solve time) of all eleven cases of MODELS and UNSEEN equal
+before and after, the Yi compare CSVs equal but the solve column, and the tiny run equals
+results/expected/tiny. What changed (baselines.alpa_e_dp.CapDP, tests/test_alpa_e_dp.py):
+
+* a pass's value is one array operation per (stage count s, submesh x) over every first layer
+  and unit count, each (s, x) reading only its band of stage ranges under the cap, the previous
+  stage's table as strided views; candidates are the same floats and the minimum is exact;
+* the stage counts from which the table stops changing (Alpa's stash min(s, B): s >= B) are one
+  state swept over the layers, so Yi's D = 1 split runs 7 stage counts and one sweep, not 62;
+* the backtrack at the best t_max reads the stages back along the optimum only (the loop's
+  first s, first x, least i on ties); the least feasible t_max is probed from a per-layer lower
+  bound upward at narrow bands, and F_inf (no cap) is priced only where Alpa's own stop does not
+  decide first (never with thousands of micro-batches: the 1,024-GPU case's two full passes per
+  split were most of its DP).
+
+Yi's 732 DP passes went from 5-52 ms to about 1-12 ms each. Not done: Alpa-E's range tables
+(alpa_e_ilp.range_tables, a Viterbi step per (knob, last layer): ~3 s of the 1,024-GPU case) and
+stage_times; MCMC's per-move stage pricing (~6 s there).
 """
 
 from __future__ import annotations

@@ -190,6 +190,11 @@ def test_inter_op_dp_equals_brute_force(data):
     assert [s for *_, s in stages] == list(range(len(stages), 0, -1))
 
 
+def _loop_F(T, units, U):
+    """The DP's least sum under a cap by the reference loop (baselines.alpa_e._dp)."""
+    return lambda cap: alpa_e._dp(T, units, U, cap, np.add)[0]
+
+
 @settings(max_examples=80, deadline=None)
 @given(st.data())
 def test_pruned_t_max_walk_is_alpas_walk(data):
@@ -197,6 +202,7 @@ def test_pruned_t_max_walk_is_alpas_walk(data):
     Alpa's walk's best T* and t_max bit for bit (the walk pricing every t_max in order,
     `_scan_every` with no gap); with one micro-batch (T = F alone) it bisects instead of walking."""
     from baselines.alpa_e import Budget, _dp, _scan_every, _scan_pruned
+    from baselines.alpa_e_dp import CapDP
 
     L = data.draw(st.integers(2, 7))
     units = data.draw(st.sampled_from([[1], [1, 2], [2, 3], [1, 2, 4]]))
@@ -213,8 +219,8 @@ def test_pruned_t_max_walk_is_alpas_walk(data):
     vals = np.unique(T[np.isfinite(T) & (T >= lb)])
     F_inf = _dp(T, units, U, np.inf, np.add)[0]
     every, pruned = Budget(10**6), Budget(10**6)
-    ref = _scan_every(T, units, U, B, vals, F_inf, 0.0, every)
-    got = _scan_pruned(T, units, U, B, vals, F_inf, pruned)
+    ref = _scan_every(_loop_F(T, units, U), B, vals, F_inf, 0.0, every)
+    got = _scan_pruned(CapDP(T, units, U).value, B, vals, F_inf, pruned)  # the planner's path
     assert got == ref
 
 
@@ -237,8 +243,8 @@ def test_pruned_t_max_walk_prices_fewer_t_max():
     priced = {}
     for B in (1, 2, 4, 8, 32):
         every, pruned = Budget(10**6), Budget(10**6)
-        assert (_scan_pruned(T, units, U, B, vals, F_inf, pruned)
-                == _scan_every(T, units, U, B, vals, F_inf, 0.0, every))
+        assert (_scan_pruned(_loop_F(T, units, U), B, vals, F_inf, pruned)
+                == _scan_every(_loop_F(T, units, U), B, vals, F_inf, 0.0, every))
         priced[B] = (10**6 - every.left, 10**6 - pruned.left)
         assert priced[B][1] <= priced[B][0]
     assert priced[1][1] * 5 < priced[1][0], priced
