@@ -6,12 +6,16 @@ headroom), then evaluates every valid plan of that space in the neighbourhood of
 of the recipe, then of the three fastest other candidates found: tp (with and without sp), cp, ep, pp, dp, the virtual stages v (1: 1F1B), the
 micro-batch size, the ZeRO stage, the recomputation mode and the placement, varied one at a time
 and in pairs; interleaved candidates with every chunk layout the space holds, 1F1B ones with the
-even block split and, at NEST's pp, NEST's own cuts. A candidate counts when it fits the headroom
+even block split and, at NEST's pp, NEST's own cuts and those with one boundary moved by one
+or two layers. A candidate counts when it fits the headroom
 (the evaluator on the planning problem, as `nest plan` sees it) and is faster than NEST's plan by
 more than a relative 1e-9. The recipe itself is scored too (outside the space when it combines cp
 with ep, or its layout is not one the space holds).
 
-    python benchmarks/recipe_neighbourhood.py [--only NAME] [--pairs/--no-pairs]
+    python benchmarks/recipe_neighbourhood.py [--only NAME] [--pairs/--no-pairs] [--tiny]
+
+--tiny: the launchable search against scoring every plan of its space (the brute force of
+tests/test_launchable.py) on tiny models under several settings.
 """
 
 from __future__ import annotations
@@ -98,9 +102,10 @@ class Hunt:
                 "zero": [0, 1, 2, 3], "rec": ["none", "selective", "full"],
                 "placement": ["replica_major", "stage_major"]}
 
-    def plans(self, k: dict, own_cuts=None):
+    def plans(self, k: dict, own_cuts=None, move: bool = False):
         """The plans of the space with knobs k (none if invalid): interleaved with every chunk
-        layout, 1F1B with the even split (and `own_cuts` when given)."""
+        layout, 1F1B with the even split (and `own_cuts` when given, with `move` also those
+        `moved_cuts`)."""
         from nest.problem.plan_spec import block_cuts
         from nest.problem.space import make_plan, splits_batch
         from nest.solver.launchable import chunk_layouts, interleaved_plan, virtual_options
@@ -119,8 +124,9 @@ class Hunt:
             return [interleaved_plan(pr, var, p, d, v, k["placement"], k["zero"], k["rec"],
                                      layout=lay) for lay in chunk_layouts(self.blocks, p, v)]
         cutss = [block_cuts(self.blocks, p)] if p <= self.blocks else []
-        if own_cuts is not None and len(own_cuts) == p and own_cuts not in cutss:
-            cutss.append(own_cuts)
+        if own_cuts is not None and len(own_cuts) == p:
+            more = moved_cuts(own_cuts) if move else [list(own_cuts)]
+            cutss += [c for c in more if c not in cutss]
         return [make_plan(pr, "hunt", var, p, d, cuts, [k["zero"]] * p, [k["rec"]] * p,
                           k["placement"]) for cuts in cutss]
 
@@ -147,11 +153,28 @@ class Hunt:
                         for x in dom[a] if x != center[a] for y in dom[b] if y != center[b]]
         out = []
         for ch in [{}, *changes]:
-            for plan in self.plans({**center, **ch}, own_cuts):
+            for plan in self.plans({**center, **ch}, own_cuts, len(ch) <= 1):
                 t = self.score(plan)
                 if t is not None:
                     out.append((t, plan))
         return out
+
+
+def moved_cuts(cuts: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """`cuts` and every split one stage boundary of it moved by 1 or 2 layers (stages kept
+    non-empty)."""
+    out = [list(cuts)]
+    ends = [b for _, b in cuts[:-1]]
+    for i, e in enumerate(ends):
+        for dx in (-2, -1, 1, 2):
+            x = e + dx
+            lo = cuts[i][0]
+            hi = cuts[i + 1][1]
+            if lo <= x < hi:
+                new = list(cuts)
+                new[i], new[i + 1] = (lo, x), (x + 1, hi)
+                out.append(new)
+    return out
 
 
 def shape(plan) -> str:
@@ -210,11 +233,60 @@ def run(name: str, pairs: bool) -> dict:
             "plan_cpu": plan_cpu, "hunt_cpu": time.process_time() - c1}
 
 
+# brute-force oracle on tiny problems (tests/test_launchable.brute_force: every plan of the
+# launchable space scored): (blocks, devices, global batch, the run's settings)
+TINY = [(10, 4, 8, {"pipeline_time": "dapple", "dp_overlap": "bucketed", "overlap_p2p_comm": True}),
+        (10, 4, 8, {"dp_overlap": "bucketed", "param_gather_overlap": True,
+                    "precision": {"grad_reduce": "bf16"}}),
+        (10, 4, 8, {"pipeline_time": "critical_path", "overlap_p2p_comm": True}),
+        (10, 4, 5, {"pipeline_time": "paper"}),
+        (10, 4, 5, {"pipeline_time": "dapple"}),
+        (10, 4, 5, {"pipeline_time": "critical_path"}),
+        (13, 4, 5, {"pipeline_time": "critical_path"}),
+        (13, 4, 5, {"pipeline_time": "simulated"})]
+TINY_SPACE = {"zero_stages": [0, 3], "recompute_modes": ["none", "full"], "max_pp": 4, "tp": [1],
+              "cp": [1]}
+
+
+def tiny() -> int:
+    """The launchable search against the brute force on TINY; the number of misses."""
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_launchable import brute_force
+
+    from nest.problem.evaluate import make_problem
+    from nest.solver.launchable import search_launchable
+    from nest.spec.settings import TrainingSettings, training_overrides
+
+    misses = 0
+    tmp = Path(tempfile.mkdtemp())
+    for blocks, n, batch, settings in TINY:
+        d = yaml.safe_load((ROOT / "config/models/tiny_gpt.yaml").read_text())
+        d.update(name=f"tiny_gpt{blocks}", num_layers=blocks)
+        (tmp / f"t{blocks}.yaml").write_text(yaml.safe_dump(d))
+        tr = training_overrides(TrainingSettings(global_batch=batch), settings, "tiny")
+        pr = make_problem(str(tmp / f"t{blocks}.yaml"), "tiny_cluster", n, training=tr)
+        T, plan, _, _ = search_launchable(pr, {"space": TINY_SPACE})
+        bf_T, bf = brute_force(pr, TINY_SPACE)
+        miss = bf_T < T * (1 - 1e-9)
+        misses += miss
+        print(f"tiny_gpt{blocks} {n} devices batch {batch} {settings}: nest {T:.6g} s "
+              f"({shape(plan)}), brute force {bf_T:.6g} s{'  MISS' if miss else ''}")
+        if miss:
+            for name, q in (("nest", plan), ("brute force", bf)):
+                print(f"    {name}: {shape(q)} cuts {[(s.first_layer, s.last_layer) for s in q.stages]}")
+    return misses
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=sorted(CASES), action="append")
     ap.add_argument("--pairs", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--tiny", action="store_true", help="only the brute-force cases on tiny models")
     a = ap.parse_args(argv)
+    if a.tiny:
+        return 1 if tiny() else 0
     misses = 0
     for name in a.only or list(CASES):
         r = run(name, a.pairs)
