@@ -18,10 +18,10 @@ when it combines cp with ep, or its layout is not one the space holds).
 tests/test_launchable.py) on tiny models under several settings.
 
 Measured on the code of 2026-11-27 (this round's integration branch, overlap_p2p_comm priced;
-424 CPU s for the 20 cases on the shared two-core machine, 444 s wall; the 405B case on its
-own, 165 CPU s). Columns: case, GPUs, NEST's plan (replica-major unless named), its time and
-the recipe's (s per batch; * out of memory under the 5% headroom), candidates evaluated, those
-that fit, those faster than NEST's plan:
+424 CPU s for the first 20 cases on the shared two-core machine, 444 s wall; Llama-3.1-405B's
+on its own 165 CPU s, DeepSeek-V3's 56). Columns: case, GPUs, NEST's plan (replica-major unless
+named), its time and the recipe's (s per batch; * out of memory under the 5% headroom),
+candidates evaluated, those that fit, those faster than NEST's plan:
 
     llama3_70b_64               64 tp8+sp pp1 dp8 mbs1 z1 none      13.007 14.231  1352  285 0
     llama3_70b_256             256 tp8+sp pp1 dp32 mbs1 z1 none      3.332  3.744  1705  579 0
@@ -44,13 +44,14 @@ that fit, those faster than NEST's plan:
     olmo2_7b_16                 16 tp1 pp1 dp16 mbs1 z1 none         1.425  1.638   756  652 0
     llama31_405b_1024         1024 tp8+sp cp2 pp16 vp8 dp4 mbs1 z1 none, stage-major
                                                                 53.737 53.878  4155  493 0
+    deepseek_v3_256            256 tp1 ep8 pp16 vp2 dp2 mbs1 z1 full 14.484 25.497  4773  422 0
     mixtral_8x7b_32_fp8         32 tp1 ep8 pp2 vp5 dp2 mbs1 z1 none  1.703  1.746  1139  290 0
 
-32,900 plans evaluated (9,417 fit): none faster than `nest plan`'s answer. Cases: CASES below
+37,673 plans evaluated (9,839 fit): none faster than `nest plan`'s answer. Cases: CASES below
 (recipes.py's eight, then the same recipes under FP8, DAPPLE's form, the critical-path form
 (global batches 60 and 12 on GPT-3 175B, where NEST's optimum is 1F1B on pp 8), a bucketed or
 stage sync, tp_comm_overlap, on the DGX A100, rail-optimised and RoCE clusters, gpt-oss-20B,
-OLMo-2 7B and Megatron-Bridge's Llama-3.1-405B on 1,024 GPUs).
+OLMo-2 7B, Megatron-Bridge's Llama-3.1-405B on 1,024 GPUs and DeepSeek-V3 on 256).
 
 `--tiny` (23 CPU s): equal to the brute force in every case but the critical-path / simulated
 1F1B ones, where the 1F1B part optimises the paper's form (documented: docs/planning.md):
@@ -106,6 +107,8 @@ CASES.update({
                     {"global_batch": 64, "dp_overlap": "stage", "tp_comm_overlap": True}, {}),
     "llama31_405b_1024": ("examples/llama31_405b_h100_bf16_bridge.yaml", 1024,
                           {**OVERLAPS, **P2P}, {}),
+    "deepseek_v3_256": ("examples/deepseek_v3_h100_mla_moe.yaml", 256,
+                        {"global_batch": 1024, **OVERLAPS, **BF16_REDUCE}, {}),
     "mixtral_8x7b_32_fp8": ("examples/mixtral_8x7b_h100_nemo.yaml", 32,
                             {"global_batch": 128, "precision": {"compute": "fp8"}},
                             {"dp": 8, "pp": 4}),
