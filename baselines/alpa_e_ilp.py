@@ -369,7 +369,9 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
     with HiGHS and the planner re-solves the chosen stages with it). All ranges at once: one
     Viterbi step per last layer i over every first layer k, carrying the chosen sharding's
     latency, memory and per-option parameter sums along its path. Ties go to the lowest option.
-    per_stage: one option for the whole stage (the ILP restricted to one variant per stage)."""
+    per_stage: one option for the whole stage (the ILP restricted to one variant per stage).
+    Every knob config o at once: each array carries a leading o axis and every step is the
+    elementwise arithmetic of one o alone (tests/test_alpa_e_rt.py: bit for bit a loop over o)."""
     L, V, O = tab.comm_LVO.shape
     if per_stage or V == 1:
         return _per_stage_tables(tab, tiebreak)
@@ -381,70 +383,83 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
     # regroups replicas) get the same argmin over a: it is taken once per distinct column
     # (bit for bit the same sums and the same first least a; tests/test_baseline_alpa_e.py)
     col_of = [_column_classes(tab.resh_LVV[i]) for i in range(L - 1)]
+
+    def per_o(x_LVO):  # [o, layer, option]
+        return np.ascontiguousarray(x_LVO.transpose(2, 0, 1))
+
+    node = per_o(tab.comm_LVO + tiebreak * tab.comp_LVO)
+    time_ = per_o(tab.coll_LVO + tab.comp_LVO)
+    st_, act_, work_, fwd_ = (per_o(x) for x in (tab.states_LVO, tab.act_LVO, tab.work_LVO,
+                                                  tab.fwd_LVO))
+    cp_ = per_o(tab.copy_LVO) if tab.copy_LVO is not None else np.zeros((O, L, V))
+    # path state per (o, first layer k, option b of the current layer i); rows k <= i live
+    f, t, st, ac, wk, pm, first, fw, cp = (np.full((O, L, V), np.inf) for _ in range(9))
+    pd, pe = np.zeros((O, L, V, V)), np.zeros((O, L, V, V))  # [o, k, b, option]
+    pd_OKIV, pe_OKIV, fw_OKI = (np.zeros((O, L, L, V)), np.zeros((O, L, L, V)),
+                                np.zeros((O, L, L)))
+    st_OKI, wk_OKI, pm_OKI, cp_OKI = (np.zeros((O, L, L)) for _ in range(4))
+    ptrs: list[list] = [[] for _ in range(O)]
+    oo = np.arange(O)[:, None]
+    tied: list = []
+    for i in range(L):
+        if i > 0:
+            R = tab.resh_LVV[i - 1]  # [a, b]
+            rep, cls = col_of[i - 1]
+            cand = f[:, :i, :, None] + R[:, rep][None, None]  # [o, k, a, distinct column]
+            a_c = cand.argmin(axis=2)
+            a = a_c[:, :, cls]  # [o, k, b]
+            idx = (oo[:, :, None], np.arange(i)[None, :, None], a)
+
+            def take(arr, i=i, idx=idx):
+                return arr[:, :i][idx]
+
+            f[:, :i] = (cand[oo[:, :, None], np.arange(i)[None, :, None], a_c,
+                             np.arange(a_c.shape[2])[None, None, :]][:, :, cls]
+                        + node[:, i, None, :])
+            t[:, :i] = take(t) + R[a, cols] + time_[:, i, None, :]
+            st[:, :i], ac[:, :i] = take(st) + st_[:, i, None, :], take(ac) + act_[:, i, None, :]
+            cp[:, :i] = take(cp) + cp_[:, i, None, :]
+            fw[:, :i] = take(fw) + fwd_[:, i, None, :]
+            wk[:, :i], first[:, :i] = np.maximum(take(wk), work_[:, i, None, :]), take(first)
+            pm[:, :i] = np.maximum(take(pm), tab.params_LV[i])
+            pd[:, :i] = take(pd) + eye * tab.dense_LV[i]
+            pe[:, :i] = take(pe) + eye * tab.expert_LV[i]
+            for o in range(O):
+                ptrs[o].append(a[o])
+        f[:, i], t[:, i], st[:, i], ac[:, i], wk[:, i], fw[:, i] = (
+            node[:, i], time_[:, i], st_[:, i], act_[:, i], work_[:, i], fwd_[:, i])
+        cp[:, i] = cp_[:, i]
+        first[:, i], pd[:, i], pe[:, i] = cols, eye * tab.dense_LV[i], eye * tab.expert_LV[i]
+        pm[:, i] = tab.params_LV[i]
+        b = f[:, :i + 1].argmin(axis=2)  # [o, k]
+        at = (oo, np.arange(i + 1)[None, :], b)
+        out.obj_OKI[:, :i + 1, i] = f[at]
+        out.time_OKI[:, :i + 1, i] = t[at]
+        pd_OKIV[:, :i + 1, i], pe_OKIV[:, :i + 1, i], fw_OKI[:, :i + 1, i] = pd[at], pe[at], fw[at]
+        st_OKI[:, :i + 1, i], wk_OKI[:, :i + 1, i] = st[at], wk[at]
+        pm_OKI[:, :i + 1, i], cp_OKI[:, :i + 1, i] = pm[at], cp[at]
+        out.act_OKI[:, :i + 1, i] = ac[at]
+        out.last_OKI[:, :i + 1, i] = b
+        if i == L - 1:
+            tied = [int(first[o, 0, b[o, 0]]) for o in range(O)]
+    out.ptr = ptrs
     for o in range(O):
-        node_LV = tab.comm_LVO[:, :, o] + tiebreak * tab.comp_LVO[:, :, o]
-        time_LV = tab.coll_LVO[:, :, o] + tab.comp_LVO[:, :, o]
-        st_LV, act_LV, work_LV, fwd_LV = (tab.states_LVO[:, :, o], tab.act_LVO[:, :, o],
-                                          tab.work_LVO[:, :, o], tab.fwd_LVO[:, :, o])
-        # path state per (first layer k, option b of the current layer i); rows k <= i live
-        f, t, st, ac, wk, pm, first, fw, cp = (np.full((L, V), np.inf) for _ in range(9))
-        cp_LV = tab.copy_LVO[:, :, o] if tab.copy_LVO is not None else np.zeros((L, V))
-        pd, pe = np.zeros((L, V, V)), np.zeros((L, V, V))  # [k, b, option]: parameter sums
-        ptrs = []
-        pd_KIV, pe_KIV, fw_KI = np.zeros((L, L, V)), np.zeros((L, L, V)), np.zeros((L, L))
-        for i in range(L):
-            if i > 0:
-                R = tab.resh_LVV[i - 1]  # [a, b]
-                rep, cls = col_of[i - 1]
-                cand = f[:i, :, None] + R[:, rep][None]  # [k, a, distinct column]
-                a_c = cand.argmin(axis=1)
-                a = a_c[:, cls]  # [k, b]
-                rows = np.arange(i)[:, None]  # gathers by index (take_along_axis's values)
-
-                def take(arr, i=i, a=a, rows=rows):
-                    return arr[:i][rows, a]
-
-                f[:i] = (cand[rows, a_c, np.arange(a_c.shape[1])[None, :]][:, cls]
-                         + node_LV[i])
-                t[:i] = take(t) + R[a, cols] + time_LV[i]
-                st[:i], ac[:i] = take(st) + st_LV[i], take(ac) + act_LV[i]
-                cp[:i] = take(cp) + cp_LV[i]
-                fw[:i] = take(fw) + fwd_LV[i]
-                wk[:i], first[:i] = np.maximum(take(wk), work_LV[i]), take(first)
-                pm[:i] = np.maximum(take(pm), tab.params_LV[i])
-                pd[:i] = take(pd) + eye * tab.dense_LV[i]
-                pe[:i] = take(pe) + eye * tab.expert_LV[i]
-                ptrs.append(a)
-            f[i], t[i], st[i], ac[i], wk[i], fw[i] = (node_LV[i], time_LV[i], st_LV[i],
-                                                      act_LV[i], work_LV[i], fwd_LV[i])
-            cp[i] = cp_LV[i]
-            first[i], pd[i], pe[i] = cols, eye * tab.dense_LV[i], eye * tab.expert_LV[i]
-            pm[i] = tab.params_LV[i]
-            b = f[:i + 1].argmin(axis=1)  # [k]
-            k = np.arange(i + 1)
-            pd_kV, pe_kV = pd[k, b].copy(), pe[k, b].copy()
-            fixed = held(tab, o, st[k, b], wk[k, b], pm[k, b])
-            step = st[k, b] + cp[k, b]
-            tk = t[k, b]
-            if i == L - 1:  # one stage holding embedding and head keeps one tied copy
-                e = int(first[0, b[0]])
-                tied_params, tied_states, tied_step = untied(tab, e, o)
-                pd_kV[0, e] -= tied_params
-                fixed[0] -= tied_states
-                step[0] -= tied_states + tied_copy(tab, e, o)
-                tk[0] -= tied_step
-            out.obj_OKI[o, :i + 1, i] = f[k, b]
-            out.time_OKI[o, :i + 1, i] = tk
-            pd_KIV[:i + 1, i], pe_KIV[:i + 1, i], fw_KI[:i + 1, i] = pd_kV, pe_kV, fw[k, b]
-            out.fixed_OKI[o, :i + 1, i] = fixed
-            if out.step_OKI is not None:
-                out.step_OKI[o, :i + 1, i] = step
-            out.act_OKI[o, :i + 1, i] = ac[k, b]
-            out.last_OKI[o, :i + 1, i] = b
-        out.ptr.append(ptrs)
+        fixed = held(tab, o, st_OKI[o], wk_OKI[o], pm_OKI[o])
+        step = st_OKI[o] + cp_OKI[o]
+        # one stage holding embedding and head keeps one tied copy
+        e = tied[o]
+        tied_params, tied_states, tied_step = untied(tab, e, o)
+        pd_OKIV[o, 0, L - 1, e] -= tied_params
+        fixed[0, L - 1] -= tied_states
+        step[0, L - 1] -= tied_states + tied_copy(tab, e, o)
+        out.time_OKI[o, 0, L - 1] -= tied_step
+        out.fixed_OKI[o][valid] = fixed[valid]
+        if out.step_OKI is not None:
+            out.step_OKI[o][valid] = step[valid]
         for vi in range(V):  # the stage's bucketed ZeRO / sync collectives, per option held
-            out.time_OKI[o] += np.where(valid, bucket_time(tab, vi, o, pd_KIV[..., vi],
-                                                           pe_KIV[..., vi], fw_KI), 0.0)
+            out.time_OKI[o] += np.where(valid, bucket_time(tab, vi, o, pd_OKIV[o, ..., vi],
+                                                           pe_OKIV[o, ..., vi], fw_OKI[o]), 0.0)
+        node_LV = node[o]
         for vi in range(V):  # a single option as good as the ILP: maps onto one variant
             same = valid & (range_sum(node_LV[:, vi]).T <= out.obj_OKI[o] * (1 + 1e-9) + 1e-15)
             out.uniform_OKI[o] |= np.where(same, 1 << vi, 0)

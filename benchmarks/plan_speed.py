@@ -437,6 +437,8 @@ UNSEEN = {
     "qwen2_57b_nvl36": ("qwen2_57b_a14b.json", "b200_nvl36.yaml", 576, SEQ, []),
     "qwen3_32b_h200": ("qwen3_32b.json", "h200_spine_3to1.yaml", 1024, SEQ,
                        ["--precision", "fp8"]),
+    "deepseek_v2_1024": ("deepseek_v2.json", "h100_spineleaf", 1024, SEQ,
+                         ["--global-batch", "2048"]),
 }
 
 
