@@ -378,7 +378,6 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
     valid = np.triu(np.ones((L, L), dtype=bool))
     out = _empty(O, L, tab.copy_LVO is not None)
     cols = np.arange(V)
-    eye = np.eye(V)
     # options b whose resharding column R[:, b] is the same (the same tp, cp, sp: ep only
     # regroups replicas) get the same argmin over a: it is taken once per distinct column
     # (bit for bit the same sums and the same first least a; tests/test_baseline_alpa_e.py)
@@ -393,14 +392,16 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
                                                   tab.fwd_LVO))
     cp_ = per_o(tab.copy_LVO) if tab.copy_LVO is not None else np.zeros((O, L, V))
     # path state per (o, first layer k, option b of the current layer i); rows k <= i live
-    f, t, st, ac, wk, pm, first, fw, cp = (np.full((O, L, V), np.inf) for _ in range(9))
-    pd, pe = np.zeros((O, L, V, V)), np.zeros((O, L, V, V))  # [o, k, b, option]
-    pd_OKIV, pe_OKIV, fw_OKI = (np.zeros((O, L, L, V)), np.zeros((O, L, L, V)),
-                                np.zeros((O, L, L)))
-    st_OKI, wk_OKI, pm_OKI, cp_OKI = (np.zeros((O, L, L)) for _ in range(4))
+    # the path's state per (o, first layer k, option b of layer i), rows k <= i live, fields
+    # latency, states, activations, step copy, forward, work, parameters (max), first option
+    f = np.full((O, L, V), np.inf)
+    S = np.full((O, L, V, 8), np.inf)
+    add = np.stack([st_, act_, cp_, fwd_], axis=3)  # the fields summed along the path
+    P = np.zeros((O, L, V, V, 2))  # [o, k, b, option, dense | expert]: parameter sums
+    par_LV2 = np.stack([tab.dense_LV, tab.expert_LV], axis=2)
+    S_OKI, P_OKI = np.zeros((O, L, L, 8)), np.zeros((O, L, L, V, 2))
     ptrs: list[list] = [[] for _ in range(O)]
     oo = np.arange(O)[:, None]
-    tied: list = []
     for i in range(L):
         if i > 0:
             R = tab.resh_LVV[i - 1]  # [a, b]
@@ -408,46 +409,43 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
             cand = f[:, :i, :, None] + R[:, rep][None, None]  # [o, k, a, distinct column]
             a_c = cand.argmin(axis=2)
             a = a_c[:, :, cls]  # [o, k, b]
-            idx = (oo[:, :, None], np.arange(i)[None, :, None], a)
-
-            def take(arr, i=i, idx=idx):
-                return arr[:, :i][idx]
-
-            f[:, :i] = (cand[oo[:, :, None], np.arange(i)[None, :, None], a_c,
+            rows = np.arange(i)[None, :, None]
+            f[:, :i] = (cand[oo[:, :, None], rows, a_c,
                              np.arange(a_c.shape[2])[None, None, :]][:, :, cls]
                         + node[:, i, None, :])
-            t[:, :i] = take(t) + R[a, cols] + time_[:, i, None, :]
-            st[:, :i], ac[:, :i] = take(st) + st_[:, i, None, :], take(ac) + act_[:, i, None, :]
-            cp[:, :i] = take(cp) + cp_[:, i, None, :]
-            fw[:, :i] = take(fw) + fwd_[:, i, None, :]
-            wk[:, :i], first[:, :i] = np.maximum(take(wk), work_[:, i, None, :]), take(first)
-            pm[:, :i] = np.maximum(take(pm), tab.params_LV[i])
-            pd[:, :i] = take(pd) + eye * tab.dense_LV[i]
-            pe[:, :i] = take(pe) + eye * tab.expert_LV[i]
+            G = S[:, :i][oo[:, :, None], rows, a]  # the state at the path's option a
+            S[:, :i, :, 0] = G[..., 0] + R[a, cols] + time_[:, i, None, :]
+            S[:, :i, :, 1:5] = G[..., 1:5] + add[:, i, None]
+            S[:, :i, :, 5] = np.maximum(G[..., 5], work_[:, i, None, :])
+            S[:, :i, :, 6] = np.maximum(G[..., 6], tab.params_LV[i])
+            S[:, :i, :, 7] = G[..., 7]
+            # + eye * the layer's parameters: off the diagonal that adds 0.0, which leaves
+            # every finite sum as it is; on it, the option held at layer i
+            P[:, :i] = P[:, :i][oo[:, :, None], rows, a]
+            P[:, :i, cols, cols] += par_LV2[i]
             for o in range(O):
                 ptrs[o].append(a[o])
-        f[:, i], t[:, i], st[:, i], ac[:, i], wk[:, i], fw[:, i] = (
-            node[:, i], time_[:, i], st_[:, i], act_[:, i], work_[:, i], fwd_[:, i])
-        cp[:, i] = cp_[:, i]
-        first[:, i], pd[:, i], pe[:, i] = cols, eye * tab.dense_LV[i], eye * tab.expert_LV[i]
-        pm[:, i] = tab.params_LV[i]
+        f[:, i] = node[:, i]
+        S[:, i, :, 0], S[:, i, :, 1:5], S[:, i, :, 5] = time_[:, i], add[:, i], work_[:, i]
+        S[:, i, :, 6], S[:, i, :, 7] = tab.params_LV[i], cols
+        P[:, i] = 0.0
+        P[:, i, cols, cols] = par_LV2[i]
         b = f[:, :i + 1].argmin(axis=2)  # [o, k]
         at = (oo, np.arange(i + 1)[None, :], b)
         out.obj_OKI[:, :i + 1, i] = f[at]
-        out.time_OKI[:, :i + 1, i] = t[at]
-        pd_OKIV[:, :i + 1, i], pe_OKIV[:, :i + 1, i], fw_OKI[:, :i + 1, i] = pd[at], pe[at], fw[at]
-        st_OKI[:, :i + 1, i], wk_OKI[:, :i + 1, i] = st[at], wk[at]
-        pm_OKI[:, :i + 1, i], cp_OKI[:, :i + 1, i] = pm[at], cp[at]
-        out.act_OKI[:, :i + 1, i] = ac[at]
+        S_OKI[:, :i + 1, i], P_OKI[:, :i + 1, i] = S[at], P[at]
         out.last_OKI[:, :i + 1, i] = b
-        if i == L - 1:
-            tied = [int(first[o, 0, b[o, 0]]) for o in range(O)]
     out.ptr = ptrs
+    out.time_OKI[:, valid] = S_OKI[:, valid, 0]
+    out.act_OKI[:, valid] = S_OKI[:, valid, 2]
+    st_OKI, cp_OKI, fw_OKI, wk_OKI, pm_OKI = (S_OKI[..., n] for n in (1, 3, 4, 5, 6))
+    pd_OKIV, pe_OKIV = P_OKI[..., 0], P_OKI[..., 1]
+    tied = S_OKI[:, 0, L - 1, 7].astype(int)  # the first layer's option, range 0..L-1
     for o in range(O):
         fixed = held(tab, o, st_OKI[o], wk_OKI[o], pm_OKI[o])
         step = st_OKI[o] + cp_OKI[o]
         # one stage holding embedding and head keeps one tied copy
-        e = tied[o]
+        e = int(tied[o])
         tied_params, tied_states, tied_step = untied(tab, e, o)
         pd_OKIV[o, 0, L - 1, e] -= tied_params
         fixed[0, L - 1] -= tied_states
