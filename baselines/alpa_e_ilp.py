@@ -481,6 +481,10 @@ def _per_stage_tables(tab: ShardingTable, tiebreak: float) -> RangeTables:
     L, V, O = tab.comm_LVO.shape
     valid = np.triu(np.ones((L, L), dtype=bool))
     out = _empty(O, L, tab.copy_LVO is not None)
+    # what does not depend on the knob config, once per option
+    pd_V = [range_sum(tab.dense_LV[:, v]).T for v in range(V)]
+    pe_V = [range_sum(tab.expert_LV[:, v]).T for v in range(V)]
+    pm_V = [range_max(tab.params_LV[:, v]).T for v in range(V)]
     for o in range(O):
         node_LV = tab.comm_LVO[:, :, o] + tiebreak * tab.comp_LVO[:, :, o]
         obj = np.stack([np.where(valid, range_sum(node_LV[:, v]).T, np.inf) for v in range(V)])
@@ -490,13 +494,13 @@ def _per_stage_tables(tab: ShardingTable, tiebreak: float) -> RangeTables:
         for v in range(V):
             # [k, i] = the kernel's [b, a] range tables (nest.costs.layers) transposed
             tied_params, tied_states, tied_step = untied(tab, v, o)
-            pd = range_sum(tab.dense_LV[:, v]).T
+            pd = pd_V[v].copy()
             pd[0, L - 1] -= tied_params
             fixed = held(tab, o, range_sum(tab.states_LVO[:, v, o]).T,
-                         range_max(tab.work_LVO[:, v, o]).T, range_max(tab.params_LV[:, v]).T)
+                         range_max(tab.work_LVO[:, v, o]).T, pm_V[v])
             fixed[0, L - 1] -= tied_states
             tv = (range_sum(tab.coll_LVO[:, v, o] + tab.comp_LVO[:, v, o]).T
-                  + bucket_time(tab, v, o, pd, range_sum(tab.expert_LV[:, v]).T,
+                  + bucket_time(tab, v, o, pd, pe_V[v],
                                 range_sum(tab.fwd_LVO[:, v, o]).T))
             tv[0, L - 1] -= tied_step
             per_v["time"].append(tv)
