@@ -2,7 +2,7 @@
 equal, bit for bit, the former loop over knob configs (kept here as the reference): every
 table, back-pointer and uniform mask, on real sharding tables (dense with sequence parallelism,
 MoE with expert parallelism), random costs with ties, an optimizer-step copy and tied
-embeddings."""
+embeddings; and stage_times on the ranges k <= i equal the former full grid of cells."""
 
 from dataclasses import replace
 
@@ -134,3 +134,35 @@ def test_range_tables_equal_the_loop_over_knobs(which, seed):
     assert len(fast.ptr) == len(slow.ptr) == tab.comm_LVO.shape[2]
     assert all(np.array_equal(x, y) for po, qo in zip(fast.ptr, slow.ptr)
                for x, y in zip(po, qo, strict=True))
+
+
+def _stage_times_full_grid(rt, problem, B, smax):
+    """The former stage_times: every (k, i) cell priced, i < k included."""
+    from baselines.alpa_e import held_bytes, peak, stash
+
+    hw = problem.cluster.hardware
+    num_stashed = np.array([stash(s, 0, B) for s in range(1, smax + 1)], dtype=float)
+    step = 0.0 if rt.step_OKI is None else rt.step_OKI[..., None]
+    alloc = held_bytes(rt.fixed_OKI[..., None], num_stashed, rt.act_OKI[..., None], step)
+    with np.errstate(invalid="ignore"):
+        fits = peak(alloc, hw) <= hw.hbm_bytes
+    t = np.where(fits, rt.time_OKI[..., None], np.inf)
+    return t.min(axis=0), t.argmin(axis=0)
+
+
+@pytest.mark.parametrize("which,seed", [("gpt", -1), ("moe", -1), ("gpt", 1), ("moe", 2)])
+def test_stage_times_on_ranges_equal_the_full_grid(which, seed):
+    """stage_times prices the ranges k <= i only: the same latencies and knobs as every cell
+    (i < k: inf and the first knob), at several stash sizes."""
+    from baselines.alpa_e import stage_times
+
+    tab = _table(which, seed)
+    pr = make_problem("tiny_moe" if which == "moe" else "tiny_gpt", "tiny_cluster", 8,
+                      training=TINY)
+    for per_stage in (False, True):
+        rt = range_tables(tab, 1e-3, per_stage)
+        for B, smax in ((4, tab.comm_LVO.shape[0]), (1, 3), (8, 1)):
+            fast, slow = stage_times(rt, pr, B, smax), _stage_times_full_grid(rt, pr, B, smax)
+            assert fast[0].tobytes() == slow[0].tobytes()
+            assert fast[1].tobytes() == slow[1].tobytes() and fast[1].dtype == slow[1].dtype
+            assert np.isfinite(fast[0]).any()
