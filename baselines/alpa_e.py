@@ -145,12 +145,22 @@ def stage_times(rt, problem: Problem, B: int, smax: int):
     hw = problem.cluster.hardware
     # a stage with s stages from it to the end sits at position p - s of p (nest.costs.pipeline)
     num_stashed = np.array([stash(s, 0, B) for s in range(1, smax + 1)], dtype=float)
-    step = 0.0 if rt.step_OKI is None else rt.step_OKI[..., None]  # the optimizer's copy
-    alloc = held_bytes(rt.fixed_OKI[..., None], num_stashed, rt.act_OKI[..., None], step)
+    # ranges k <= i only (elsewhere every knob's latency is inf: t inf, the first knob kept)
+    O, L, _ = rt.time_OKI.shape
+    kk, ii = np.triu_indices(L)
+
+    def ranges(x_OKI):
+        return x_OKI[:, kk, ii][..., None]  # [o, range, 1]
+
+    step = 0.0 if rt.step_OKI is None else ranges(rt.step_OKI)  # the optimizer's copy
+    alloc = held_bytes(ranges(rt.fixed_OKI), num_stashed, ranges(rt.act_OKI), step)
     with np.errstate(invalid="ignore"):
         fits = peak(alloc, hw) <= hw.hbm_bytes
-    t = np.where(fits, rt.time_OKI[..., None], np.inf)
-    return t.min(axis=0), t.argmin(axis=0)
+    t = np.where(fits, ranges(rt.time_OKI), np.inf)
+    t_KIS = np.full((L, L, smax), np.inf)
+    o_KIS = np.zeros((L, L, smax), dtype=np.intp)
+    t_KIS[kk, ii], o_KIS[kk, ii] = t.min(axis=0), t.argmin(axis=0)
+    return t_KIS, o_KIS
 
 
 def _dp(T_XKIS, units, U, cap, combine, backtrack=False):

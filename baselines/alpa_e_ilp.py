@@ -369,82 +369,95 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
     with HiGHS and the planner re-solves the chosen stages with it). All ranges at once: one
     Viterbi step per last layer i over every first layer k, carrying the chosen sharding's
     latency, memory and per-option parameter sums along its path. Ties go to the lowest option.
-    per_stage: one option for the whole stage (the ILP restricted to one variant per stage)."""
+    per_stage: one option for the whole stage (the ILP restricted to one variant per stage).
+    Every knob config o at once: each array carries a leading o axis and every step is the
+    elementwise arithmetic of one o alone (tests/test_alpa_e_rt.py: bit for bit a loop over o)."""
     L, V, O = tab.comm_LVO.shape
     if per_stage or V == 1:
         return _per_stage_tables(tab, tiebreak)
     valid = np.triu(np.ones((L, L), dtype=bool))
     out = _empty(O, L, tab.copy_LVO is not None)
     cols = np.arange(V)
-    eye = np.eye(V)
     # options b whose resharding column R[:, b] is the same (the same tp, cp, sp: ep only
     # regroups replicas) get the same argmin over a: it is taken once per distinct column
     # (bit for bit the same sums and the same first least a; tests/test_baseline_alpa_e.py)
     col_of = [_column_classes(tab.resh_LVV[i]) for i in range(L - 1)]
+
+    def per_o(x_LVO):  # [o, layer, option]
+        return np.ascontiguousarray(x_LVO.transpose(2, 0, 1))
+
+    node = per_o(tab.comm_LVO + tiebreak * tab.comp_LVO)
+    time_ = per_o(tab.coll_LVO + tab.comp_LVO)
+    st_, act_, work_, fwd_ = (per_o(x) for x in (tab.states_LVO, tab.act_LVO, tab.work_LVO,
+                                                  tab.fwd_LVO))
+    cp_ = per_o(tab.copy_LVO) if tab.copy_LVO is not None else np.zeros((O, L, V))
+    # path state per (o, first layer k, option b of the current layer i); rows k <= i live
+    # the path's state per (o, first layer k, option b of layer i), rows k <= i live, fields
+    # latency, states, activations, step copy, forward, work, parameters (max), first option
+    f = np.full((O, L, V), np.inf)
+    S = np.full((O, L, V, 8), np.inf)
+    add = np.stack([st_, act_, cp_, fwd_], axis=3)  # the fields summed along the path
+    P = np.zeros((O, L, V, V, 2))  # [o, k, b, option, dense | expert]: parameter sums
+    par_LV2 = np.stack([tab.dense_LV, tab.expert_LV], axis=2)
+    S_OKI, P_OKI = np.zeros((O, L, L, 8)), np.zeros((O, L, L, V, 2))
+    ptrs: list[list] = [[] for _ in range(O)]
+    oo = np.arange(O)[:, None]
+    for i in range(L):
+        if i > 0:
+            R = tab.resh_LVV[i - 1]  # [a, b]
+            rep, cls = col_of[i - 1]
+            cand = f[:, :i, :, None] + R[:, rep][None, None]  # [o, k, a, distinct column]
+            a_c = cand.argmin(axis=2)
+            a = a_c[:, :, cls]  # [o, k, b]
+            rows = np.arange(i)[None, :, None]
+            f[:, :i] = (cand[oo[:, :, None], rows, a_c,
+                             np.arange(a_c.shape[2])[None, None, :]][:, :, cls]
+                        + node[:, i, None, :])
+            G = S[:, :i][oo[:, :, None], rows, a]  # the state at the path's option a
+            S[:, :i, :, 0] = G[..., 0] + R[a, cols] + time_[:, i, None, :]
+            S[:, :i, :, 1:5] = G[..., 1:5] + add[:, i, None]
+            S[:, :i, :, 5] = np.maximum(G[..., 5], work_[:, i, None, :])
+            S[:, :i, :, 6] = np.maximum(G[..., 6], tab.params_LV[i])
+            S[:, :i, :, 7] = G[..., 7]
+            # + eye * the layer's parameters: off the diagonal that adds 0.0, which leaves
+            # every finite sum as it is; on it, the option held at layer i
+            P[:, :i] = P[:, :i][oo[:, :, None], rows, a]
+            P[:, :i, cols, cols] += par_LV2[i]
+            for o in range(O):
+                ptrs[o].append(a[o])
+        f[:, i] = node[:, i]
+        S[:, i, :, 0], S[:, i, :, 1:5], S[:, i, :, 5] = time_[:, i], add[:, i], work_[:, i]
+        S[:, i, :, 6], S[:, i, :, 7] = tab.params_LV[i], cols
+        P[:, i] = 0.0
+        P[:, i, cols, cols] = par_LV2[i]
+        b = f[:, :i + 1].argmin(axis=2)  # [o, k]
+        at = (oo, np.arange(i + 1)[None, :], b)
+        out.obj_OKI[:, :i + 1, i] = f[at]
+        S_OKI[:, :i + 1, i], P_OKI[:, :i + 1, i] = S[at], P[at]
+        out.last_OKI[:, :i + 1, i] = b
+    out.ptr = ptrs
+    out.time_OKI[:, valid] = S_OKI[:, valid, 0]
+    out.act_OKI[:, valid] = S_OKI[:, valid, 2]
+    st_OKI, cp_OKI, fw_OKI, wk_OKI, pm_OKI = (S_OKI[..., n] for n in (1, 3, 4, 5, 6))
+    pd_OKIV, pe_OKIV = P_OKI[..., 0], P_OKI[..., 1]
+    tied = S_OKI[:, 0, L - 1, 7].astype(int)  # the first layer's option, range 0..L-1
     for o in range(O):
-        node_LV = tab.comm_LVO[:, :, o] + tiebreak * tab.comp_LVO[:, :, o]
-        time_LV = tab.coll_LVO[:, :, o] + tab.comp_LVO[:, :, o]
-        st_LV, act_LV, work_LV, fwd_LV = (tab.states_LVO[:, :, o], tab.act_LVO[:, :, o],
-                                          tab.work_LVO[:, :, o], tab.fwd_LVO[:, :, o])
-        # path state per (first layer k, option b of the current layer i); rows k <= i live
-        f, t, st, ac, wk, pm, first, fw, cp = (np.full((L, V), np.inf) for _ in range(9))
-        cp_LV = tab.copy_LVO[:, :, o] if tab.copy_LVO is not None else np.zeros((L, V))
-        pd, pe = np.zeros((L, V, V)), np.zeros((L, V, V))  # [k, b, option]: parameter sums
-        ptrs = []
-        pd_KIV, pe_KIV, fw_KI = np.zeros((L, L, V)), np.zeros((L, L, V)), np.zeros((L, L))
-        for i in range(L):
-            if i > 0:
-                R = tab.resh_LVV[i - 1]  # [a, b]
-                rep, cls = col_of[i - 1]
-                cand = f[:i, :, None] + R[:, rep][None]  # [k, a, distinct column]
-                a_c = cand.argmin(axis=1)
-                a = a_c[:, cls]  # [k, b]
-                rows = np.arange(i)[:, None]  # gathers by index (take_along_axis's values)
-
-                def take(arr, i=i, a=a, rows=rows):
-                    return arr[:i][rows, a]
-
-                f[:i] = (cand[rows, a_c, np.arange(a_c.shape[1])[None, :]][:, cls]
-                         + node_LV[i])
-                t[:i] = take(t) + R[a, cols] + time_LV[i]
-                st[:i], ac[:i] = take(st) + st_LV[i], take(ac) + act_LV[i]
-                cp[:i] = take(cp) + cp_LV[i]
-                fw[:i] = take(fw) + fwd_LV[i]
-                wk[:i], first[:i] = np.maximum(take(wk), work_LV[i]), take(first)
-                pm[:i] = np.maximum(take(pm), tab.params_LV[i])
-                pd[:i] = take(pd) + eye * tab.dense_LV[i]
-                pe[:i] = take(pe) + eye * tab.expert_LV[i]
-                ptrs.append(a)
-            f[i], t[i], st[i], ac[i], wk[i], fw[i] = (node_LV[i], time_LV[i], st_LV[i],
-                                                      act_LV[i], work_LV[i], fwd_LV[i])
-            cp[i] = cp_LV[i]
-            first[i], pd[i], pe[i] = cols, eye * tab.dense_LV[i], eye * tab.expert_LV[i]
-            pm[i] = tab.params_LV[i]
-            b = f[:i + 1].argmin(axis=1)  # [k]
-            k = np.arange(i + 1)
-            pd_kV, pe_kV = pd[k, b].copy(), pe[k, b].copy()
-            fixed = held(tab, o, st[k, b], wk[k, b], pm[k, b])
-            step = st[k, b] + cp[k, b]
-            tk = t[k, b]
-            if i == L - 1:  # one stage holding embedding and head keeps one tied copy
-                e = int(first[0, b[0]])
-                tied_params, tied_states, tied_step = untied(tab, e, o)
-                pd_kV[0, e] -= tied_params
-                fixed[0] -= tied_states
-                step[0] -= tied_states + tied_copy(tab, e, o)
-                tk[0] -= tied_step
-            out.obj_OKI[o, :i + 1, i] = f[k, b]
-            out.time_OKI[o, :i + 1, i] = tk
-            pd_KIV[:i + 1, i], pe_KIV[:i + 1, i], fw_KI[:i + 1, i] = pd_kV, pe_kV, fw[k, b]
-            out.fixed_OKI[o, :i + 1, i] = fixed
-            if out.step_OKI is not None:
-                out.step_OKI[o, :i + 1, i] = step
-            out.act_OKI[o, :i + 1, i] = ac[k, b]
-            out.last_OKI[o, :i + 1, i] = b
-        out.ptr.append(ptrs)
+        fixed = held(tab, o, st_OKI[o], wk_OKI[o], pm_OKI[o])
+        step = st_OKI[o] + cp_OKI[o]
+        # one stage holding embedding and head keeps one tied copy
+        e = int(tied[o])
+        tied_params, tied_states, tied_step = untied(tab, e, o)
+        pd_OKIV[o, 0, L - 1, e] -= tied_params
+        fixed[0, L - 1] -= tied_states
+        step[0, L - 1] -= tied_states + tied_copy(tab, e, o)
+        out.time_OKI[o, 0, L - 1] -= tied_step
+        out.fixed_OKI[o][valid] = fixed[valid]
+        if out.step_OKI is not None:
+            out.step_OKI[o][valid] = step[valid]
         for vi in range(V):  # the stage's bucketed ZeRO / sync collectives, per option held
-            out.time_OKI[o] += np.where(valid, bucket_time(tab, vi, o, pd_KIV[..., vi],
-                                                           pe_KIV[..., vi], fw_KI), 0.0)
+            out.time_OKI[o] += np.where(valid, bucket_time(tab, vi, o, pd_OKIV[o, ..., vi],
+                                                           pe_OKIV[o, ..., vi], fw_OKI[o]), 0.0)
+        node_LV = node[o]
         for vi in range(V):  # a single option as good as the ILP: maps onto one variant
             same = valid & (range_sum(node_LV[:, vi]).T <= out.obj_OKI[o] * (1 + 1e-9) + 1e-15)
             out.uniform_OKI[o] |= np.where(same, 1 << vi, 0)
@@ -468,6 +481,10 @@ def _per_stage_tables(tab: ShardingTable, tiebreak: float) -> RangeTables:
     L, V, O = tab.comm_LVO.shape
     valid = np.triu(np.ones((L, L), dtype=bool))
     out = _empty(O, L, tab.copy_LVO is not None)
+    # what does not depend on the knob config, once per option
+    pd_V = [range_sum(tab.dense_LV[:, v]).T for v in range(V)]
+    pe_V = [range_sum(tab.expert_LV[:, v]).T for v in range(V)]
+    pm_V = [range_max(tab.params_LV[:, v]).T for v in range(V)]
     for o in range(O):
         node_LV = tab.comm_LVO[:, :, o] + tiebreak * tab.comp_LVO[:, :, o]
         obj = np.stack([np.where(valid, range_sum(node_LV[:, v]).T, np.inf) for v in range(V)])
@@ -477,13 +494,13 @@ def _per_stage_tables(tab: ShardingTable, tiebreak: float) -> RangeTables:
         for v in range(V):
             # [k, i] = the kernel's [b, a] range tables (nest.costs.layers) transposed
             tied_params, tied_states, tied_step = untied(tab, v, o)
-            pd = range_sum(tab.dense_LV[:, v]).T
+            pd = pd_V[v].copy()
             pd[0, L - 1] -= tied_params
             fixed = held(tab, o, range_sum(tab.states_LVO[:, v, o]).T,
-                         range_max(tab.work_LVO[:, v, o]).T, range_max(tab.params_LV[:, v]).T)
+                         range_max(tab.work_LVO[:, v, o]).T, pm_V[v])
             fixed[0, L - 1] -= tied_states
             tv = (range_sum(tab.coll_LVO[:, v, o] + tab.comp_LVO[:, v, o]).T
-                  + bucket_time(tab, v, o, pd, range_sum(tab.expert_LV[:, v]).T,
+                  + bucket_time(tab, v, o, pd, pe_V[v],
                                 range_sum(tab.fwd_LVO[:, v, o]).T))
             tv[0, L - 1] -= tied_step
             per_v["time"].append(tv)

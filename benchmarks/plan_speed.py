@@ -405,6 +405,30 @@ results/expected/tiny. What changed (baselines.alpa_e_dp.CapDP, tests/test_alpa_
 Yi's 732 DP passes went from 5-52 ms to about 1-12 ms each. Not done: Alpa-E's range tables
 (alpa_e_ilp.range_tables, a Viterbi step per (knob, last layer): ~3 s of the 1,024-GPU case) and
 stage_times; MCMC's per-move stage pricing (~6 s there).
+
+Then (halpa2, same session): DeepSeek-V2 (236B, MLA + MoE; UNSEEN deepseek_v2_1024) on 1,024
+H100 of h100_spineleaf at global batch 2048, `nest compare` 44 CPU s against the 30 s target.
+Profiled (cProfile of the whole compare): Alpa-E ~21 (DP passes ~7: 7,315 CapDP stage steps;
+range tables ~9; sharding tables ~3-4; stage_times ~2), graph ~8 (168 fx traces, built once per
+process: no planner builds it again), MCMC ~7.5 (25,892 distinct stage cells, each a stage_cost
+of ~0.3 ms: group terms and stage terms), Mist ~4, nest ~3.5. What changed, each exact:
+
+* alpa_e_ilp.range_tables runs every knob config at once (a leading o axis; every step the
+  elementwise arithmetic of one o), the path state's fields in one array (one gather per layer),
+  the parameter sums' `+ eye * params` on the diagonal only (it adds 0.0 elsewhere); the
+  per-stage tables take the knob-free range sums once per option. tests/test_alpa_e_rt.py:
+  bit for bit the former loop over o; and all 56 sharding tables of this case, both passes,
+  equal cc2f51f's range_tables array for array, back-pointers included;
+* stage_times prices the ranges k <= i only (the rest were inf, knob 0, as now).
+
+CPU s, old (cc2f51f) / new alternated at load 3-3.7: on the case's 56 sharding tables alone
+chain range tables 6.3 / 4.2, per-stage 3.4 / 2.3; in an Alpa-E-only compare, range tables
+9.0, 8.5 / 7.6, 6.5 and stage_times 2.1, 2.2 / 1.4, 1.2; the whole compare (user + sys) 48.4,
+51.5 / 49.8, 43.6, Alpa-E's solve column 21.6, 24.7 / 18.8, 18.5 (wall). The load swamps the
+~3-4 s saved: the 25 s goal is NOT met. The CSVs equal old's but the solve column here, on Yi
+gb 8 and on gemma3_27b_rail; the tiny run equals results/expected/tiny. Left: MCMC's stage
+cells (batch the cells of a move's state through the kernel), CapDP's per-(s, x) steps, the
+range tables' O(L V^2) parameter sums per layer, the 168 traces.
 """
 
 from __future__ import annotations
@@ -437,6 +461,8 @@ UNSEEN = {
     "qwen2_57b_nvl36": ("qwen2_57b_a14b.json", "b200_nvl36.yaml", 576, SEQ, []),
     "qwen3_32b_h200": ("qwen3_32b.json", "h200_spine_3to1.yaml", 1024, SEQ,
                        ["--precision", "fp8"]),
+    "deepseek_v2_1024": ("deepseek_v2.json", "h100_spineleaf", 1024, SEQ,
+                         ["--global-batch", "2048"]),
 }
 
 
