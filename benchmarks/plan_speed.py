@@ -429,6 +429,12 @@ chain range tables 6.3 / 4.2, per-stage 3.4 / 2.3; in an Alpa-E-only compare, ra
 gb 8 and on gemma3_27b_rail; the tiny run equals results/expected/tiny. Left: MCMC's stage
 cells (batch the cells of a move's state through the kernel), CapDP's per-(s, x) steps, the
 range tables' O(L V^2) parameter sums per layer, the 168 traces.
+
+The merged code of that session (fffaca6), the machine otherwise idle, one process each, user +
+sys CPU s: `nest plan` 18.4 (solve 9.3 s, of which a second search for the 32 devices the plan
+leaves idle; graph building for mbs 1 and 2 the rest) against the 10 s target, `nest compare`
+39.5 against 30 (solve column: Alpa-E 14.9, MCMC 9.0, Mist 3.7, nest 3.5, Phaze 0.3). Both miss
+on this case: issue 25 item 7 stays open on it.
 """
 
 from __future__ import annotations
