@@ -431,8 +431,8 @@ cells (batch the cells of a move's state through the kernel), CapDP's per-(s, x)
 range tables' O(L V^2) parameter sums per layer, the 168 traces.
 
 The merged code of that session (fffaca6), the machine otherwise idle, one process each, user +
-sys CPU s: `nest plan` 18.4 (solve 9.3 s, of which a second search for the 32 devices the plan
-leaves idle; graph building for mbs 1 and 2 the rest) against the 10 s target, `nest compare`
+sys CPU s: `nest plan` 18.4 (it prints solve time 9.3 s; the plan leaves 32 devices idle, so a
+second search looks for the best plan on all 1,024) against the 10 s target, `nest compare`
 39.5 against 30 (solve column: Alpa-E 14.9, MCMC 9.0, Mist 3.7, nest 3.5, Phaze 0.3). Both miss
 on this case: issue 25 item 7 stays open on it.
 """
