@@ -14,7 +14,8 @@ solved as Alpa does (Eq. 3-4) by enumerating t_max over the stage latencies in i
     T*(t_max) = min_s F(s, 0, N; t_max) + (B - 1) * t_max,
 from the least feasible t_max up, with Alpa's early stop (B * t_max >= the best T*). Each
 t_max's value F comes from baselines.alpa_e_dp.CapDP (the loop `_dp`, vectorised: the same
-floats); `_dp` backtracks the stages at the best t_max.
+floats; CapDP runs the loop itself on tables it does not vectorise); CapDP.stages backtracks
+the stages at the best t_max.
 t_intra(k..i, n, s) comes from the intra-operator pass (Alpa section 4, baselines.alpa_e_ilp): an
 ILP picks each layer's sharding on the submesh minimising communication + resharding, then the
 latency of that sharding is estimated (compute + communication), then memory is checked (Alpa
@@ -167,7 +168,8 @@ def _dp(T_XKIS, units, U, cap, combine, backtrack=False):
     """F(s, k, d) of the module docstring with `combine` = np.add (sum of latencies) or
     np.maximum (the bottleneck); stage options above `cap` are excluded. Returns (value, s) of
     min_s F(s, 0, U), and the stages [(k, i, x, s)] if backtrack. The reference of
-    baselines.alpa_e_dp.CapDP, which gives the value of a pass faster."""
+    baselines.alpa_e_dp.CapDP, which gives the value of a pass faster and falls back to this loop
+    on tables it does not vectorise (entries with i < k, no stage count)."""
     X, L, _, Smax = T_XKIS.shape
     umin, umax = min(units), max(units)
     F_prev = np.full((L + 1, U + 1), np.inf)

@@ -119,10 +119,10 @@ def _build(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
     rec_LR = np.array([[t.recompute_s[r] for r in modes] for t in times])
     # selective module recomputation frees saved tensors (nest.costs.table.module_freed_bytes)
     mods = problem.costs.recompute_modules
-    freed = {id(c): module_freed_bytes(mods, c, v, g.fp8_activations) if mods else 0.0
-             for c in costs}
-    act_LR = np.array([[c.act_bytes[r] - (freed[id(c)] if r in FREED_MODES else 0.0)
-                        for r in modes] for c in costs])
+    freed_L = np.array([module_freed_bytes(mods, c, v, g.fp8_activations) if mods else 0.0
+                        for c in costs])
+    freed_LR = freed_L[:, None] * np.array([r in FREED_MODES for r in modes])
+    act_LR = np.array([[c.act_bytes[r] for r in modes] for c in costs]) - freed_LR
     dense_L = np.array([c.dense_params for c in costs])
     expert_L = np.array([c.expert_params for c in costs])
     tied = tied_embedding_params(problem.model, g, v.tp)
@@ -134,7 +134,7 @@ def _build(problem, v: Variant, modes: tuple[str, ...]) -> LayerTable:
     # counted with them: < 0.1% of a block.
     fp8_L = np.array([(c.dense_params + c.expert_params) * (la.kind == "block")
                       for c, la in zip(costs, g.layers)])
-    none_L = np.array([c.act_bytes["none"] - freed[id(c)] for c in costs])
+    none_L = np.array([c.act_bytes["none"] for c in costs]) - freed_L
     work_LR = none_L[:, None] - act_LR
     return LayerTable(
         v, modes, read_only(fwd_L), read_only(bwd_L), read_only(rec_LR), read_only(act_LR),

@@ -153,8 +153,9 @@ def simulate(schedule: str, fwd_s, bwd_s, num_microbatches: int, *, send_fwd_s=N
     delay = {"F": np.zeros(P) if blocking_sends else sf, "B": np.zeros(P) if blocking_sends else sb}
     send = {"F": sf, "B": sb}
     # overlap_p2p: device d's ops [lo, hi) are the steady state's, their sends under compute
-    steady = [(interleaved_warmup(p, m, v, d), 2 * m * v - interleaved_warmup(p, m, v, d))
-              if overlap_p2p and schedule == "interleaved" else (0, 0) for d in range(p)]
+    warm = [interleaved_warmup(p, m, v, d) for d in range(p)]
+    steady = [(w, 2 * m * v - w) if overlap_p2p and schedule == "interleaved" else (0, 0)
+              for w in warm]
     hold: list[dict[int, float]] = [{} for _ in range(p)]  # op index -> a send it waits for
     done: dict[tuple[str, int, int], float] = {}  # op -> time its output is at the neighbour
     free = [0.0] * p

@@ -273,8 +273,8 @@ def plan(problem: Problem, settings: dict):
     # the network the search sees: the real one, or its flattened view (the returned plan is the
     # real problem's, so run_planner's evaluator scores it on the real network)
     seen = problem.with_cluster(flattened(problem.cluster)) if flat else problem
-    options = mbs_sizes(seen, settings) if settings.get("mbs_options") else []
-    if options and seen.mbs not in options:  # only the options, never the problem's own
+    options = mbs_sizes(seen, settings)  # [seen.mbs] without mbs_options
+    if seen.mbs not in options:  # only the options, never the problem's own
         seen = with_mbs(seen, options[0])
     first = seen.mbs
     space = declare(seen, settings.get("space"))
