@@ -32,9 +32,8 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
     if m.learned_positions:
         a += ["--position-embedding-type", "learned_absolute"]
     else:  # Llama family: rotary, no biases (gpt-oss: biases on every linear)
-        a += ["--position-embedding-type", "rope", "--rotary-base",
-              str(int(m.rope_theta or 10000))]
-        theta = float(m.rope_theta or 10000)
+        theta = float(m.rope_theta or 10000)  # the default base (module docstring)
+        a += ["--position-embedding-type", "rope", "--rotary-base", str(int(theta))]
         if m.rope_local_theta and (m.rope_scaling or m.rope_local_theta != theta):
             # one rotary base and scaling for every layer in Megatron-LM's arguments
             scaled = f" with RoPE scaling ({m.rope_scaling})" if m.rope_scaling else ""
