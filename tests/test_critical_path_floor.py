@@ -142,7 +142,8 @@ CASES = [(8, 4, 8, None), (8, 4, 16, 4e9), (8, 8, 32, None), (8, 8, 8, 4e9), (16
 def test_interleaved_search_equals_brute_force_under_critical_path(tmp_path, blocks, n, batch,
                                                                     hbm):
     pr = _problem(tmp_path, blocks, n, batch, "critical_path", hbm)
-    base = launchable_space(declare(pr, {**SPACE, "heterogeneous_stages": False}))
+    base = launchable_space(declare(pr, {**SPACE, "heterogeneous_stages": False}),
+                            pr.cluster.node_size)
     T, plan, _ = search_interleaved(pr, base, math.inf)
     bf = _brute_force_interleaved(pr, base)
     assert plan is not None and T == pytest.approx(bf, rel=1e-12)

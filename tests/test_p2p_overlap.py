@@ -210,7 +210,8 @@ def test_interleaved_search_equals_brute_force(tmp_path, form, blocks, n, batch,
     from tests.test_launchable import SPACE
 
     pr = _problem(tmp_path, blocks, n, batch, form, hbm)
-    base = launchable_space(declare(pr, {**SPACE, "heterogeneous_stages": False}))
+    base = launchable_space(declare(pr, {**SPACE, "heterogeneous_stages": False}),
+                            pr.cluster.node_size)
     T, plan, _ = search_interleaved(pr, base, math.inf)
     bf = _brute_force_interleaved(pr, base)
     assert plan is not None and T == pytest.approx(bf, rel=1e-12)

@@ -112,16 +112,15 @@ from nest.interfaces.export_launch import (
     slurm_script,
     torchrun_script,
 )
-from nest.interfaces.export_launch import launchable as _runs_launchable
 from nest.problem.evaluate import Problem, evaluate
 from nest.graph.layer_graph import Variant
 from nest.problem.placement import (
-    CLI_ORDERS,
     DEFAULT_ORDER,
     canonical_order,
-    expressible,
+    cli_orders,
     harness_groups,
     is_order,
+    launch_order,
     launcher_orders,
     megatron_groups,
     stage_device_ids,
@@ -337,14 +336,8 @@ def launch_candidates(plan: Plan) -> tuple[list[str], bool]:
 
 def _launch_orders(tp: int, cp: int, ep: int, dp: int, pp: int) -> tuple[list[str], bool]:
     deg = (tp, cp, ep, dp, pp)
-    cli = [o for o in CLI_ORDERS if expressible(*deg, o)]
+    cli = cli_orders(*deg)
     return (cli, True) if cli else (list(launcher_orders(*deg)), False)
-
-
-def launchable(rank_map: list[dict], devices_per_node: int | None = None) -> bool:
-    """torchrun gives each agent (node) a block of consecutive ranks: every cluster node must
-    hold one such block (nest.interfaces.export_launch; which device in it is CUDA_VISIBLE_DEVICES')."""
-    return _runs_launchable(rank_map)
 
 
 def _with_order(plan: Plan, order: str) -> Plan:
@@ -361,21 +354,18 @@ def resolve_order(plan: Plan, problem: Problem, per_node: int,
         raise PlanError(f"cp = {plan.cp} and ep = {plan.ep} both > 1: Megatron-LM's CLI orders "
                         f"build expert groups on a separate (expert-tp, ep, expert-dp, pp) grid "
                         f"that folds ep over the cp ranks, which is not this plan's groups")
-    maps = {o: _rank_map(plan, o, per_node) for o in cands}
-    chosen = next((o for o in cands if all(r["rank"] == r["device"] for r in maps[o])), None)
-    if chosen is None:
-        chosen = next((o for o in cands if launchable(maps[o], per_node)), None)
+    ids = [s.device_ids for s in plan.stages[:plan.pp]]
+    chosen = launch_order(ids, plan.tp, plan.cp, plan.ep, plan.dp, plan.pp, per_node)
     out = plan
     if chosen is None:
         scored = [(evaluate(q, problem).time_per_batch_s, o, q)
                   for o in cands for q in [_with_order(plan, o)]]
         _, chosen, out = min(scored, key=lambda x: x[0])
-        maps[chosen] = _rank_map(out, chosen, per_node)
         warnings.append(f"placement '{plan.placement}' is not launchable (torchrun gives each "
                         f"node one block of consecutive ranks; only devices within a node can be "
                         f"pinned): exported as {chosen}, the Megatron-LM order with the shortest "
                         f"time per batch")
-    return out, chosen, maps[chosen]
+    return out, chosen, _rank_map(out, chosen, per_node)
 
 
 def _rank_map(plan: Plan, order: str, devices_per_node: int) -> list[dict]:

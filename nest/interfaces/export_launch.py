@@ -97,12 +97,6 @@ def node_runs(rank_map: list[dict]) -> list[tuple[int, list[dict]]]:
     return runs
 
 
-def launchable(rank_map: list[dict]) -> bool:
-    """Every cluster node holds one run of consecutive ranks (one torchrun agent per node)."""
-    nodes = [n for n, _ in node_runs(rank_map)]
-    return len(nodes) == len(set(nodes))
-
-
 def identity_devices(rank_map: list[dict], devices_per_node: int) -> bool:
     """Local rank i of every agent is the node's device i (no CUDA_VISIBLE_DEVICES needed)."""
     return all(r["local_rank"] == i for _, rs in node_runs(rank_map) for i, r in enumerate(rs))

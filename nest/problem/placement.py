@@ -160,6 +160,51 @@ def launcher_orders(tp: int, cp: int, ep: int, dp: int, pp: int) -> tuple[str, .
     return tuple(out)
 
 
+def rank_devices(ids, tp: int, cp: int, ep: int, dp: int, pp: int, order: str) -> np.ndarray:
+    """The device of each Megatron rank when ranks follow `order` and stage j of the plan holds
+    ids[j] (the (dp, ep, cp, tp) listing): the rank with the same coordinates as the device's
+    slot (stage_id_array lists each slot's rank)."""
+    ranks = stage_id_array(pp, dp, tp, cp, ep, canonical_order(order))
+    dev = np.empty(ranks.size, dtype=np.int64)
+    dev[ranks.ravel()] = np.asarray(ids, dtype=np.int64).reshape(pp, -1).ravel()
+    return dev
+
+
+def one_run_per_node(devices: np.ndarray, per_node: int) -> bool:
+    """Every node holds one run of consecutive ranks (`devices`: the device of rank 0, 1, ...):
+    torchrun starts one agent per node with a block of consecutive ranks, and only devices within
+    a node can be pinned (CUDA_VISIBLE_DEVICES)."""
+    nodes = np.asarray(devices) // per_node
+    runs = nodes[np.r_[True, nodes[1:] != nodes[:-1]]]
+    return len(runs) == len(np.unique(runs))
+
+
+def cli_orders(tp: int, cp: int, ep: int, dp: int, pp: int) -> list[str]:
+    """The orders Megatron-LM's CLI offers that build the priced groups for these degrees."""
+    return [o for o in CLI_ORDERS if expressible(tp, cp, ep, dp, pp, o)]
+
+
+def launch_order(ids, tp: int, cp: int, ep: int, dp: int, pp: int, per_node: int) -> str | None:
+    """The Megatron-LM CLI order that launches a plan whose stage j holds ids[j] exactly as
+    priced: the first CLI order whose ranks are the devices themselves, else the first whose rank
+    map gives every node one run of consecutive ranks (the export pins each rank to its device);
+    None where none does (the export then re-orders the plan and re-scores it)."""
+    maps = {o: rank_devices(ids, tp, cp, ep, dp, pp, o) for o in cli_orders(tp, cp, ep, dp, pp)}
+    for o, dev in maps.items():
+        if (dev == np.arange(len(dev))).all():
+            return o
+    return next((o for o, dev in maps.items() if one_run_per_node(dev, per_node)), None)
+
+
+@lru_cache(maxsize=65536)
+def launches_as_priced(tp: int, cp: int, ep: int, dp: int, pp: int, order: str,
+                       per_node: int) -> bool:
+    """A plan placed by `order` (a legacy name or an order string) launches as priced through
+    Megatron-LM's CLI on nodes of `per_node` devices (`launch_order`)."""
+    ids = stage_id_array(pp, dp, tp, cp, ep, canonical_order(order))
+    return launch_order(ids, tp, cp, ep, dp, pp, per_node) is not None
+
+
 def megatron_groups(tp: int, cp: int, ep: int, dp: int, pp: int,
                     order: str) -> dict[str, set[frozenset[int]]]:
     """Rank groups megatron-core's initialize_model_parallel builds for `order` (re-derived from

@@ -36,6 +36,8 @@ class SearchSpace:
     max_pp: int | None = None
     heterogeneous: bool = False  # stages may each pick a variant of the candidate's class
     min_devices: int = 0  # plans use at least this many devices (p * d * width)
+    launch_node: int = 0  # > 0: only placements Megatron-LM's CLI launches as priced on nodes
+    # of this many devices (nest.problem.placement.launches_as_priced; nest plan's default space)
 
     @property
     def classes(self) -> tuple[tuple[Variant, ...], ...]:
@@ -52,8 +54,9 @@ class SearchSpace:
     def placements_for(self, v: Variant, p: int, d: int) -> tuple[str, ...]:
         """The placements of a candidate: the space's, with "orders" expanded to every rank order
         a launcher can express for these degrees (nest.problem.placement.launcher_orders), duplicates of
-        the same device layout dropped."""
-        return _placements_for(self.placements, v.tp, v.cp, v.ep, p, d)
+        the same device layout dropped; with launch_node, only those Megatron-LM's CLI launches as
+        priced on nodes of that size (the export's own test, launches_as_priced)."""
+        return _placements_for(self.placements, v.tp, v.cp, v.ep, p, d, self.launch_node)
 
     @property
     def options(self) -> Options:
@@ -66,12 +69,15 @@ class SearchSpace:
 
 @lru_cache(maxsize=65536)
 def _placements_for(placements: tuple[str, ...], tp: int, cp: int, ep: int, p: int,
-                    d: int) -> tuple[str, ...]:
-    from nest.problem.placement import stage_id_array, canonical_order, launcher_orders
+                    d: int, launch_node: int = 0) -> tuple[str, ...]:
+    from nest.problem.placement import (canonical_order, launcher_orders, launches_as_priced,
+                                        stage_id_array)
 
     out: dict = {}
     for pl in placements:
         for name in (launcher_orders(tp, cp, ep, d, p) if pl == "orders" else (pl,)):
+            if launch_node and not launches_as_priced(tp, cp, ep, d, p, name, launch_node):
+                continue
             key = stage_id_array(p, d, tp, cp, ep, canonical_order(name)).tobytes()
             out.setdefault(key, name)
     return tuple(out.values())

@@ -306,11 +306,15 @@ def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
     return best_T, best, n
 
 
-def launchable_space(space: SearchSpace) -> SearchSpace:
-    """The space without the variants with cp > 1 and ep > 1: Megatron-LM builds its expert
+def launchable_space(space: SearchSpace, node_size: int) -> SearchSpace:
+    """The space without the variants with cp > 1 and ep > 1 (Megatron-LM builds its expert
     groups on a grid that folds ep over the cp ranks, so no launch runs the groups such a plan
-    prices (nest.interfaces.export projects it)."""
-    return space.with_(variants=tuple(v for v in space.variants if v.launchable))
+    prices: nest.interfaces.export projects it) and without the placements Megatron-LM's CLI
+    cannot launch as priced on nodes of `node_size` devices (e.g. tp-cp-ep-pp-dp with ep > 1,
+    pp > 1 and a stage's tp x ep below the node: no CLI order builds those groups and torchrun's
+    one block of ranks per node cannot pin them; the export would re-order the plan)."""
+    return space.with_(variants=tuple(v for v in space.variants if v.launchable),
+                       launch_node=node_size)
 
 
 def search_launchable(problem: Problem, settings: dict, log=None):
@@ -325,7 +329,8 @@ def search_launchable(problem: Problem, settings: dict, log=None):
     for mbs in mbs_sizes(problem, settings):
         pr = with_mbs(problem, mbs)
         base = launchable_space(declare(pr, {**(settings.get("space") or {}),
-                                             "heterogeneous_stages": False}))
+                                             "heterogeneous_stages": False}),
+                                pr.cluster.node_size)
         for z in base.zero_stages:
             for r in base.recompute_modes:
                 space = base.with_(zero_stages=(z,), recompute_modes=(r,))
