@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 
-Poly = tuple  # ((degree, coefficient), ...) sorted by degree, no zero coefficients
+Poly = tuple  # (((batch degree, slot degree), coefficient), ...) sorted, no zero coefficients
 
 
 class NotTagged(Exception):
@@ -67,9 +67,44 @@ def taggable(m, v) -> bool:
     return (m.seq_len // v.cp) * m.top_k % m.num_experts == 0
 
 
-def poly(xs, tag: int | None) -> Poly:
-    """The sum of integers `xs` (measured at batch `tag`, or untagged: degree 0) as c_d by d."""
-    acc: dict[int, int] = {}
+def has_experts(m, kind: str) -> bool:
+    """Layer `kind` of `m` runs routed experts (an MoE block, or the head's MTP blocks)."""
+    if not m.is_moe:
+        return False
+    if kind.startswith("block"):
+        return "dense" not in kind.split(":")[1:]
+    return kind == "head" and bool(m.mtp_layers)
+
+
+def slot_tagged(m, kind: str, v) -> bool:
+    """Layer `kind` under `v` is traced with the slots per expert at their own tag (slot_prime):
+    it runs experts whose slots are not linear in the batch (not taggable)."""
+    return has_experts(m, kind) and not taggable(m, v)
+
+
+def slots(m, v, mbs: int) -> int:
+    """Slots per expert at micro-batch `mbs` (nest.graph.torch_models.MoE): ceil(T k / E)."""
+    return -(-mbs * (m.seq_len // v.cp) * m.top_k // m.num_experts)
+
+
+def padded(m, v, mbs: int) -> bool:
+    """The slots are rounded up at `mbs` (the permute pads): the slot-tagged trace's layout."""
+    return slots(m, v, mbs) * m.num_experts > mbs * (m.seq_len // v.cp) * m.top_k
+
+
+def slot_prime(m, tag: int) -> int:
+    """The slot tag: the smallest prime above the batch tag `tag` and above tag * s * k / E, so
+    that the tagged trace pads (E q > T k at every cp) like every padded micro-batch."""
+    q = max(tag, tag * m.seq_len * m.top_k // m.num_experts) + 1
+    while not _is_prime(q):
+        q += 1
+    return q
+
+
+def poly(xs, tag: int | None, slot_tag: int | None = None) -> Poly:
+    """The sum of integers `xs` (measured at batch `tag` and slots `slot_tag`, or untagged:
+    degree 0) as coefficients keyed by (batch degree, slot degree)."""
+    acc: dict[tuple[int, int], int] = {}
     for x in xs:
         if not x:
             continue
@@ -79,15 +114,19 @@ def poly(xs, tag: int | None) -> Poly:
             x = int(x)
         elif not isinstance(x, int):
             raise NotTagged(x)
-        d = 0
+        d = e = 0
         if tag:
             while x % tag == 0:
                 x //= tag
                 d += 1
-        acc[d] = acc.get(d, 0) + x
-    return tuple(sorted((d, c) for d, c in acc.items() if c))
+        if slot_tag:
+            while x % slot_tag == 0:
+                x //= slot_tag
+                e += 1
+        acc[d, e] = acc.get((d, e), 0) + x
+    return tuple(sorted((k, c) for k, c in acc.items() if c))
 
 
-def at(p: Poly, mbs: int) -> int:
-    """The exact integer the polynomial takes at micro-batch `mbs`."""
-    return sum(c * mbs ** d for d, c in p)
+def at(p: Poly, mbs: int, num_slots: int = 0) -> int:
+    """The exact integer the polynomial takes at micro-batch `mbs` and `num_slots` per expert."""
+    return sum(c * mbs ** d * num_slots ** e for (d, e), c in p)
