@@ -11,14 +11,26 @@ The trace is run once at b = P, a prime above the sum of every integer of the mo
 Every other dimension is a sum, product or exact quotient of spec integers (or
 ceil(vocab / tp) < vocab): a sum is below P and a product of numbers below P has no factor P,
 so no dimension has one (a prime above the largest integer alone would not do: a sum of spec
-integers, e.g. a LoRA rank plus a rope dimension, could be P itself); the P-adic valuation of a measured integer is therefore its batch degree d,
-and c = x / P^d. The value at any micro-batch is c * mbs^d, summed exactly as integers (the
-traced path sums the same integers: fx_extract works on these polynomials either way, with
-degree 0 only when it traces the batch it reports). Where the argument does not hold (an MoE
-layer whose E does not divide s_loc * k, a spec integer at or above P, a non-integer
-measurement) the micro-batch is traced itself. tests/test_fx_batch.py compares the derived
-layer graphs with traced ones at micro-batch 1 to 4 for dense, MoE, MLA and sliding-window
-models.
+integers, e.g. a LoRA rank plus a rope dimension, could be P itself); the P-adic valuation of
+a measured integer is therefore its batch degree d, and c = x / P^d. The value at any
+micro-batch is c * mbs^d, summed exactly as integers (the traced path sums the same integers:
+fx_extract works on these polynomials either way, with degree 0 only when it traces the batch
+it reports). Where the argument does not hold (a spec
+integer at or above P, a non-integer measurement) the micro-batch is traced itself.
+
+An MoE layer whose E does not divide s_loc * k rounds its slots per expert up, cap =
+ceil(b * s_loc * k / E), not a multiple of b: the slots get their own tag, a second prime Q
+above P and above P * s * k / E (slot_prime), and the layer is traced once at b = P with cap =
+Q. cap enters a dimension only as a factor too ([E, cap, h] and [E / e, e * cap, h] buffers,
+the experts' GEMMs, the padded routing weights), so every measured integer is c * P^d * Q^e and
+its value at a micro-batch is c * mbs^d * cap^e. The only dimension that mixes the two is the
+permute's padding, E * cap - T * k rows of indices and weights: it is produced and consumed
+inside the permute's forward (one fused kernel: never measured, nest.graph.fx_extract's
+_node_bytes) and never saved. The tagged trace pads (E Q > P s_loc k), so it stands for the
+micro-batches that pad; one whose slots divide exactly (no padding branch) is traced itself.
+tests/test_fx_batch.py compares the derived layer graphs with traced ones at micro-batch 1 to 4
+for dense, MoE, MLA and sliding-window models, tests/test_fx_slots.py for slot-tagged ones
+(DeepSeek-V2, Qwen1.5-MoE, a synthetic 80-expert MoE; with tp / cp 8 and ep 8 / 16 derived).
 """
 
 from __future__ import annotations
