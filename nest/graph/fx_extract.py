@@ -23,7 +23,8 @@ Per fx node, measured:
 * Collectives: recorded by the modules' collective nodes during forward and backward.
 Identical transformer blocks are traced once per variant and shared. Fewer traces, each derived
 number exact (tests compare with traces): every micro-batch from one trace at a tagged batch
-(nest.graph.fx_batch), tp and cp above 4 from degrees 2 and 4 (nest.graph.fx_split), ep above 4
+(nest.graph.fx_batch; an MoE whose slots per expert are rounded up with the slots at a tag of
+their own, every padded micro-batch from it), tp and cp above 4 from degrees 2 and 4 (nest.graph.fx_split), ep above 4
 from ep 2 and 4 (nest.graph.fx_ep); one fx graph per module structure (_graph).
 
 Checked on a GPU (H200, torch 2.11): running the same block modules on CUDA, the growth of
