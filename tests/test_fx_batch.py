@@ -52,14 +52,16 @@ def test_deepseek_v3_mla_dense_first_and_mtp():
     _same(m, [Variant(1, False, 1, 1), Variant(8, True, 8, 8)], (1, 2, 3))
 
 
-def test_untaggable_moe_is_traced_and_equal():
+def test_untaggable_moe_is_slot_tagged_and_equal():
     """Qwen1.5-MoE at sequence 512: 60 experts do not divide 512 x 4 slots, the slots per expert
-    are rounded up (not linear in the micro-batch): traced per micro-batch, same graph."""
+    are rounded up (not linear in the micro-batch): the block is traced with the slots at their
+    own tag (tests/test_fx_slots.py), micro-batch 15 (no padding) is traced; same graph."""
     m = _load("qwen1_5_moe_a2_7b.json", 512)
     v = Variant(1, False, 1, 1)
     assert not fx_batch.taggable(m, v)
-    assert fx._tagged(fx._dims(m), "block", v) is None
-    _same(m, [v], (1, 2))
+    assert fx._tagged(fx._dims(m), "block", v).slotted
+    assert not fx._tagged(fx._dims(m), "embedding", v).slotted
+    _same(m, [v], (1, 2, 15))
 
 
 def test_a_wrong_tag_is_caught(monkeypatch):
@@ -76,9 +78,9 @@ def test_a_wrong_tag_is_caught(monkeypatch):
 def test_poly_splits_the_batch_degree():
     p = 10007
     x = fx_batch.poly([5 * p * p, 7 * p, 11, 0, 3 * p], p)
-    assert x == ((0, 11), (1, 10), (2, 5))
+    assert x == (((0, 0), 11), ((1, 0), 10), ((2, 0), 5))
     assert fx_batch.at(x, 3) == 11 + 30 + 45
-    assert fx_batch.poly([12, 2.0], None) == ((0, 14),)
+    assert fx_batch.poly([12, 2.0], None) == (((0, 0), 14),)
     with pytest.raises(fx_batch.NotTagged):
         fx_batch.poly([0.5], p)
     assert fx_batch.tag_prime(_load("tiny_gpt")) > 1000

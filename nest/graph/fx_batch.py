@@ -11,21 +11,33 @@ The trace is run once at b = P, a prime above the sum of every integer of the mo
 Every other dimension is a sum, product or exact quotient of spec integers (or
 ceil(vocab / tp) < vocab): a sum is below P and a product of numbers below P has no factor P,
 so no dimension has one (a prime above the largest integer alone would not do: a sum of spec
-integers, e.g. a LoRA rank plus a rope dimension, could be P itself); the P-adic valuation of a measured integer is therefore its batch degree d,
-and c = x / P^d. The value at any micro-batch is c * mbs^d, summed exactly as integers (the
-traced path sums the same integers: fx_extract works on these polynomials either way, with
-degree 0 only when it traces the batch it reports). Where the argument does not hold (an MoE
-layer whose E does not divide s_loc * k, a spec integer at or above P, a non-integer
-measurement) the micro-batch is traced itself. tests/test_fx_batch.py compares the derived
-layer graphs with traced ones at micro-batch 1 to 4 for dense, MoE, MLA and sliding-window
-models.
+integers, e.g. a LoRA rank plus a rope dimension, could be P itself); the P-adic valuation of
+a measured integer is therefore its batch degree d, and c = x / P^d. The value at any
+micro-batch is c * mbs^d, summed exactly as integers (the traced path sums the same integers:
+fx_extract works on these polynomials either way, with degree 0 only when it traces the batch
+it reports). Where the argument does not hold (a spec
+integer at or above P, a non-integer measurement) the micro-batch is traced itself.
+
+An MoE layer whose E does not divide s_loc * k rounds its slots per expert up, cap =
+ceil(b * s_loc * k / E), not a multiple of b: the slots get their own tag, a second prime Q
+above P and above P * s * k / E (slot_prime), and the layer is traced once at b = P with cap =
+Q. cap enters a dimension only as a factor too ([E, cap, h] and [E / e, e * cap, h] buffers,
+the experts' GEMMs, the padded routing weights), so every measured integer is c * P^d * Q^e and
+its value at a micro-batch is c * mbs^d * cap^e. The only dimension that mixes the two is the
+permute's padding, E * cap - T * k rows of indices and weights: it is produced and consumed
+inside the permute's forward (one fused kernel: never measured, nest.graph.fx_extract's
+_node_bytes) and never saved. The tagged trace pads (E Q > P s_loc k), so it stands for the
+micro-batches that pad; one whose slots divide exactly (no padding branch) is traced itself.
+tests/test_fx_batch.py compares the derived layer graphs with traced ones at micro-batch 1 to 4
+for dense, MoE, MLA and sliding-window models, tests/test_fx_slots.py for slot-tagged ones
+(DeepSeek-V2, Qwen1.5-MoE, a synthetic 80-expert MoE; with tp / cp 8 and ep 8 / 16 derived).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-Poly = tuple  # ((degree, coefficient), ...) sorted by degree, no zero coefficients
+Poly = tuple  # (((batch degree, slot degree), coefficient), ...) sorted, no zero coefficients
 
 
 class NotTagged(Exception):
@@ -67,9 +79,44 @@ def taggable(m, v) -> bool:
     return (m.seq_len // v.cp) * m.top_k % m.num_experts == 0
 
 
-def poly(xs, tag: int | None) -> Poly:
-    """The sum of integers `xs` (measured at batch `tag`, or untagged: degree 0) as c_d by d."""
-    acc: dict[int, int] = {}
+def has_experts(m, kind: str) -> bool:
+    """Layer `kind` of `m` runs routed experts (an MoE block, or the head's MTP blocks)."""
+    if not m.is_moe:
+        return False
+    if kind.startswith("block"):
+        return "dense" not in kind.split(":")[1:]
+    return kind == "head" and bool(m.mtp_layers)
+
+
+def slot_tagged(m, kind: str, v) -> bool:
+    """Layer `kind` under `v` is traced with the slots per expert at their own tag (slot_prime):
+    it runs experts whose slots are not linear in the batch (not taggable)."""
+    return has_experts(m, kind) and not taggable(m, v)
+
+
+def slots(m, v, mbs: int) -> int:
+    """Slots per expert at micro-batch `mbs` (nest.graph.torch_models.MoE): ceil(T k / E)."""
+    return -(-mbs * (m.seq_len // v.cp) * m.top_k // m.num_experts)
+
+
+def padded(m, v, mbs: int) -> bool:
+    """The slots are rounded up at `mbs` (the permute pads): the slot-tagged trace's layout."""
+    return slots(m, v, mbs) * m.num_experts > mbs * (m.seq_len // v.cp) * m.top_k
+
+
+def slot_prime(m, tag: int) -> int:
+    """The slot tag: the smallest prime above the batch tag `tag` and above tag * s * k / E, so
+    that the tagged trace pads (E q > T k at every cp) like every padded micro-batch."""
+    q = max(tag, tag * m.seq_len * m.top_k // m.num_experts) + 1
+    while not _is_prime(q):
+        q += 1
+    return q
+
+
+def poly(xs, tag: int | None, slot_tag: int | None = None) -> Poly:
+    """The sum of integers `xs` (measured at batch `tag` and slots `slot_tag`, or untagged:
+    degree 0) as coefficients keyed by (batch degree, slot degree)."""
+    acc: dict[tuple[int, int], int] = {}
     for x in xs:
         if not x:
             continue
@@ -79,15 +126,19 @@ def poly(xs, tag: int | None) -> Poly:
             x = int(x)
         elif not isinstance(x, int):
             raise NotTagged(x)
-        d = 0
+        d = e = 0
         if tag:
             while x % tag == 0:
                 x //= tag
                 d += 1
-        acc[d] = acc.get(d, 0) + x
-    return tuple(sorted((d, c) for d, c in acc.items() if c))
+        if slot_tag:
+            while x % slot_tag == 0:
+                x //= slot_tag
+                e += 1
+        acc[d, e] = acc.get((d, e), 0) + x
+    return tuple(sorted((k, c) for k, c in acc.items() if c))
 
 
-def at(p: Poly, mbs: int) -> int:
-    """The exact integer the polynomial takes at micro-batch `mbs`."""
-    return sum(c * mbs ** d for d, c in p)
+def at(p: Poly, mbs: int, num_slots: int = 0) -> int:
+    """The exact integer the polynomial takes at micro-batch `mbs` and `num_slots` per expert."""
+    return sum(c * mbs ** d * num_slots ** e for (d, e), c in p)

@@ -23,7 +23,8 @@ Per fx node, measured:
 * Collectives: recorded by the modules' collective nodes during forward and backward.
 Identical transformer blocks are traced once per variant and shared. Fewer traces, each derived
 number exact (tests compare with traces): every micro-batch from one trace at a tagged batch
-(nest.graph.fx_batch), tp and cp above 4 from degrees 2 and 4 (nest.graph.fx_split), ep above 4
+(nest.graph.fx_batch; an MoE whose slots per expert are rounded up with the slots at a tag of
+their own, every padded micro-batch from it), tp and cp above 4 from degrees 2 and 4 (nest.graph.fx_split), ep above 4
 from ep 2 and 4 (nest.graph.fx_ep); one fx graph per module structure (_graph).
 
 Checked on a GPU (H200, torch 2.11): running the same block modules on CUDA, the growth of
@@ -302,6 +303,7 @@ class _Record:
     act: dict[str, fx_batch.Poly]
     boundary: fx_batch.Poly  # the layer output's bytes
     params: tuple[float, float]
+    slotted: bool = False  # traced with the MoE slots per expert at their own tag
 
 
 _GRAPHS: dict = {}  # (spec, kind, module structure) -> traced fx graph
@@ -319,14 +321,16 @@ def _graph(m: ModelSpec, kind: str, module: torch.nn.Module) -> fx.Graph:
     return graph
 
 
-def _record(m: ModelSpec, kind: str, v: Variant, b: int, tag: int | None) -> _Record:
-    """Trace layer `kind` at batch b; integers split by the batch tag (b itself) when tagged."""
-    module, inputs = tm.build_layer(m, kind, v, b)
+def _record(m: ModelSpec, kind: str, v: Variant, b: int, tag: int | None,
+            slot_tag: int | None = None) -> _Record:
+    """Trace layer `kind` at batch b; integers split by the batch tag (b itself) when tagged,
+    and by the slot tag (the MoE slots per expert, nest.graph.fx_batch.slot_prime) if given."""
+    module, inputs = tm.build_layer(m, kind, v, b, slots=slot_tag)
     graph = _graph(m, kind, module)
     exclude = _excluded(module)
 
     def poly(xs):
-        return fx_batch.poly(xs, tag)
+        return fx_batch.poly(xs, tag, slot_tag)
 
     attention = {n.name: n for n in graph.nodes if n.op == "call_module"
                  and getattr(module.get_submodule(n.target), "op_kind", None) == "attention"}
@@ -380,15 +384,16 @@ def _record(m: ModelSpec, kind: str, v: Variant, b: int, tag: int | None) -> _Re
                                   for t in _tensors(runner.values.get(n.name))])
     return _Record(kind, v, module, graph, nodes, {k: poly(x) for k, x in flops.items()},
                    {k: poly(x) for k, x in nbytes.items()}, mm_shapes, out_bytes, comms, act,
-                   poly([out.numel() * out.element_size()]), _params(module))
+                   poly([out.numel() * out.element_size()]), _params(module), bool(slot_tag))
 
 
-def _materialise(r: _Record, mbs: int) -> TracedLayer:
-    """The TracedLayer of record `r` at micro-batch `mbs` (every number an exact integer sum,
-    then the float arithmetic of a trace)."""
+def _materialise(r: _Record, mbs: int, num_slots: int = 0) -> TracedLayer:
+    """The TracedLayer of record `r` at micro-batch `mbs` and `num_slots` MoE slots per expert
+    (slot-tagged records; every number an exact integer sum, then the float arithmetic of a
+    trace)."""
 
     def val(p) -> int:
-        return fx_batch.at(p, mbs)
+        return fx_batch.at(p, mbs, num_slots)
 
     nodes, ops, totals = [], [], []
     for name, opcode, target, op_kind, scale, count, op_name, shape in r.nodes:
@@ -514,23 +519,25 @@ def _dims(m: ModelSpec) -> ModelSpec:
 @lru_cache(maxsize=1024)
 def _rec(m: ModelSpec, kind: str, v: Variant, mbs: int | None, split: bool) -> _Record | None:
     """The record of layer `kind` under `v`: traced at micro-batch `mbs`, or at the batch tag
-    (nest.graph.fx_batch) when mbs is None (None where the tag does not apply); with `split`,
-    tp and cp above 4 derived from degrees 2 and 4 (nest.graph.fx_split) where they can be."""
-    if mbs is None and not fx_batch.taggable(m, v):
-        return None
+    (nest.graph.fx_batch) when mbs is None, with MoE slots per expert that are not linear in the
+    batch at the slot tag (None where the tags do not apply); with `split`, tp and cp above 4
+    derived from degrees 2 and 4 (nest.graph.fx_split) where they can be, from bases tagged as
+    the variant is (a cp base may be batch-linear where the variant is not)."""
+    slotted = mbs is None and fx_batch.slot_tagged(m, kind, v)
     if split:
         for axis in ("tp", "cp"):
             if fx_split.derivable(m, v, axis, mbs):
                 tm._check(m, v, 1)  # the trace's variant checks
                 r2, r4 = (_rec(m, kind, b, mbs, split) for b in fx_split.bases(v, axis))
-                r = fx_split.derive(r2, r4, v, axis) if r2 and r4 else None
-                if r is not None:
-                    return r
+                if r2 and r4 and r2.slotted == r4.slotted == slotted:
+                    r = fx_split.derive(r2, r4, v, axis)
+                    if r is not None:
+                        return r
     if mbs is not None:
         return _record(m, kind, v, mbs, None)
     tag = fx_batch.tag_prime(m)
     try:
-        return _record(m, kind, v, tag, tag)
+        return _record(m, kind, v, tag, tag, fx_batch.slot_prime(m, tag) if slotted else None)
     except fx_batch.NotTagged:
         return None
 
@@ -544,6 +551,10 @@ def _tagged(m: ModelSpec, kind: str, v: Variant) -> _Record | None:
 def _cached(m: ModelSpec, kind: str, v: Variant, mbs: int, derive_mbs: bool = True,
             derive_split: bool = True) -> TracedLayer:
     r = _rec(m, kind, v, None, derive_split) if derive_mbs else None
+    if r is not None and r.slotted:  # the tagged trace pads the slots: so must the micro-batch
+        if fx_batch.padded(m, v, mbs):
+            return _materialise(r, mbs, fx_batch.slots(m, v, mbs))
+        r = None
     return _materialise(r or _rec(m, kind, v, mbs, derive_split), mbs)
 
 

@@ -9,7 +9,8 @@ saved bytes, collective bytes, operator shapes, parameters) is a + b / d in the 
 else fixed: two traces in the same structural class (d = 2 and d = 4: the same collectives,
 the same fx nodes) fix it, x(d) = x(4) + (x(2) - x(4)) (4 - d) / d, in integers. The split
 must be exact for this: d divides the vocabulary (else the vocab shard is rounded up) and the
-MoE slots per expert stay an integer (nest.graph.fx_batch.taggable); the variant checks of
+MoE slots per expert stay an integer at a traced micro-batch (batch- or slot-tagged records,
+nest.graph.fx_batch, derive from bases tagged alike); the variant checks of
 nest.graph.torch_models (heads, widths, sequence) run as for a trace. The sequence-parallel
 all-to-all divisor (t) follows the degree. tests/test_fx_split.py compares every derived variant
 of several models with its trace; a record pair outside the pattern is traced instead.
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from nest.graph import fx_batch
 
 BASE = (2, 4)
 
@@ -40,8 +40,8 @@ def derivable(m, v, axis: str, mbs: int | None) -> bool:
         s_loc = m.seq_len // v.cp
         if s_loc * v.cp != m.seq_len:
             return False
-        if mbs is None:
-            return fx_batch.taggable(m, v)
+        if mbs is None:  # batch- or slot-tagged (nest.graph.fx_batch): the cap is its own symbol
+            return True
         return mbs * s_loc * m.top_k % m.num_experts == 0
     return True
 

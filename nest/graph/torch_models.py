@@ -837,10 +837,16 @@ class Mlp(nn.Module):
 
 
 class MoE(nn.Module):
-    def __init__(self, m: ModelSpec, v: Variant, tokens: int):
+    """`slots` (nest.graph.fx_batch's slot tag): the slots per expert given, not computed from
+    the tokens (it must exceed tokens * k / E: the padded layout)."""
+
+    def __init__(self, m: ModelSpec, v: Variant, tokens: int, slots: int | None = None):
         super().__init__()
         h, f, E, e, k = m.hidden_size, m.ffn_hidden_size // v.tp, m.num_experts, v.ep, m.top_k
         cap = -(-tokens * k // E)  # balanced routing: slots per expert on this device
+        if slots is not None:
+            assert slots * E > tokens * k, (slots, tokens)
+            cap = slots
         self.h = h
         self.router = Linear("router", h, E, m.linear_bias)
         self.route = MoeRoute(k)
@@ -909,7 +915,8 @@ class Block(nn.Module):
     """One transformer block; input and output [s_loc (/t with sp), b, h]. `dense`: a dense MLP
     in an MoE model (DeepSeek's first blocks); `window`: this block's attention window."""
 
-    def __init__(self, m: ModelSpec, v: Variant, mbs: int, dense: bool = False, window: int = 0):
+    def __init__(self, m: ModelSpec, v: Variant, mbs: int, dense: bool = False, window: int = 0,
+                 slots: int | None = None):
         super().__init__()
         t = v.tp
         h, a, kv, d = m.hidden_size, m.num_heads // t, m.num_kv_heads // t, m.head_dim
@@ -950,7 +957,7 @@ class Block(nn.Module):
         self.norm2 = Norm("norm2", h, m.norm) if m.pre_norm else None
         self.tp_in2, self.tp_out2 = _TP(v).enter(), _TP(v).exit()
         if m.is_moe and not dense:
-            self.mlp = MoE(m, v, mbs * s_loc)
+            self.mlp = MoE(m, v, mbs * s_loc, slots)
         else:
             self.mlp = Mlp(m, t, m.dense_ffn_hidden_size if m.is_moe else None)
         self.post_norm2 = Norm("post_norm2", h, m.norm) if post else None
@@ -1018,7 +1025,7 @@ class EmbeddingLayer(nn.Module):
 class HeadLayer(nn.Module):
     """(hidden [s_loc (/t with sp), b, h], targets [s_loc, b]) -> loss per token [s_loc * b]."""
 
-    def __init__(self, m: ModelSpec, v: Variant, mbs: int = 1):
+    def __init__(self, m: ModelSpec, v: Variant, mbs: int = 1, slots: int | None = None):
         super().__init__()
         h, t = m.hidden_size, v.tp
         self.bert = m.family == "bert"
@@ -1035,7 +1042,7 @@ class HeadLayer(nn.Module):
         self.lm_head = Linear("lm_head", h, math.ceil(m.vocab_size / t), self.bert)
         self.softcap = SoftCap(m.final_softcap) if m.final_softcap else None
         self.loss = CrossEntropy(t)
-        self.mtp = nn.ModuleList(MtpModule(m, v, mbs) for _ in range(m.mtp_layers))
+        self.mtp = nn.ModuleList(MtpModule(m, v, mbs, slots) for _ in range(m.mtp_layers))
 
     def forward(self, x, target):
         hidden = x
@@ -1070,13 +1077,13 @@ class MtpModule(nn.Module):
     table is the main model's, held again on the last pipeline stage (as Megatron-LM does); the
     2h x h projection is replicated over tp (0.1% of DeepSeek-V3's MTP FLOPs)."""
 
-    def __init__(self, m: ModelSpec, v: Variant, mbs: int):
+    def __init__(self, m: ModelSpec, v: Variant, mbs: int, slots: int | None = None):
         super().__init__()
         h = m.hidden_size
         self.embed = EmbeddingLayer(m, v)
         self.hnorm, self.enorm = Norm("mtp_hnorm", h, m.norm), Norm("mtp_enorm", h, m.norm)
         self.eh_proj = Linear("mtp_eh_proj", 2 * h, h, False)
-        self.block = Block(m, v, mbs)
+        self.block = Block(m, v, mbs, slots=slots)
         self.final_norm = Norm("mtp_final_norm", h, m.norm)
         self.add = LossAdd()
 
@@ -1125,9 +1132,10 @@ def layer_inputs(m: ModelSpec, kind: str, v: Variant | None = None, mbs: int = 1
 
 
 def build_layer(m: ModelSpec, kind: str, v: Variant | None = None, mbs: int = 1,
-                device: str | torch.device = "meta") -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+                device: str | torch.device = "meta", slots: int | None = None,
+                ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """One device's module of layer `kind` under `v` (default: no parallelism) and fresh example
-    inputs (float inputs need grad)."""
+    inputs (float inputs need grad); `slots`: the MoE slots per expert, if given (MoE)."""
     v = v or Variant()
     _check(m, v, mbs)
     s_loc = m.seq_len // v.cp
@@ -1141,7 +1149,7 @@ def build_layer(m: ModelSpec, kind: str, v: Variant | None = None, mbs: int = 1,
             if kind != "block" and set(flags) - {"dense", "window"}:
                 raise ValueError(f"unknown layer kind '{kind}'")
             window = m.sliding_window if "window" in flags else 0
-            return Block(m, v, mbs, dense="dense" in flags, window=window), (x,)
+            return Block(m, v, mbs, dense="dense" in flags, window=window, slots=slots), (x,)
         if kind == "head":
-            return HeadLayer(m, v, mbs), (x, torch.zeros(s_loc, mbs, dtype=torch.long))
+            return HeadLayer(m, v, mbs, slots), (x, torch.zeros(s_loc, mbs, dtype=torch.long))
     raise ValueError(f"unknown layer kind '{kind}' (expected one of {LAYER_KINDS})")
