@@ -306,3 +306,29 @@ def test_mbs_options_are_the_sizes_searched(capsys):
         assert "not a multiple of any micro-batch size searched (4)" in out.reason
     rc, _, err = run(capsys, "plan", *TINY, "--global-batch", "6", "--mbs-options", "4")
     assert rc == 3 and "micro-batch size searched (4)" in err and "devices" not in err
+
+
+def test_mfu_warning_states_the_mfu_it_compares(monkeypatch):
+    """The ceiling is compared in the published row's FLOP convention: with the causal-half MFU
+    below the ceiling and the full-square MFU above it, the warning must not call the causal
+    number "ABOVE" (it read "predicted MFU 48.8% is ABOVE ... 53.6% full_attention > 49.0%")."""
+    import nest.reports.gains as gains
+
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=TrainingSettings(global_batch=8))
+    from nest.problem.plan_spec import expand
+
+    plan = expand({"model": "tiny_gpt", "cluster": "tiny_cluster", "num_devices": 4, "pp": 1,
+                   "dp": 4}, pr, "x")
+    ev = evaluate(plan, pr)
+    assert ev.mfu < ev.mfu_full_attention
+    ceiling = (ev.mfu + ev.mfu_full_attention) / 2  # between the two conventions
+    table = {"hardware_classes": {"tiny": [pr.cluster.hardware.name]},
+             "size_bands_B": {"small": [0, None]},
+             "runs": [{"id": "row", "hardware": "tiny", "architecture": "dense_decoder",
+                       "band": "small", "precision": "bf16", "mfu": ceiling,
+                       "convention": "full_attention"}]}
+    monkeypatch.setattr(gains, "load_best_published_mfu", lambda *a: table)
+    w = [x for x in warnings_for(plan, ev, pr) if "ABOVE" in x]
+    assert len(w) == 1
+    assert f"{ev.mfu:.1%} is ABOVE" not in w[0], w[0]  # the causal MFU is below the ceiling
+    assert f"{ev.mfu_full_attention:.1%} full_attention > {ceiling:.1%}" in w[0]

@@ -166,7 +166,7 @@ def mfu_notes(rows, problem) -> list[str]:
     top = max(scored, key=lambda r: r.mfu)
     note = mfu_ceiling_note(top.evaluation, problem)
     if note:
-        return [f"warning: {top.planner}'s predicted MFU {top.mfu:.1%} is {note}: treat its "
+        return [f"warning: {top.planner}'s predicted MFU is {note}: treat its "
                 f"time as optimistic"]
     note = mfu_unchecked_note(problem)
     return [f"note: {note}"] if note else []
