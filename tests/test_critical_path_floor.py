@@ -49,7 +49,7 @@ def test_simulated_groups_run_every_priced_send(tmp_path):
     pr = _problem(tmp_path, 16, 8, 32, "critical_path")
     space = declare(pr, KNOBS)
     n = 0
-    for *_, z, r, _cuts, plan in interleaved_plans(pr, space):
+    for *_, z, r, _cuts, plan in interleaved_plans(pr, space, True):
         if (z, r) != (0, "none"):
             continue
         ev = evaluate(plan, pr)
@@ -95,7 +95,7 @@ def test_device_time_bounds_below_the_simulated_pipeline(tmp_path, form, overlap
     pr = _problem(tmp_path, 16, 8, 32, form, overlap=overlap)
     space = declare(pr, KNOBS)
     n = former_above = 0
-    for *_, z, r, _cuts, plan in interleaved_plans(pr, space):
+    for *_, z, r, _cuts, plan in interleaved_plans(pr, space, True):
         if (z, r) != (0, "none"):
             continue
         lb = device_time_bounds(pr, space, plan)
@@ -122,7 +122,8 @@ def _brute_force_interleaved(pr, base):
     for var in base.variants:
         for p, d in pp_dp_options(pr, base, var):
             m = pr.num_microbatches(d, var.ep)
-            for v in virtual_options(blocks, p, m):
+            for v in virtual_options(blocks, p, m,
+                                     overlap_p2p=pr.training.overlap_p2p_comm):
                 for pl, lay, z, r in itertools.product(base.placements_for(var, p, d),
                                                        chunk_layouts(blocks, p, v),
                                                        base.zero_stages, base.recompute_modes):

@@ -180,7 +180,7 @@ def test_floors_stay_below_the_evaluator(tmp_path, form):
                          "max_pp": 4, "heterogeneous_stages": False})
     n = equal = 0
     floors = {}
-    for var, p, d, v, z, r, cuts, plan in interleaved_plans(pr, space):
+    for var, p, d, v, z, r, cuts, plan in interleaved_plans(pr, space, True):
         if (z, r) != (0, "none"):
             continue
         key = (var, p, d, v, tuple(cuts))

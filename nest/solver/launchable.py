@@ -47,10 +47,14 @@ from nest.problem.problem import Problem, with_mbs
 from nest.problem.space import SearchSpace, declare, pp_dp_options
 
 
-def virtual_options(num_blocks: int, p: int, m: int, max_v: int | None = None) -> list[int]:
+def virtual_options(num_blocks: int, p: int, m: int, max_v: int | None = None,
+                    overlap_p2p: bool = False) -> list[int]:
     """v >= 2 with p >= 2, m a multiple of p (Megatron-LM's interleaved schedule) and at least
-    one chunk layout (`chunk_layouts`)."""
-    if p < 2 or m % p:
+    one chunk layout (`chunk_layouts`). Without overlap_p2p (the training setting
+    overlap_p2p_comm) p >= 3: Megatron-LM's validate_args asserts "pipeline-model-parallel size
+    should be greater than 2" for an interleaved schedule whose sends do not overlap (two
+    sends between the same two ranks in one batch)."""
+    if p < (2 if overlap_p2p else 3) or m % p:
         return []
     top = (num_blocks + 2) // p if max_v is None else min(max_v, (num_blocks + 2) // p)
     return [v for v in range(2, top + 1) if chunk_layouts(num_blocks, p, v)]
@@ -132,7 +136,7 @@ def interleaved_candidates(problem: Problem, space: SearchSpace, max_v: int | No
         prefix_LR = None
         for p, d in pp_dp_options(problem, space, var):
             m = problem.num_microbatches(d, var.ep)
-            vs = virtual_options(num_blocks, p, m, max_v)
+            vs = virtual_options(num_blocks, p, m, max_v, problem.training.overlap_p2p_comm)
             if not vs:
                 continue
             if prefix_LR is None:
