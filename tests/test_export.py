@@ -828,3 +828,30 @@ def test_rank_map_names_graph_nodes_and_torus_chips(tmp_path):
     torus = make_problem("llama2_7b", "tpuv4_torus", 64).cluster.device_names
     assert torus[:3] == ("0,0,0", "1,0,0", "0,1,0") and len(set(torus)) == 4096
     assert make_problem("tiny_gpt", "tiny_cluster", 4).cluster.device_names == ()
+
+
+def test_interleaved_pp2_with_blocking_sends_exports_overlapped_sends():
+    """Megatron-LM's validate_args asserts pp > 2 for an interleaved schedule without
+    --overlap-p2p-communication; a plan priced with blocking sends (the default) at pp 2 is
+    exported with overlapped sends (no --no-overlap-p2p-communication), re-scored under
+    overlap_p2p_comm, with both times in a warning (pp > 2 keeps the blocking flag:
+    tests/test_p2p_overlap.py)."""
+    from nest.problem.plan import Stage
+    from nest.spec.settings import TrainingSettings
+
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=TrainingSettings(global_batch=8))
+    L = pr.graph.num_layers  # 4 blocks
+
+    def interleaved(p, cuts):
+        base = make_plan(pr, "h", Variant(), p, 1, cuts[:p], [0] * p, ["none"] * p,
+                         "replica_major")
+        return base.with_(schedule="interleaved", virtual_stages=len(cuts) // p, stages=tuple(
+            Stage(a, b, 1, base.stages[j % p].device_ids) for j, (a, b) in enumerate(cuts)))
+
+    two = interleaved(2, [(0, 1), (2, 2), (3, 3), (4, L - 1)])
+    exp = to_megatron(two, pr)
+    assert "--no-overlap-p2p-communication" not in exp.args
+    over = evaluate(two, pr.with_training(overlap_p2p_comm=True)).time_per_batch_s
+    assert exp.time_per_batch_s == pytest.approx(over, rel=1e-12)
+    assert any("pp 2 only with overlapped" in w and f"{over:.4f}" in w
+               and f"{evaluate(two, pr).time_per_batch_s:.4f}" in w for w in exp.warnings)

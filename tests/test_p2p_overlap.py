@@ -238,14 +238,15 @@ def test_setting_is_off_by_default_and_a_flag():
 def test_export_states_the_priced_p2p_behaviour(tmp_path):
     """Megatron-LM overlaps the interleaved sends unless told not to
     (--no-overlap-p2p-communication is store_false on overlap_p2p_comm): an interleaved plan
-    priced without the setting exports that flag, with it nothing; 1F1B never."""
+    priced without the setting exports that flag, with it nothing; 1F1B never. (pp 4: at pp 2
+    Megatron-LM interleaves only with overlapped sends, tests/test_export.py)"""
     from nest.interfaces.export import to_megatron
     from nest.problem.space import declare
     from nest.solver.launchable import interleaved_plan
 
-    pr = _problem(tmp_path, 8, 2, 4)
+    pr = _problem(tmp_path, 8, 4, 4)
     var = declare(pr, {"zero_stages": [0], "recompute_modes": ["none"]}).variants[0]
-    plan = interleaved_plan(pr, var, 2, 1, 2, "replica_major", 0, "none")
+    plan = interleaved_plan(pr, var, 4, 1, 2, "replica_major", 0, "none")
     off = pr.with_training(overlap_p2p_comm=False)
     assert "--no-overlap-p2p-communication" not in to_megatron(plan, pr).args
     assert "--no-overlap-p2p-communication" in to_megatron(plan, off).args

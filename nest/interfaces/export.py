@@ -530,6 +530,18 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
     if projected:
         warnings.append(f"time per batch under the shared evaluator: {ev.time_per_batch_s:.4f} s "
                         f"exported vs {original.time_per_batch_s:.4f} s planned")
+    tr = problem.training
+    if (out.schedule == "interleaved" and out.virtual_stages > 1 and out.pp == 2
+            and not tr.overlap_p2p_comm):
+        # Megatron-LM's validate_args: an interleaved schedule with blocking sends needs pp > 2
+        # (two sends between the same two ranks in one batch); with pp 2 it runs them overlapped
+        tr = tr.with_(overlap_p2p_comm=True)
+        t = evaluate(out, problem.with_training(tr))
+        warnings.append(f"Megatron-LM interleaves pp 2 only with overlapped pipeline sends "
+                        f"(validate_args): exported with them (overlap_p2p_comm): "
+                        f"{t.time_per_batch_s:.4f} s vs {ev.time_per_batch_s:.4f} s priced "
+                        f"blocking")
+        ev = t
     L = g.num_layers
     dp_total = out.dp * out.ep
     batch = out.global_batch
@@ -555,7 +567,7 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
                         f"tp={out.tp}")
     a += _pipeline_args(out, L - 2, L, problem.model.mtp_layers)
     a += _memory_args(out)
-    a += _overlap_args(out, problem.training, warnings)
+    a += _overlap_args(out, tr, warnings)
     if order == "tp-cp-ep-pp-dp":
         a.append("--use-tp-pp-dp-mapping")
     a += ["--micro-batch-size", str(out.mbs), "--global-batch-size", str(batch)]
