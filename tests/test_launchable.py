@@ -180,6 +180,22 @@ def test_no_interleaved_pp2_without_overlapped_sends(tmp_path):
     assert over_plan.schedule == "interleaved" and over_plan.pp == 2
 
 
+def test_no_cp_under_the_unfused_attention_core():
+    """Transformer Engine has no unfused kernel for context parallelism and Megatron-LM's own
+    core asserts cp 1: priced with the unfused core (the A100 / V100 default), the launchable
+    space holds no cp > 1 (tiny_moe picked cp 2 there), and its optimum is the brute force's
+    over the variants with cp 1. Under flash attention cp 2 stays (and wins here)."""
+    tr = TrainingSettings(global_batch=8, attention="unfused")
+    pr = make_problem("tiny_moe", "tiny_cluster", 8, training=tr)
+    over = {"zero_stages": [1], "recompute_modes": ["none"], "max_pp": 2}
+    T, plan, _, _ = search_launchable(pr, {"space": over})
+    assert plan.cp == 1
+    bf_T, _ = brute_force(pr, {**over, "cp": [1]})
+    assert T == pytest.approx(bf_T, rel=1e-9)
+    flash = make_problem("tiny_moe", "tiny_cluster", 8, training=tr.with_(attention="flash"))
+    assert search_launchable(flash, {"space": over})[1].cp == 2
+
+
 def test_no_cp_with_ep_in_the_launchable_space():
     """cp > 1 with ep > 1: no Megatron-LM launch builds the groups such a plan prices (the export
     projects it), so the launchable space leaves those variants out, and what it returns exports

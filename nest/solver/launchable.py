@@ -1,7 +1,8 @@
 """Problem -> the fastest plan Megatron-LM launches exactly as priced (`nest plan`'s default space).
 
 The launchable space (what nest.interfaces.export writes without projecting anything):
-  * one sub-graph variant (tp, sp, ep, cp; not cp > 1 with ep > 1: `launchable_space`) for every
+  * one sub-graph variant (tp, sp, ep, cp; not cp > 1 with ep > 1, nor under the unfused attention
+    core: `launchable_space`) for every
     stage, one ZeRO stage and one recomputation
     mode for every stage (Megatron-LM applies --recompute-granularity and the distributed
     optimizer / Megatron-FSDP to the whole model);
@@ -310,11 +311,17 @@ def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
     return best_T, best, n
 
 
-def launchable_space(space: SearchSpace) -> SearchSpace:
+def launchable_space(space: SearchSpace, problem: Problem | None = None) -> SearchSpace:
     """The space without the variants with cp > 1 and ep > 1: Megatron-LM builds its expert
     groups on a grid that folds ep over the cp ranks, so no launch runs the groups such a plan
-    prices (nest.interfaces.export projects it)."""
-    return space.with_(variants=tuple(v for v in space.variants if v.launchable))
+    prices (nest.interfaces.export projects it). Priced with the unfused attention core
+    (nest.graph.attention; A100 / V100 hardware files), without cp > 1 either: Transformer
+    Engine has no unfused kernel for context parallelism ("Disabling UnfusedDotProductAttention
+    as it does not support context parallelism", dot_product_attention/utils.py) and Megatron-
+    LM's own core asserts cp 1."""
+    unfused = problem is not None and problem.attention == "unfused"
+    return space.with_(variants=tuple(v for v in space.variants
+                                      if v.launchable and not (unfused and v.cp > 1)))
 
 
 def search_launchable(problem: Problem, settings: dict, log=None):
@@ -329,7 +336,7 @@ def search_launchable(problem: Problem, settings: dict, log=None):
     for mbs in mbs_sizes(problem, settings):
         pr = with_mbs(problem, mbs)
         base = launchable_space(declare(pr, {**(settings.get("space") or {}),
-                                             "heterogeneous_stages": False}))
+                                             "heterogeneous_stages": False}), pr)
         for z in base.zero_stages:
             for r in base.recompute_modes:
                 space = base.with_(zero_stages=(z,), recompute_modes=(r,))
