@@ -420,3 +420,9 @@ def test_a_relative_hardware_path_is_read_beside_the_cluster_file(tmp_path, monk
     # a catalog name stays a name
     assert load_cluster(_write(tmp_path / "kit", {**cl, "hardware": "h100_sxm"}, "n.yaml"),
                         8).hardware.name == "h100_sxm"
+    # the roofline note names no catalog file the card does not come from
+    from nest.interfaces.cli import model_notes
+    from nest.problem.problem import make_problem
+
+    notes = " ".join(model_notes(make_problem("tiny_gpt", str(path), 8)))
+    assert "roofline" in notes and "config/hardware/a100_sxm_40g.yaml" not in notes

@@ -150,7 +150,8 @@ def model_notes(problem) -> list[str]:
     out = []
     if hw.profile_dir is None:
         out.append(f"note: {hw.name} has no measured operator profiles: every operator is "
-                   f"priced by the roofline (config/hardware/{hw.name}.yaml's knobs)")
+                   f"priced by the roofline (the efficiency knobs of hardware '{hw.name}', "
+                   f"which may come from a file outside config/hardware)")
     out += [f"note: network: {n}" for n in problem.cluster.notes]
     return out
 
