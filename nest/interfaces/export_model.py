@@ -34,6 +34,8 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
     else:  # Llama family: rotary, no biases (gpt-oss: biases on every linear)
         theta = float(m.rope_theta or 10000)  # the default base (module docstring)
         a += ["--position-embedding-type", "rope", "--rotary-base", str(int(theta))]
+        if m.rotary_percent != 1:  # Hugging Face partial_rotary_factor
+            a += ["--rotary-percent", repr(m.rotary_percent)]
         if m.rope_local_theta and (m.rope_scaling or m.rope_local_theta != theta):
             # one rotary base and scaling for every layer in Megatron-LM's arguments
             scaled = f" with RoPE scaling ({m.rope_scaling})" if m.rope_scaling else ""

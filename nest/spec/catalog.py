@@ -124,6 +124,9 @@ class ModelSpec:
     # a Hugging Face config's RoPE scaling ("llama3 factor=32.0 ..."): rotation frequencies only,
     # no cost (nest.graph.hf_spec); carried so that `nest export` states it or warns
     rope_scaling: str = ""
+    # the share of each head's dimensions RoPE rotates (Hugging Face partial_rotary_factor:
+    # Phi-4-mini 0.75; Megatron-LM --rotary-percent): no cost, carried for `nest export`
+    rotary_percent: float = 1.0
     # numerics of a Hugging Face family that cost nothing here but that Megatron-LM's arguments
     # do not state (Gemma's embedding scale, ...): `nest export` warns with them
     numerics_notes: tuple[str, ...] = ()
