@@ -211,6 +211,20 @@ def test_idle_devices_explained():
     assert "the best plan on all 4, pp 4 x dp 1" in w and "vs this plan" in w
 
 
+def test_idle_devices_of_a_given_plan_claim_no_search():
+    """`nest evaluate` of a plan leaving devices idle (and `nest plan` with a baseline) ran no
+    search on every device: the warning said "the search is exact, so no plan on more of them
+    was faster or fitted" about a hand-written plan."""
+    from nest.problem.plan_spec import expand
+
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=TrainingSettings(global_batch=8))
+    plan = expand({"model": "tiny_gpt", "cluster": "tiny_cluster", "num_devices": 4, "pp": 1,
+                   "dp": 2}, pr, "x")
+    w = " | ".join(warnings_for(plan, evaluate(plan, pr), pr))
+    assert "2 of 4 devices stay idle" in w and "no plan on all of them was searched for" in w
+    assert "search is exact" not in w
+
+
 def test_global_batch_flag_on_an_interleaved_plan_names_the_flag(capsys, tmp_path):
     """`nest evaluate plan.json --global-batch N` on an interleaved plan whose micro-batch count
     would not be a multiple of pp: one error naming --global-batch and a batch that works (it
