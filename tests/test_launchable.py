@@ -234,3 +234,18 @@ def test_the_launchable_graph_plans_as_the_whole_graph():
     assert plan is not None and (T2, plan2, pr2.mbs) == (T, plan, pr.mbs)
     assert {k: stats2[k] for k in ("candidates", "visited", "interleaved")} == {
         k: stats[k] for k in ("candidates", "visited", "interleaved")}
+
+
+def test_nothing_fits_names_the_launchable_space():
+    """The reason a launchable search found nothing names the variants it searched: not the
+    cp > 1 ones the unfused core leaves out (Mixtral-8x22B on 64 A100 40 GB listed cp 1/2/4/8)."""
+    from nest.planners.registry import NoPlan
+    from nest.solver import plan_launchable
+
+    tr = TrainingSettings(global_batch=8, attention="unfused")
+    pr = make_problem("tiny_moe", "tiny_cluster", 8, training=tr).with_hardware(hbm_bytes=2e7)
+    over = {"space": {"zero_stages": [0], "recompute_modes": ["none"], "tp": [1]}}
+    assert any(v.cp > 1 for v in declare(pr, over["space"]).variants)
+    with pytest.raises(NoPlan) as e:
+        plan_launchable(pr, over)
+    assert "no plan of the space fits" in str(e.value) and "cp2" not in str(e.value), str(e.value)
