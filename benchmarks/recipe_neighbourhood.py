@@ -172,7 +172,8 @@ class Hunt:
             return []
         if v > 1:
             m = pr.num_microbatches(d, var.ep)
-            if v not in virtual_options(self.blocks, p, m):
+            if v not in virtual_options(self.blocks, p, m,
+                                        overlap_p2p=pr.training.overlap_p2p_comm):
                 return []
             return [interleaved_plan(pr, var, p, d, v, k["placement"], k["zero"], k["rec"],
                                      layout=lay) for lay in chunk_layouts(self.blocks, p, v)]

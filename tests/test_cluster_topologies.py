@@ -393,3 +393,36 @@ def test_nvlink_sharp_only_on_an_nvlink_switch_domain(tmp_path):
         no_switch, "all_reduce", node, 3e8)
     with pytest.raises(SpecError, match="nvlink_switch"):
         graph(nvlink_switch="no")
+
+
+def test_a_relative_hardware_path_is_read_beside_the_cluster_file(tmp_path, monkeypatch):
+    """A cluster file naming its hardware file by a relative path loads from any working folder
+    (as its graph file does, and as a plan's model and cluster paths do): the A100 40 GB file
+    shipped beside the cluster file was "file not found" once `nest evaluate` ran elsewhere."""
+    hw = read_yaml(config_dir() / "hardware" / "a100_sxm.yaml")
+    hw.update(name="a100_sxm_40g", hbm_GiB=40)
+    (tmp_path / "kit").mkdir()
+    _write(tmp_path / "kit", hw, "a100_40g.yaml")
+    cl = {"name": "a100_40g_4pn", "hardware": "a100_40g.yaml", "source": "test",
+          "levels": [{"name": "node", "devices_per_group": 4, "bandwidth_GBps": 200,
+                      "latency_us": 2.0},
+                     {"name": "leaf", "devices_per_group": 64, "bandwidth_GBps": 25,
+                      "latency_us": 5.0}]}
+    path = _write(tmp_path / "kit", cl)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    c = load_cluster(path, 8)
+    assert c.hardware.name == "a100_sxm_40g" and c.hardware.hbm_bytes == 40 * 2**30
+    # a file of that name in the working folder does not shadow the one beside the cluster
+    _write(elsewhere, {**hw, "name": "decoy"}, "a100_40g.yaml")
+    assert load_cluster(path, 8).hardware.name == "a100_sxm_40g"
+    # a catalog name stays a name
+    assert load_cluster(_write(tmp_path / "kit", {**cl, "hardware": "h100_sxm"}, "n.yaml"),
+                        8).hardware.name == "h100_sxm"
+    # the roofline note names no catalog file the card does not come from
+    from nest.interfaces.cli import model_notes
+    from nest.problem.problem import make_problem
+
+    notes = " ".join(model_notes(make_problem("tiny_gpt", str(path), 8)))
+    assert "roofline" in notes and "config/hardware/a100_sxm_40g.yaml" not in notes

@@ -49,7 +49,7 @@ def test_simulated_groups_run_every_priced_send(tmp_path):
     pr = _problem(tmp_path, 16, 8, 32, "critical_path")
     space = declare(pr, KNOBS)
     n = 0
-    for *_, z, r, _cuts, plan in interleaved_plans(pr, space):
+    for *_, z, r, _cuts, plan in interleaved_plans(pr, space, True):
         if (z, r) != (0, "none"):
             continue
         ev = evaluate(plan, pr)
@@ -95,7 +95,7 @@ def test_device_time_bounds_below_the_simulated_pipeline(tmp_path, form, overlap
     pr = _problem(tmp_path, 16, 8, 32, form, overlap=overlap)
     space = declare(pr, KNOBS)
     n = former_above = 0
-    for *_, z, r, _cuts, plan in interleaved_plans(pr, space):
+    for *_, z, r, _cuts, plan in interleaved_plans(pr, space, True):
         if (z, r) != (0, "none"):
             continue
         lb = device_time_bounds(pr, space, plan)
@@ -122,7 +122,8 @@ def _brute_force_interleaved(pr, base):
     for var in base.variants:
         for p, d in pp_dp_options(pr, base, var):
             m = pr.num_microbatches(d, var.ep)
-            for v in virtual_options(blocks, p, m):
+            for v in virtual_options(blocks, p, m,
+                                     overlap_p2p=pr.training.overlap_p2p_comm):
                 for pl, lay, z, r in itertools.product(base.placements_for(var, p, d),
                                                        chunk_layouts(blocks, p, v),
                                                        base.zero_stages, base.recompute_modes):
@@ -142,8 +143,7 @@ CASES = [(8, 4, 8, None), (8, 4, 16, 4e9), (8, 8, 32, None), (8, 8, 8, 4e9), (16
 def test_interleaved_search_equals_brute_force_under_critical_path(tmp_path, blocks, n, batch,
                                                                     hbm):
     pr = _problem(tmp_path, blocks, n, batch, "critical_path", hbm)
-    base = launchable_space(declare(pr, {**SPACE, "heterogeneous_stages": False}),
-                            pr.cluster.node_size)
+    base = launchable_space(declare(pr, {**SPACE, "heterogeneous_stages": False}), pr)
     T, plan, _ = search_interleaved(pr, base, math.inf)
     bf = _brute_force_interleaved(pr, base)
     assert plan is not None and T == pytest.approx(bf, rel=1e-12)

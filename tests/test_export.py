@@ -828,3 +828,80 @@ def test_rank_map_names_graph_nodes_and_torus_chips(tmp_path):
     torus = make_problem("llama2_7b", "tpuv4_torus", 64).cluster.device_names
     assert torus[:3] == ("0,0,0", "1,0,0", "0,1,0") and len(set(torus)) == 4096
     assert make_problem("tiny_gpt", "tiny_cluster", 4).cluster.device_names == ()
+
+
+def test_interleaved_pp2_with_blocking_sends_exports_overlapped_sends():
+    """Megatron-LM's validate_args asserts pp > 2 for an interleaved schedule without
+    --overlap-p2p-communication; a plan priced with blocking sends (the default) at pp 2 is
+    exported with overlapped sends (no --no-overlap-p2p-communication), re-scored under
+    overlap_p2p_comm, with both times in a warning (pp > 2 keeps the blocking flag:
+    tests/test_p2p_overlap.py)."""
+    from nest.problem.plan import Stage
+    from nest.spec.settings import TrainingSettings
+
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=TrainingSettings(global_batch=8))
+    L = pr.graph.num_layers  # 4 blocks
+
+    def interleaved(p, cuts):
+        base = make_plan(pr, "h", Variant(), p, 1, cuts[:p], [0] * p, ["none"] * p,
+                         "replica_major")
+        return base.with_(schedule="interleaved", virtual_stages=len(cuts) // p, stages=tuple(
+            Stage(a, b, 1, base.stages[j % p].device_ids) for j, (a, b) in enumerate(cuts)))
+
+    two = interleaved(2, [(0, 1), (2, 2), (3, 3), (4, L - 1)])
+    exp = to_megatron(two, pr)
+    assert "--no-overlap-p2p-communication" not in exp.args
+    over = evaluate(two, pr.with_training(overlap_p2p_comm=True)).time_per_batch_s
+    assert exp.time_per_batch_s == pytest.approx(over, rel=1e-12)
+    assert any("pp 2 only with overlapped" in w and f"{over:.4f}" in w
+               and f"{evaluate(two, pr).time_per_batch_s:.4f}" in w for w in exp.warnings)
+
+
+def test_context_parallelism_over_windows_exports_a_ring_te_runs(tmp_path):
+    """Transformer Engine refuses a sliding window under cp_comm_type p2p (Megatron-LM's default
+    ring) and a learnable softmax under anything but a2a (context_parallel.py,
+    attn_forward_func_with_cp). Windowed layers with cp > 1 export --cp-comm-type all_gather,
+    the form priced (the K/V all-gather); gpt-oss's sinks a2a with a warning; a window of at
+    least the sequence is full attention: no --window-size (nor a cp comm type) at all."""
+    mistral = dict(model_type="mistral", hidden_size=64, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
+                   vocab_size=1000, max_position_embeddings=512, sliding_window=32)
+    _, exp = _export_tiny(tmp_path, mistral, Variant(cp=2), 1, 2)
+    assert _flag(exp.args, "--cp-comm-type") == "all_gather"
+    assert _flag(exp.args, "--window-size") == "(31,0)"
+    _, exp = _export_tiny(tmp_path, mistral, Variant(), 1, 2)
+    assert "--cp-comm-type" not in exp.args  # no cp: Megatron-LM's default stays
+    wide = {**mistral, "sliding_window": 128}  # = seq_len: every key is in the window
+    _, exp = _export_tiny(tmp_path, wide, Variant(cp=2), 1, 2)
+    assert "--window-size" not in exp.args and "--cp-comm-type" not in exp.args
+    oss = dict(model_type="gpt_oss", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=32, intermediate_size=64, num_local_experts=4,
+               num_experts_per_tok=2, vocab_size=1000, max_position_embeddings=512,
+               sliding_window=32, attention_bias=True)
+    _, exp = _export_tiny(tmp_path, oss, Variant(cp=2), 1, 2)
+    assert _flag(exp.args, "--cp-comm-type") == "a2a"
+    assert any("a2a" in w and "sinks" in w for w in exp.warnings)
+
+
+def test_context_parallelism_priced_unfused_exports_a_fused_kernel():
+    """Transformer Engine has no unfused attention kernel under context parallelism (it disables
+    UnfusedDotProductAttention there; Megatron-LM's own core asserts cp 1): a cp 2 plan priced
+    with the unfused core (the A100 / V100 default) is exported with --attention-backend auto,
+    re-scored with flash attention, both times in a warning; cp 1 keeps the unfused backend."""
+    from nest.spec.settings import TrainingSettings
+
+    tr = TrainingSettings(global_batch=8, attention="unfused")
+    pr = make_problem("tiny_moe", "tiny_cluster", 8, training=tr)
+    L = pr.graph.num_layers
+    plan = make_plan(pr, "h", Variant(cp=2), 2, 2, [(0, L // 2 - 1), (L // 2, L - 1)], [1, 1],
+                     ["none", "none"], "replica_major")
+    exp = to_megatron(plan, pr)
+    assert _flag(exp.args, "--attention-backend") == "auto"
+    flash = evaluate(plan, pr.with_training(attention="flash")).time_per_batch_s
+    assert exp.time_per_batch_s == pytest.approx(flash, rel=1e-12)
+    assert flash != evaluate(plan, pr).time_per_batch_s
+    assert any("context parallelism only with a fused" in w and f"{flash:.4f}" in w
+               for w in exp.warnings)
+    one = make_plan(pr, "h", Variant(), 2, 4, [(0, L // 2 - 1), (L // 2, L - 1)], [1, 1],
+                    ["none", "none"], "replica_major")
+    assert _flag(to_megatron(one, pr).args, "--attention-backend") == "unfused"

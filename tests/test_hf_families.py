@@ -180,7 +180,23 @@ OLMOE_1B_7B = {
     "output_router_logits": False, "router_aux_loss_coef": 0.01, "pad_token_id": 1,
     "eos_token_id": 50279, "initializer_range": 0.02, "use_cache": True}
 
-FULL_SIZE = {"olmoe_1b_7b": OLMOE_1B_7B, "mistral_nemo": MISTRAL_NEMO, "phi_4": PHI_4, "phi_3_medium_4k": PHI3_MEDIUM_4K, "llama3_2_1b": LLAMA3_2_1B, "qwen2_5_7b": QWEN2_5_7B, "qwen3_8b": QWEN3_8B, "qwen3_30b_a3b": QWEN3_30B_A3B,
+# https://huggingface.co/microsoft/Phi-4-mini-instruct/blob/main/config.json (RoPE on 3/4 of
+# each head, tied embeddings, its original code's full_attn_mod / interpolate_factor /
+# lm_head_bias; rope_scaling's 48-entry factor lists shortened: no cost, not counted)
+PHI_4_MINI = {
+    "_name_or_path": "microsoft/Phi-4-mini-instruct", "model_type": "phi3",
+    "architectures": ["Phi3ForCausalLM"], "hidden_size": 3072, "intermediate_size": 8192,
+    "num_hidden_layers": 32, "num_attention_heads": 24, "num_key_value_heads": 8,
+    "vocab_size": 200064, "max_position_embeddings": 131072,
+    "original_max_position_embeddings": 4096, "partial_rotary_factor": 0.75,
+    "rope_scaling": {"long_factor": [1.0] * 48, "short_factor": [1.0] * 48, "type": "longrope"},
+    "rope_theta": 10000.0, "rms_norm_eps": 1e-05, "hidden_act": "silu",
+    "tie_word_embeddings": True, "attention_bias": False, "attention_dropout": 0.0,
+    "embd_pdrop": 0.0, "resid_pdrop": 0.0, "mlp_bias": False, "sliding_window": 262144,
+    "full_attn_mod": 1, "interpolate_factor": 1, "lm_head_bias": False,
+    "bos_token_id": 199999, "eos_token_id": 199999, "pad_token_id": 199999}
+
+FULL_SIZE = {"olmoe_1b_7b": OLMOE_1B_7B, "phi_4_mini": PHI_4_MINI, "mistral_nemo": MISTRAL_NEMO, "phi_4": PHI_4, "phi_3_medium_4k": PHI3_MEDIUM_4K, "llama3_2_1b": LLAMA3_2_1B, "qwen2_5_7b": QWEN2_5_7B, "qwen3_8b": QWEN3_8B, "qwen3_30b_a3b": QWEN3_30B_A3B,
              "qwen1_5_moe_a2_7b": QWEN1_5_MOE_A2_7B, "gemma_2_9b": GEMMA2_9B,
              "phi_3_mini_4k": PHI3_MINI_4K, "deepseek_v2_lite": DEEPSEEK_V2_LITE,
              "deepseek_v3": DEEPSEEK_V3}
@@ -703,3 +719,29 @@ def test_transformers5_saved_moe_configs_plan():
     assert fx.total_params(spec) == hf_num_params(base)
     with pytest.raises(SpecError, match="key 'qk_head_dim'"):
         model_spec_from_hf_config({**d, "qk_head_dim": nope}, seq_len=128)
+
+
+def test_partial_rotary_is_exported_and_phi4_minis_legacy_keys_read(tmp_path):
+    """partial_rotary_factor (Phi-4-mini: RoPE on 3/4 of each head) costs nothing but changes
+    the model: carried as rotary_percent and exported as Megatron-LM's --rotary-percent (it was
+    accepted and dropped, so the export trained RoPE over whole heads). Phi-4-mini's
+    full_attn_mod / interpolate_factor / lm_head_bias are read at their no-op values only."""
+    from nest.interfaces.export_model import model_args
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(PHI_4_MINI))
+    spec = model_spec_from_hf_config(path, seq_len=4096)
+    assert spec.rotary_percent == 0.75
+    a = model_args(spec, [])
+    assert a[a.index("--rotary-percent") + 1] == "0.75"
+    assert "--rotary-percent" not in model_args(
+        model_spec_from_hf_config(FIXTURES / "llama_3_70b.json", seq_len=4096), [])
+    for key, value in (("full_attn_mod", 2), ("interpolate_factor", 4), ("lm_head_bias", True)):
+        path.write_text(json.dumps({**PHI_4_MINI, key: value}))
+        with pytest.raises(SpecError, match=key):
+            model_spec_from_hf_config(path, seq_len=4096)
+    path.write_text(json.dumps({**PHI_4_MINI, "partial_rotary_factor": None,
+                                "rope_parameters": {"rope_type": "default",
+                                                    "partial_rotary_factor": "half"}}))
+    with pytest.raises(SpecError, match="partial_rotary_factor"):
+        model_spec_from_hf_config(path, seq_len=4096)

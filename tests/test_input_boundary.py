@@ -781,3 +781,28 @@ def test_control_characters_in_messages_are_escaped(hostile, capsys):
     line = out.strip()
     assert line.count("\n") == 0 and all(c.isprintable() for c in line), repr(line)
     assert "no_such_" in line
+
+
+@pytest.mark.parametrize("value,key,says", [
+    ("some", "recompute", "'some'; expected one of 'none', 'selective', 'full' (or a list, "
+                          "each one of 'none', 'selective', 'full')"),
+    (["none", "bogus"], "recompute.1", "'bogus'; expected one of 'none', 'selective', 'full'"),
+    (4, "zero_stage", "4 is out of range; expected an integer 0 <= value <= 3 (or a list, each "
+                      "an integer 0 <= value <= 3)"),
+    ("1", "zero_stage", "'1' is a string; expected an integer"),
+    ("tp-dp;rm -rf ~", "placement", "expected one of 'replica_major', 'stage_major' (or a "
+                                    "string matching"),
+])
+def test_a_value_of_alternatives_says_what_was_expected(value, key, says):
+    """A key whose schema offers alternatives (a mode or one per stage; a name or a rank order)
+    names what the value's own alternative expected, not jsonschema's "is not valid under any
+    of the given schemas" (which `nest evaluate` printed for recompute: some)."""
+    from nest.common.inputs import validate
+
+    plan = {"model": "llama2_7b", "cluster": "tiny_cluster", "num_devices": 4, "pp": 1, "dp": 4,
+            key.split(".")[0]: value}
+    with pytest.raises(SpecError) as e:
+        validate(plan, "plan_spec", "p.yaml")
+    msg = str(e.value)
+    assert msg.startswith(f"p.yaml: key '{key}': ") and says in msg, msg
+    assert "given schemas" not in msg

@@ -59,7 +59,7 @@ def brute_force(problem, space_over: dict, mbs_options=()):
                 for p, d in pp_dp_options(pr, base, var):
                     m = pr.num_microbatches(d, var.ep)
                     B = pr.graph.num_layers - 2
-                    for v in virtual_options(B, p, m):
+                    for v in virtual_options(B, p, m, overlap_p2p=pr.training.overlap_p2p_comm):
                         for pl, lay in itertools.product(base.placements_for(var, p, d),
                                                          chunk_layouts(B, p, v)):
                             plan = interleaved_plan(pr, var, p, d, v, pl, z, r, layout=lay)
@@ -85,12 +85,13 @@ def test_launchable_equals_brute_force(tmp_path, n, batch, hbm, mbs_options):
     assert not differs(plan)  # launchable: one variant, ZeRO stage, recomputation mode
 
 
-def bubble_bound_search(tmp_path, blocks: int):
+def bubble_bound_search(tmp_path, blocks: int, **training):
     """Few micro-batches per stage (m = p = 4, global batch 4): the launchable search and the
     brute force on a tiny model of `blocks` blocks agree; (problem, space, time, plan, the brute
     force's plan)."""
     pr = make_problem(tiny8(tmp_path, blocks), "tiny_cluster", 4,
-                      training=TrainingSettings(global_batch=4)).with_hardware(hbm_bytes=4e9)
+                      training=TrainingSettings(global_batch=4, **training)
+                      ).with_hardware(hbm_bytes=4e9)
     over = {"zero_stages": [0], "recompute_modes": ["none"], "max_pp": 4}
     T, plan, _, _ = search_launchable(pr, {"space": over})
     bf_T, bf_plan = brute_force(pr, over)
@@ -113,6 +114,10 @@ def test_virtual_options_follow_megatron():
     assert virtual_options(80, 4, 64) == [2, 3, 4, 5, 7, 10, 20]
     assert virtual_options(80, 4, 6) == []  # m not a multiple of p
     assert virtual_options(80, 1, 8) == []
+    # Megatron-LM's validate_args: interleaved with pp 2 only with overlapped sends
+    # ("pipeline-model-parallel size should be greater than 2" otherwise)
+    assert virtual_options(40, 2, 8) == []
+    assert virtual_options(40, 2, 8, overlap_p2p=True) == [2, 3, 4, 5, 6, 7, 10, 11, 20, 21]
 
 
 def test_chunk_layouts_by_enumeration():
@@ -157,10 +162,12 @@ def test_uneven_chunks_interleave_an_indivisible_model(tmp_path):
     """7 blocks: no p x v >= 4 divides them, so Megatron-LM's default split has no interleaving;
     a layout whose first and last chunks differ does (the embedding's chunk with one block, the
     head's alone), wins where the bubble dominates, equals the brute force over every layout,
-    and the export states it with --pipeline-model-parallel-layout (nothing projected)."""
+    and the export states it with --pipeline-model-parallel-layout (nothing projected). The
+    sends overlap (overlap_p2p_comm): the winner has pp 2, which Megatron-LM interleaves only
+    so."""
     from nest.interfaces.export import to_megatron
 
-    pr, over, T, plan, _ = bubble_bound_search(tmp_path, 7)
+    pr, over, T, plan, _ = bubble_bound_search(tmp_path, 7, overlap_p2p_comm=True)
     assert plan.schedule == "interleaved"
     assert T < search_launchable(pr, {"space": over, "interleaved": False})[0]
     blocks = [sum(1 for i in range(s.first_layer, s.last_layer + 1) if 0 < i < 8)
@@ -171,6 +178,33 @@ def test_uneven_chunks_interleave_an_indivisible_model(tmp_path):
     i = exp.args.index("--pipeline-model-parallel-layout")
     assert exp.args[i + 1].count("|") == plan.pp * plan.virtual_stages - 1
     assert "--num-virtual-stages-per-pipeline-rank" not in exp.args
+
+
+def test_no_interleaved_pp2_without_overlapped_sends(tmp_path):
+    """Megatron-LM's validate_args refuses an interleaved schedule with pp 2 unless the sends
+    overlap ("pipeline-model-parallel size should be greater than 2"): on the 7-block model
+    whose optimum with overlapped sends is interleaved with pp 2, the blocking-send search
+    (the default) returns a plan Megatron-LM launches, equal to the brute force."""
+    pr, _, _, plan, _ = bubble_bound_search(tmp_path, 7)
+    assert not (plan.schedule == "interleaved" and plan.pp < 3), plan
+    _, _, _, over_plan, _ = bubble_bound_search(tmp_path, 7, overlap_p2p_comm=True)
+    assert over_plan.schedule == "interleaved" and over_plan.pp == 2
+
+
+def test_no_cp_under_the_unfused_attention_core():
+    """Transformer Engine has no unfused kernel for context parallelism and Megatron-LM's own
+    core asserts cp 1: priced with the unfused core (the A100 / V100 default), the launchable
+    space holds no cp > 1 (tiny_moe picked cp 2 there), and its optimum is the brute force's
+    over the variants with cp 1. Under flash attention cp 2 stays (and wins here)."""
+    tr = TrainingSettings(global_batch=8, attention="unfused")
+    pr = make_problem("tiny_moe", "tiny_cluster", 8, training=tr)
+    over = {"zero_stages": [1], "recompute_modes": ["none"], "max_pp": 2}
+    T, plan, _, _ = search_launchable(pr, {"space": over})
+    assert plan.cp == 1
+    bf_T, _ = brute_force(pr, {**over, "cp": [1]})
+    assert T == pytest.approx(bf_T, rel=1e-9)
+    flash = make_problem("tiny_moe", "tiny_cluster", 8, training=tr.with_(attention="flash"))
+    assert search_launchable(flash, {"space": over})[1].cp == 2
 
 
 def test_no_cp_with_ep_in_the_launchable_space():
@@ -203,11 +237,26 @@ def test_the_launchable_graph_plans_as_the_whole_graph():
     assert tuple(sub.graph.variants) == tuple(v for v in full.graph.variants if v.launchable)
     assert sub.with_mbs(2).graph.variants == sub.graph.variants
     over = {"zero_stages": [0, 1], "recompute_modes": ["none", "full"], "max_pp": 4}
-    assert (launchable_space(declare(sub, over), 8).variants
-            == launchable_space(declare(full, over), 8).variants)
+    assert (launchable_space(declare(sub, over), sub).variants
+            == launchable_space(declare(full, over), full).variants)
     settings = {"space": over, "mbs_options": [1, 2]}
     T, plan, stats, pr = search_launchable(full, settings)
     T2, plan2, stats2, pr2 = search_launchable(sub, settings)
     assert plan is not None and (T2, plan2, pr2.mbs) == (T, plan, pr.mbs)
     assert {k: stats2[k] for k in ("candidates", "visited", "interleaved")} == {
         k: stats[k] for k in ("candidates", "visited", "interleaved")}
+
+
+def test_nothing_fits_names_the_launchable_space():
+    """The reason a launchable search found nothing names the variants it searched: not the
+    cp > 1 ones the unfused core leaves out (Mixtral-8x22B on 64 A100 40 GB listed cp 1/2/4/8)."""
+    from nest.planners.registry import NoPlan
+    from nest.solver import plan_launchable
+
+    tr = TrainingSettings(global_batch=8, attention="unfused")
+    pr = make_problem("tiny_moe", "tiny_cluster", 8, training=tr).with_hardware(hbm_bytes=2e7)
+    over = {"space": {"zero_stages": [0], "recompute_modes": ["none"], "tp": [1]}}
+    assert any(v.cp > 1 for v in declare(pr, over["space"]).variants)
+    with pytest.raises(NoPlan) as e:
+        plan_launchable(pr, over)
+    assert "no plan of the space fits" in str(e.value) and "cp2" not in str(e.value), str(e.value)

@@ -180,7 +180,7 @@ def test_floors_stay_below_the_evaluator(tmp_path, form):
                          "max_pp": 4, "heterogeneous_stages": False})
     n = equal = 0
     floors = {}
-    for var, p, d, v, z, r, cuts, plan in interleaved_plans(pr, space):
+    for var, p, d, v, z, r, cuts, plan in interleaved_plans(pr, space, True):
         if (z, r) != (0, "none"):
             continue
         key = (var, p, d, v, tuple(cuts))
@@ -210,8 +210,7 @@ def test_interleaved_search_equals_brute_force(tmp_path, form, blocks, n, batch,
     from tests.test_launchable import SPACE
 
     pr = _problem(tmp_path, blocks, n, batch, form, hbm)
-    base = launchable_space(declare(pr, {**SPACE, "heterogeneous_stages": False}),
-                            pr.cluster.node_size)
+    base = launchable_space(declare(pr, {**SPACE, "heterogeneous_stages": False}), pr)
     T, plan, _ = search_interleaved(pr, base, math.inf)
     bf = _brute_force_interleaved(pr, base)
     assert plan is not None and T == pytest.approx(bf, rel=1e-12)
@@ -239,14 +238,15 @@ def test_setting_is_off_by_default_and_a_flag():
 def test_export_states_the_priced_p2p_behaviour(tmp_path):
     """Megatron-LM overlaps the interleaved sends unless told not to
     (--no-overlap-p2p-communication is store_false on overlap_p2p_comm): an interleaved plan
-    priced without the setting exports that flag, with it nothing; 1F1B never."""
+    priced without the setting exports that flag, with it nothing; 1F1B never. (pp 4: at pp 2
+    Megatron-LM interleaves only with overlapped sends, tests/test_export.py)"""
     from nest.interfaces.export import to_megatron
     from nest.problem.space import declare
     from nest.solver.launchable import interleaved_plan
 
-    pr = _problem(tmp_path, 8, 2, 4)
+    pr = _problem(tmp_path, 8, 4, 4)
     var = declare(pr, {"zero_stages": [0], "recompute_modes": ["none"]}).variants[0]
-    plan = interleaved_plan(pr, var, 2, 1, 2, "replica_major", 0, "none")
+    plan = interleaved_plan(pr, var, 4, 1, 2, "replica_major", 0, "none")
     off = pr.with_training(overlap_p2p_comm=False)
     assert "--no-overlap-p2p-communication" not in to_megatron(plan, pr).args
     assert "--no-overlap-p2p-communication" in to_megatron(plan, off).args

@@ -43,7 +43,7 @@ def test_placement_floor_is_below_the_plan_bound_and_the_evaluator(tmp_path, tra
 
     pr, space = _problem(tmp_path, **training)
     n, best_ratio, floors = 0, 0.0, {}
-    for var, p, d, v, z, r, cuts, plan in interleaved_plans(pr, space):
+    for var, p, d, v, z, r, cuts, plan in interleaved_plans(pr, space, True):
         if (z, r) != (space.zero_stages[0], space.recompute_modes[0]):
             continue
         key = (var, p, d, v, tuple(cuts))

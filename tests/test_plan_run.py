@@ -211,6 +211,20 @@ def test_idle_devices_explained():
     assert "the best plan on all 4, pp 4 x dp 1" in w and "vs this plan" in w
 
 
+def test_idle_devices_of_a_given_plan_claim_no_search():
+    """`nest evaluate` of a plan leaving devices idle (and `nest plan` with a baseline) ran no
+    search on every device: the warning said "the search is exact, so no plan on more of them
+    was faster or fitted" about a hand-written plan."""
+    from nest.problem.plan_spec import expand
+
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=TrainingSettings(global_batch=8))
+    plan = expand({"model": "tiny_gpt", "cluster": "tiny_cluster", "num_devices": 4, "pp": 1,
+                   "dp": 2}, pr, "x")
+    w = " | ".join(warnings_for(plan, evaluate(plan, pr), pr))
+    assert "2 of 4 devices stay idle" in w and "no plan on all of them was searched for" in w
+    assert "search is exact" not in w
+
+
 def test_global_batch_flag_on_an_interleaved_plan_names_the_flag(capsys, tmp_path):
     """`nest evaluate plan.json --global-batch N` on an interleaved plan whose micro-batch count
     would not be a multiple of pp: one error naming --global-batch and a batch that works (it
@@ -306,3 +320,29 @@ def test_mbs_options_are_the_sizes_searched(capsys):
         assert "not a multiple of any micro-batch size searched (4)" in out.reason
     rc, _, err = run(capsys, "plan", *TINY, "--global-batch", "6", "--mbs-options", "4")
     assert rc == 3 and "micro-batch size searched (4)" in err and "devices" not in err
+
+
+def test_mfu_warning_states_the_mfu_it_compares(monkeypatch):
+    """The ceiling is compared in the published row's FLOP convention: with the causal-half MFU
+    below the ceiling and the full-square MFU above it, the warning must not call the causal
+    number "ABOVE" (it read "predicted MFU 48.8% is ABOVE ... 53.6% full_attention > 49.0%")."""
+    import nest.reports.gains as gains
+
+    pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=TrainingSettings(global_batch=8))
+    from nest.problem.plan_spec import expand
+
+    plan = expand({"model": "tiny_gpt", "cluster": "tiny_cluster", "num_devices": 4, "pp": 1,
+                   "dp": 4}, pr, "x")
+    ev = evaluate(plan, pr)
+    assert ev.mfu < ev.mfu_full_attention
+    ceiling = (ev.mfu + ev.mfu_full_attention) / 2  # between the two conventions
+    table = {"hardware_classes": {"tiny": [pr.cluster.hardware.name]},
+             "size_bands_B": {"small": [0, None]},
+             "runs": [{"id": "row", "hardware": "tiny", "architecture": "dense_decoder",
+                       "band": "small", "precision": "bf16", "mfu": ceiling,
+                       "convention": "full_attention"}]}
+    monkeypatch.setattr(gains, "load_best_published_mfu", lambda *a: table)
+    w = [x for x in warnings_for(plan, ev, pr) if "ABOVE" in x]
+    assert len(w) == 1
+    assert f"{ev.mfu:.1%} is ABOVE" not in w[0], w[0]  # the causal MFU is below the ceiling
+    assert f"{ev.mfu_full_attention:.1%} full_attention > {ceiling:.1%}" in w[0]

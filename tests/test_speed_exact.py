@@ -31,9 +31,10 @@ def test_interleaved_peak_is_the_walk_bit_for_bit(p, k, v, d, group, extra, seed
     assert interleaved_peak_activations(act, p, m, d, group) == walk_peak(act, p, m, d, group)
 
 
-def interleaved_plans(pr, space):
+def interleaved_plans(pr, space, overlap_p2p=None):
     """Every interleaved plan of the launchable space, every chunk layout:
-    (var, p, d, v, z, r, cuts, plan)."""
+    (var, p, d, v, z, r, cuts, plan). overlap_p2p True: pp 2 too, which Megatron-LM interleaves
+    only with overlapped sends (default: the problem's overlap_p2p_comm, as the search)."""
     from nest.problem.space import pp_dp_options
     from nest.solver.launchable import (chunk_layouts, interleaved_cuts, interleaved_plan,
                                         virtual_options)
@@ -42,7 +43,8 @@ def interleaved_plans(pr, space):
     for var in space.variants:
         for p, d in pp_dp_options(pr, space, var):
             m = pr.num_microbatches(d, var.ep)
-            for v in virtual_options(blocks, p, m):
+            for v in virtual_options(blocks, p, m, overlap_p2p=pr.training.overlap_p2p_comm
+                                     if overlap_p2p is None else overlap_p2p):
                 for lay in chunk_layouts(blocks, p, v):
                     cuts = interleaved_cuts(pr, p, v, lay)
                     for pl in space.placements_for(var, p, d):
@@ -130,7 +132,7 @@ def test_device_time_bounds_from_the_grid_bit_for_bit(tmp_path):
     space = declare(pr, {"zero_stages": [0, 1, 3], "recompute_modes": ["none", "full"],
                          "max_pp": 4, "heterogeneous_stages": False})
     n = 0
-    for *_, z, r, _cuts, plan in interleaved_plans(pr, space):
+    for *_, z, r, _cuts, plan in interleaved_plans(pr, space, True):
         if (z, r) != (space.zero_stages[0], space.recompute_modes[0]):
             continue
         grid = device_time_bounds(pr, space, plan)
@@ -161,7 +163,7 @@ def test_device_time_bounds_with_the_sync_tail(tmp_path, overlap):
     space = declare(pr, {"zero_stages": [0, 1, 3], "recompute_modes": ["none", "full"],
                          "max_pp": 4, "heterogeneous_stages": False})
     n = above_pipe = 0
-    for *_, z, r, _cuts, plan in interleaved_plans(pr, space):
+    for *_, z, r, _cuts, plan in interleaved_plans(pr, space, True):
         if (z, r) != (space.zero_stages[0], space.recompute_modes[0]):
             continue
         lb = device_time_bounds(pr, space, plan)
@@ -218,7 +220,7 @@ def test_interleaved_group0_floor_is_the_exact_total_up_to_rounding(tmp_path, gr
                          "recompute_modes": ["none", "selective", "full"],
                          "heterogeneous_stages": False})
     hw, n = pr.cluster.hardware, 0
-    for var, p, d, v, z, r, cuts, _ in interleaved_plans(pr, space):
+    for var, p, d, v, z, r, cuts, _ in interleaved_plans(pr, space, True):
         f = fits(pr, var, p, d, v, [(z, r)], cuts)
         ks = list(chunks_of(0, p, len(cuts)))
         mems = stage_memories(pr, f.lt, d, z, r, [f.held[k] for k in ks],
@@ -289,8 +291,8 @@ def test_interleaved_candidates_below_a_time_are_the_prefix_of_all(tmp_path):
     from nest.spec.settings import TrainingSettings
     from tests.test_launchable import tiny8
 
-    pr = make_problem(tiny8(tmp_path, 16), "tiny_cluster", 8,
-                      training=TrainingSettings(global_batch=32))
+    pr = make_problem(tiny8(tmp_path, 16), "tiny_cluster", 8,  # pp 2 interleaves too
+                      training=TrainingSettings(global_batch=32, overlap_p2p_comm=True))
     space = declare(pr, {"zero_stages": [0, 3], "recompute_modes": ["none", "full"],
                          "max_pp": 8, "heterogeneous_stages": False})
     every = interleaved_candidates(pr, space)

@@ -128,7 +128,54 @@ def _describe(e: jsonschema.ValidationError) -> tuple[str, str]:
                      f"{e.validator_value}"
     if v == "pattern":
         return path, f"{short(inst)} does not match the pattern {e.validator_value}"
+    if v in ("oneOf", "anyOf") and e.context:
+        return _describe_alternatives(e)
     return path, one_line(e.message, 200)
+
+
+def _alternative(schema: dict) -> str:
+    """A short text for one alternative of a oneOf / anyOf: its enum, type, range or pattern."""
+    if "enum" in schema:
+        return "one of " + ", ".join(map(repr, schema["enum"]))
+    t = schema.get("type")
+    if t in ("integer", "number") and any(k in schema for k in ("minimum", "maximum")):
+        text = _range(schema)
+    else:
+        text = " or ".join(_ARTICLE.get(x, x) for x in (t if isinstance(t, list) else [t])) \
+            if t else "a value"
+    if t == "array" and isinstance(schema.get("items"), dict):
+        text += f", each {_alternative(schema['items'])}"
+    return text + (f" matching {schema['pattern']}" if "pattern" in schema else "")
+
+
+def _fits(schema: dict, inst) -> bool:
+    """Whether `inst` is of the type an alternative is for (its type, else its enum's)."""
+    t = schema.get("type")
+    if t:
+        checker = _Validator(schema)
+        return any(checker.is_type(inst, x) for x in (t if isinstance(t, list) else [t]))
+    if "enum" in schema:
+        return any(type(x) is type(inst) for x in schema["enum"])
+    return True
+
+
+def _describe_alternatives(e: jsonschema.ValidationError) -> tuple[str, str]:
+    """A oneOf / anyOf error as the alternative the value's own type was meant for (what is
+    wrong there, e.g. "4 is out of range; expected an integer 0 <= value <= 3"), then the other
+    alternatives; jsonschema's own message ("is not valid under any of the given schemas")
+    says neither what was expected nor why."""
+    alts = e.validator_value
+    own = [i for i, sch in enumerate(alts) if _fits(sch, e.instance)]
+    pick = own[0] if own else 0
+    subs = [s for s in e.context if s.relative_schema_path[0] == pick]
+    if subs:
+        path, what = _describe(min(subs, key=lambda s: len(s.relative_path)))
+    else:
+        path, what = _error_path(e), f"{short(e.instance)}; expected {_alternative(alts[pick])}"
+    others = [_alternative(sch) for i, sch in enumerate(alts) if i != pick]
+    if others and path == _error_path(e):  # not inside the value (an item of a list)
+        what += f" (or {'; or '.join(others)})"
+    return path, what
 
 
 def _error_path(err: jsonschema.ValidationError) -> str:

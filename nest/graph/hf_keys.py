@@ -41,7 +41,11 @@ num_experts_per_tok norm_topk_prob router_aux_loss_coef output_router_logits rou
 FAMILY_KEYS = {
     "llama": set(),
     "mistral": set(),
-    "phi3": {"original_max_position_embeddings", "resid_pdrop", "embd_pdrop"},
+    # microsoft/Phi-4-mini's config also carries its original code's full_attn_mod,
+    # interpolate_factor and lm_head_bias (Phi3Config never reads them): accepted at the values
+    # that leave the model as transformers builds it (hf_spec refuses any other)
+    "phi3": {"original_max_position_embeddings", "resid_pdrop", "embd_pdrop", "full_attn_mod",
+             "interpolate_factor", "lm_head_bias"},
     "qwen2": {"use_sliding_window", "max_window_layers", "layer_types"},
     "qwen3": {"use_sliding_window", "max_window_layers", "layer_types"},
     "gemma2": {"hidden_activation", "query_pre_attn_scalar", "layer_types",

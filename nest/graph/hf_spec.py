@@ -217,6 +217,11 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
     for key in ("attention_dropout", "resid_pdrop", "embd_pdrop", "hidden_dropout"):
         c.refuse(key, lambda v: v == 0, "dropout in a decoder is not modelled")
     c.refuse("mlp_bias", lambda v: not v, "MLP biases are not modelled")
+    # Phi-4-mini's keys of its original code (hf_keys): every layer dense, no interpolation, no
+    # LM-head bias is what transformers builds; another value would be a model it does not
+    c.refuse("full_attn_mod", lambda v: v == 1, "only 1: every layer full attention")
+    c.refuse("interpolate_factor", lambda v: v == 1, "only 1: no position interpolation")
+    c.refuse("lm_head_bias", lambda v: v is False, "an LM-head bias is not modelled")
     rope = _rope(c)
     kv = c.get("num_key_value_heads", a)
     if a % kv:  # checked again on the ModelSpec, whose key names are not the config's
@@ -227,6 +232,15 @@ def _decoder(c: _Cfg, mtype: str) -> dict:
              tied_embeddings=bool(c.get("tie_word_embeddings", mtype in GEMMA)))
     if rope:
         d["rope_scaling"] = rope
+    rp = _full_attention(c.cfg.get("rope_parameters"))  # transformers >= 5 may write it there
+    partial = c.get("partial_rotary_factor", rp.get("partial_rotary_factor")
+                    if isinstance(rp, dict) else None)
+    if partial is not None and (isinstance(partial, bool) or not isinstance(partial, (int, float))
+                                or not 0 < partial <= 1):
+        raise SpecError(f"{c.where}: key 'rope_parameters.partial_rotary_factor': "
+                        f"{short(partial)}: expected a number in (0, 1]")
+    if partial is not None and partial != 1:
+        d["rotary_percent"] = float(partial)
     if mtype == "qwen2":
         d["qkv_bias"] = True  # Qwen2Attention: bias=True on q, k, v (hard-coded)
     elif mtype == "qwen2_moe":

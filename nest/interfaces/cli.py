@@ -150,7 +150,8 @@ def model_notes(problem) -> list[str]:
     out = []
     if hw.profile_dir is None:
         out.append(f"note: {hw.name} has no measured operator profiles: every operator is "
-                   f"priced by the roofline (config/hardware/{hw.name}.yaml's knobs)")
+                   f"priced by the roofline (the efficiency knobs of hardware '{hw.name}', "
+                   f"which may come from a file outside config/hardware)")
     out += [f"note: network: {n}" for n in problem.cluster.notes]
     return out
 
@@ -166,7 +167,7 @@ def mfu_notes(rows, problem) -> list[str]:
     top = max(scored, key=lambda r: r.mfu)
     note = mfu_ceiling_note(top.evaluation, problem)
     if note:
-        return [f"warning: {top.planner}'s predicted MFU {top.mfu:.1%} is {note}: treat its "
+        return [f"warning: {top.planner}'s predicted MFU is {note}: treat its "
                 f"time as optimistic"]
     note = mfu_unchecked_note(problem)
     return [f"note: {note}"] if note else []

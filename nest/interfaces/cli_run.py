@@ -113,7 +113,9 @@ def warnings_for(plan, ev, problem, full=None) -> list[str]:
     out = []
     note = mfu_ceiling_note(ev, problem) if ev.feasible else ""
     if note:
-        out.append(f"predicted MFU {ev.mfu:.1%} is {note}: treat the time as optimistic")
+        # the note states the MFU in the published row's FLOP convention, the one compared (the
+        # causal-half `mfu` can be below the ceiling while the full-square count is above it)
+        out.append(f"predicted MFU is {note}: treat the time as optimistic")
     hbm = problem.cluster.hardware.hbm_bytes
     h = problem.training.memory_headroom
     low = [(j, m) for j, m in enumerate(margins(ev, hbm)) if m < h * hbm - 1e-6 * hbm]
@@ -132,10 +134,12 @@ def warnings_for(plan, ev, problem, full=None) -> list[str]:
 
 
 def idle_reason(plan, ev, full) -> str:
-    """Why the optimum leaves devices idle: the best plan of the same space on all of them is
-    slower, or none fits."""
+    """Why the plan leaves devices idle: the best plan of the same space on all of them is
+    slower, or none fits; `full` None: no such search ran (`nest evaluate` of a given plan,
+    `nest plan` with a baseline planner), so nothing is claimed about other plans."""
     if full is None:
-        return "the search is exact, so no plan on more of them was faster or fitted"
+        return ("as the plan states them; no plan on all of them was searched for (`nest plan` "
+                "with the nest planner does)")
     if full.plan is None or not full.evaluation.feasible:
         if full.kind == "devices":
             return (f"no shape of the space uses all {plan.num_devices} (pp x dp x tp x cp x ep = "

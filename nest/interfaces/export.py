@@ -101,6 +101,7 @@ from dataclasses import dataclass, field, replace
 
 from nest.common.errors import PlanError
 from nest.interfaces.export_model import model_args as _model_args
+from nest.interfaces.export_model import windowed
 from nest.interfaces.export_launch import (
     DATA_ARGS,
     TRAIN_ARGS,
@@ -481,6 +482,21 @@ def _overlap_args(out: Plan, tr, warnings: list[str]) -> list[str]:
     return a
 
 
+def _cp_comm_args(m, warnings: list[str]) -> list[str]:
+    """--cp-comm-type where Transformer Engine refuses context parallelism's default ring (p2p;
+    transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py,
+    attn_forward_func_with_cp): a sliding window runs only with all_gather or a2a; a learnable
+    softmax (gpt-oss's sinks) only with a2a. all_gather is the form priced (an all-gather of the
+    sequence's K and V per layer, nest.graph.closed_form; docs/modeling.md, "Context
+    parallelism"); a2a exchanges heads instead, so it comes with a warning."""
+    if m.attention_sinks:
+        warnings.append(f"{m.name}: Transformer Engine runs a learnable softmax (attention sinks) "
+                        f"under context parallelism only with --cp-comm-type a2a, exported; the "
+                        f"plan priced the K/V all-gather")
+        return ["--cp-comm-type", "a2a"]
+    return ["--cp-comm-type", "all_gather"] if windowed(m) else []
+
+
 def check_plan_text(plan: Plan, model_name: str) -> None:
     """The plan's strings that reach the exported scripts (export_launch.check_text): the
     planner is a registry name, the model and cluster a catalog name or a path; SpecError naming
@@ -520,6 +536,25 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
     if projected:
         warnings.append(f"time per batch under the shared evaluator: {ev.time_per_batch_s:.4f} s "
                         f"exported vs {original.time_per_batch_s:.4f} s planned")
+    tr, attention, why = problem.training, problem.attention, []
+    if (out.schedule == "interleaved" and out.virtual_stages > 1 and out.pp == 2
+            and not tr.overlap_p2p_comm):
+        # Megatron-LM's validate_args: an interleaved schedule with blocking sends needs pp > 2
+        # (two sends between the same two ranks in one batch); with pp 2 it runs them overlapped
+        tr = tr.with_(overlap_p2p_comm=True)
+        why.append("Megatron-LM interleaves pp 2 only with overlapped pipeline sends "
+                   "(validate_args): exported with them (overlap_p2p_comm)")
+    if out.cp > 1 and attention == "unfused":
+        # Transformer Engine has no unfused kernel under context parallelism (it disables
+        # UnfusedDotProductAttention there) and Megatron-LM's own core asserts cp 1
+        tr, attention = tr.with_(attention="flash"), "flash"
+        why.append("Transformer Engine runs context parallelism only with a fused attention "
+                   "kernel: exported with --attention-backend auto, priced as flash attention")
+    if why:
+        t = evaluate(out, problem.with_training(tr))
+        warnings.append(f"{'; '.join(why)}: {t.time_per_batch_s:.4f} s vs "
+                        f"{ev.time_per_batch_s:.4f} s as planned")
+        ev = t
     L = g.num_layers
     dp_total = out.dp * out.ep
     batch = out.global_batch
@@ -535,6 +570,7 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
         a.append("--sequence-parallel")
     if out.cp > 1:
         a += ["--context-parallel-size", str(out.cp)]
+        a += _cp_comm_args(m, warnings)
     if out.ep > 1:
         a += ["--expert-model-parallel-size", str(out.ep)]
     if m.is_moe and m.linear_bias and out.tp > 1:
@@ -545,7 +581,7 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
                         f"tp={out.tp}")
     a += _pipeline_args(out, L - 2, L, problem.model.mtp_layers)
     a += _memory_args(out)
-    a += _overlap_args(out, problem.training, warnings)
+    a += _overlap_args(out, tr, warnings)
     if order == "tp-cp-ep-pp-dp":
         a.append("--use-tp-pp-dp-mapping")
     a += ["--micro-batch-size", str(out.mbs), "--global-batch-size", str(batch)]
@@ -556,7 +592,7 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
     a += [*precision_args(problem.training), "--vocab-size", str(m.vocab_size)]  # nest.spec.precision
     # the attention kernel the plan was priced with (nest.graph.attention): Megatron's unfused
     # core, or a fused one (Transformer Engine picks cuDNN / flash: "auto")
-    a += ["--attention-backend", "unfused" if problem.attention == "unfused" else "auto"]
+    a += ["--attention-backend", "unfused" if attention == "unfused" else "auto"]
     fsdp = "--use-megatron-fsdp" in a
     exp = MegatronExport(
         out, a, "examples/bert/pretrain_bert.py" if m.family == "bert" else "pretrain_gpt.py",

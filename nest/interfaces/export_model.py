@@ -34,6 +34,8 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
     else:  # Llama family: rotary, no biases (gpt-oss: biases on every linear)
         theta = float(m.rope_theta or 10000)  # the default base (module docstring)
         a += ["--position-embedding-type", "rope", "--rotary-base", str(int(theta))]
+        if m.rotary_percent != 1:  # Hugging Face partial_rotary_factor
+            a += ["--rotary-percent", repr(m.rotary_percent)]
         if m.rope_local_theta and (m.rope_scaling or m.rope_local_theta != theta):
             # one rotary base and scaling for every layer in Megatron-LM's arguments
             scaled = f" with RoPE scaling ({m.rope_scaling})" if m.rope_scaling else ""
@@ -66,7 +68,7 @@ def model_args(m: ModelSpec, warnings: list[str]) -> list[str]:
         a.append("--qk-layernorm")
     if m.attention_sinks:  # gpt-oss: a learned sink logit per head
         a += ["--softmax-type", "learnable"]
-    if m.sliding_window and m.window_layers:
+    if windowed(m):
         a += _window_args(m, warnings)
     if getattr(m, "qk_norm", False) and not m.is_mla:
         a.append("--qk-layernorm")
@@ -209,6 +211,14 @@ def _freq(pattern: list[int]) -> str:
         else:
             runs.append([x, 1])
     return "(" + "+".join(f"[{x}]*{n}" for x, n in runs) + ")"
+
+
+def windowed(m: ModelSpec) -> bool:
+    """Whether some layer attends over a window shorter than the sequence: a window of at least
+    seq_len keys is full causal attention (priced so, nest.graph.torch_models.window_scale), and
+    exported as such (Phi-3.5-mini's 262144 at 16k tokens): a stated window would make
+    Transformer Engine refuse context parallelism's default ring (cp_comm_type p2p)."""
+    return bool(m.sliding_window and m.window_layers and m.sliding_window < m.seq_len)
 
 
 def _window_args(m: ModelSpec, warnings: list[str]) -> list[str]:

@@ -334,12 +334,13 @@ def plan_launchable(problem: Problem, settings: dict):
     """The launchable optimum (nest.solver.launchable): one variant, ZeRO stage and recomputation
     mode for all stages, 1F1B or interleaved, the micro-batch size among settings' mbs_options."""
     from nest.planners.registry import NoPlan
-    from nest.solver.launchable import search_launchable
+    from nest.solver.launchable import launchable_space, search_launchable
 
     t0 = time.perf_counter()
     best_T, best, stats, pr = search_launchable(problem, settings)
-    if best is None:
-        space = declare(problem, {**(settings.get("space") or {}), "heterogeneous_stages": False})
+    if best is None:  # the message names the space searched
+        space = launchable_space(declare(problem, {**(settings.get("space") or {}),
+                                                   "heterogeneous_stages": False}), problem)
         raise NoPlan(infeasibility_reason(problem, space))
     notes = (f"launchable space (one variant, ZeRO stage and recomputation for all stages; 1F1B "
              f"or interleaved): visited {stats['visited']} of {stats['candidates']} 1F1B "

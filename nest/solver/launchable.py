@@ -1,7 +1,8 @@
 """Problem -> the fastest plan Megatron-LM launches exactly as priced (`nest plan`'s default space).
 
 The launchable space (what nest.interfaces.export writes without projecting anything):
-  * one sub-graph variant (tp, sp, ep, cp; not cp > 1 with ep > 1: `launchable_space`) for every
+  * one sub-graph variant (tp, sp, ep, cp; not cp > 1 with ep > 1, nor under the unfused attention
+    core: `launchable_space`) for every
     stage, one ZeRO stage and one recomputation
     mode for every stage (Megatron-LM applies --recompute-granularity and the distributed
     optimizer / Megatron-FSDP to the whole model);
@@ -47,10 +48,14 @@ from nest.problem.problem import Problem, with_mbs
 from nest.problem.space import SearchSpace, declare, pp_dp_options
 
 
-def virtual_options(num_blocks: int, p: int, m: int, max_v: int | None = None) -> list[int]:
+def virtual_options(num_blocks: int, p: int, m: int, max_v: int | None = None,
+                    overlap_p2p: bool = False) -> list[int]:
     """v >= 2 with p >= 2, m a multiple of p (Megatron-LM's interleaved schedule) and at least
-    one chunk layout (`chunk_layouts`)."""
-    if p < 2 or m % p:
+    one chunk layout (`chunk_layouts`). Without overlap_p2p (the training setting
+    overlap_p2p_comm) p >= 3: Megatron-LM's validate_args asserts "pipeline-model-parallel size
+    should be greater than 2" for an interleaved schedule whose sends do not overlap (two
+    sends between the same two ranks in one batch)."""
+    if p < (2 if overlap_p2p else 3) or m % p:
         return []
     top = (num_blocks + 2) // p if max_v is None else min(max_v, (num_blocks + 2) // p)
     return [v for v in range(2, top + 1) if chunk_layouts(num_blocks, p, v)]
@@ -132,7 +137,7 @@ def interleaved_candidates(problem: Problem, space: SearchSpace, max_v: int | No
         prefix_LR = None
         for p, d in pp_dp_options(problem, space, var):
             m = problem.num_microbatches(d, var.ep)
-            vs = virtual_options(num_blocks, p, m, max_v)
+            vs = virtual_options(num_blocks, p, m, max_v, problem.training.overlap_p2p_comm)
             if not vs:
                 continue
             if prefix_LR is None:
@@ -306,15 +311,21 @@ def search_interleaved(problem: Problem, space: SearchSpace, best_T: float,
     return best_T, best, n
 
 
-def launchable_space(space: SearchSpace, node_size: int) -> SearchSpace:
-    """The space without the variants with cp > 1 and ep > 1 (Megatron-LM builds its expert
+def launchable_space(space: SearchSpace, problem: Problem | None = None) -> SearchSpace:
+    """The space without the variants with cp > 1 and ep > 1: Megatron-LM builds its expert
     groups on a grid that folds ep over the cp ranks, so no launch runs the groups such a plan
-    prices: nest.interfaces.export projects it) and without the placements Megatron-LM's CLI
-    cannot launch as priced on nodes of `node_size` devices (e.g. tp-cp-ep-pp-dp with ep > 1,
-    pp > 1 and a stage's tp x ep below the node: no CLI order builds those groups and torchrun's
-    one block of ranks per node cannot pin them; the export would re-order the plan)."""
-    return space.with_(variants=tuple(v for v in space.variants if v.launchable),
-                       launch_node=node_size)
+    prices (nest.interfaces.export projects it). Priced with the unfused attention core
+    (nest.graph.attention; A100 / V100 hardware files), without cp > 1 either: Transformer
+    Engine has no unfused kernel for context parallelism ("Disabling UnfusedDotProductAttention
+    as it does not support context parallelism", dot_product_attention/utils.py) and Megatron-
+    LM's own core asserts cp 1. With a problem, only the placements Megatron-LM's CLI launches as
+    priced on its cluster's nodes (SearchSpace.launch_node; e.g. not tp-cp-ep-pp-dp with ep > 1,
+    pp > 1 and a stage's tp x ep below a node: no CLI order builds those groups and torchrun's
+    one block of ranks per node cannot pin them, so the export would re-order the plan)."""
+    unfused = problem is not None and problem.attention == "unfused"
+    return space.with_(variants=tuple(v for v in space.variants
+                                      if v.launchable and not (unfused and v.cp > 1)),
+                       launch_node=problem.cluster.node_size if problem is not None else 0)
 
 
 def search_launchable(problem: Problem, settings: dict, log=None):
@@ -329,8 +340,7 @@ def search_launchable(problem: Problem, settings: dict, log=None):
     for mbs in mbs_sizes(problem, settings):
         pr = with_mbs(problem, mbs)
         base = launchable_space(declare(pr, {**(settings.get("space") or {}),
-                                             "heterogeneous_stages": False}),
-                                pr.cluster.node_size)
+                                             "heterogeneous_stages": False}), pr)
         for z in base.zero_stages:
             for r in base.recompute_modes:
                 space = base.with_(zero_stages=(z,), recompute_modes=(r,))

@@ -124,6 +124,9 @@ class ModelSpec:
     # a Hugging Face config's RoPE scaling ("llama3 factor=32.0 ..."): rotation frequencies only,
     # no cost (nest.graph.hf_spec); carried so that `nest export` states it or warns
     rope_scaling: str = ""
+    # the share of each head's dimensions RoPE rotates (Hugging Face partial_rotary_factor:
+    # Phi-4-mini 0.75; Megatron-LM --rotary-percent): no cost, carried for `nest export`
+    rotary_percent: float = 1.0
     # numerics of a Hugging Face family that cost nothing here but that Megatron-LM's arguments
     # do not state (Gemma's embedding scale, ...): `nest export` warns with them
     numerics_notes: tuple[str, ...] = ()
@@ -577,6 +580,18 @@ class ClusterSpec:
         raise AssertionError(f"devices {a} and {b} share no level in {self.name}")
 
 
+def _beside(name: str, where: str) -> str:
+    """A cluster file's `hardware` path read against the cluster file's folder, as its graph
+    file is (nest.network.fabric) and a plan's model and cluster paths are (nest.problem.
+    plan_spec.resolve_relative): a cluster and its hardware file shipped side by side load from
+    any working folder. A name, an absolute path or a path naming no file there stay as given."""
+    folder = Path(where).parent if Path(where).is_file() else None
+    if folder is None or not (name.endswith((".yaml", ".yml")) or os.sep in name):
+        return name
+    here = folder / name
+    return str(here) if not Path(name).is_absolute() and here.is_file() else name
+
+
 def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSpec:
     network, notes, files, per_node, band, names = "levels", (), (), 0, 1.0, ()
     if isinstance(d, dict) and "network" in d:  # a named builder or a graph file
@@ -633,7 +648,7 @@ def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSp
         raise SpecError(f"{where}: key 'devices_per_node': {per_node} must divide the cluster's "
                         f"{top} devices and num_devices={n} when that spans more than one node")
     try:
-        hardware = load_hardware(d["hardware"])
+        hardware = load_hardware(_beside(d["hardware"], where))
     except SpecError as e:
         raise SpecError(f"{where}: key 'hardware': {e}") from None
     if hardware.nvls_efficiency > 0 and d["levels"][0].get("nvlink_switch", True):
