@@ -254,6 +254,12 @@ def per_mode_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
 
 def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,
                 stop_at: float = math.inf) -> float:
+    """`joint_minmax` less its relative slack of 1e-12 (the bound itself, below)."""
+    return joint_minmax(problem, space, lts, p, d, stop_at) * (1 - 1e-12)
+
+
+def joint_minmax(problem: Problem, space: SearchSpace, lts, p: int, d: int,
+                 stop_at: float = math.inf) -> float:
     """A lower bound of one candidate that couples time, sync and memory per stage, from the
     stage kernel's exact prices. Relaxation: for a placement of the space, every stage position j
     has known devices, neighbours, stash and tied partner (nest.costs.pipeline), so for stage j covering
@@ -271,7 +277,9 @@ def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,
     u_0 = max(e_0, 0) and u_j = 0 for the other stages. Computed by nest.solver.positions
     (the same floats as pricing every cell with stage_cost); stop_at (the search's best time):
     where the bound reaches it, any value at or above it is returned (cells that cannot bring
-    it below are not priced; inf when a position keeps no cell)."""
+    it below are not priced; inf when a position keeps no cell). This function returns the
+    min-max before the slack: with stop_at s it is exact (B) where B < s, and at least B
+    everywhere (dropping cells only raises a min-max), so nest.solver._joint can reuse it."""
     v0, L = lts[0].variant, lts[0].num_layers
     m = problem.num_microbatches(d, v0.ep)
     C = bottleneck_weight(solver_form(problem.training), m, p)
@@ -290,7 +298,7 @@ def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,
         rows = placement_rows(problem, lts, ids, d, space.options, C,
                               [stash(p, j, m) for j in range(p)], cells, stop)
         best = min(best, minmax_cells(rows, L))
-    return best * (1 - 1e-12)
+    return best
 
 
 @functools.lru_cache(maxsize=4096)
