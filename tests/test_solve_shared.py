@@ -130,3 +130,56 @@ def test_kept_joint_bounds_act_as_fresh_ones():
                         assert kept == fresh
                     checked += 1
     assert checked > 100
+
+
+@pytest.mark.parametrize("p,L", [(1, 5), (2, 6), (5, 9), (9, 9)])
+def test_kept_bands_are_kept_cells_of_each_band(p, L):
+    """nest.solver.bounds._kept_bands (every position at once) keeps the cells
+    nest.solver.positions.kept_cells keeps band by band, and None where one keeps none."""
+    import math
+
+    from nest.solver.bounds import _band, _bands_flat, _kept_bands
+    from nest.solver.positions import kept_cells
+
+    rng = np.random.default_rng(p * 100 + L)
+    bands = [_band(j, p, L) for j in range(p)]
+    B, A, starts = _bands_flat(p, L)
+    for _ in range(30):
+        floor = rng.random((L, L)).round(2)  # ties with the stop included
+        stop = float(rng.choice([0.05, 0.3, 0.5, 0.9, math.inf]))
+        old = [kept_cells(floor, band, stop) for band in bands]
+        new = _kept_bands(bands, floor[B, A], starts, stop)
+        if any(c is None for c in old):
+            assert new is None
+            continue
+        assert len(new) == p
+        for (b0, a0), (b1, a1) in zip(old, new):
+            assert np.array_equal(b0, b1) and np.array_equal(a0, a1)
+
+
+def _lower_bounds_every_cell(cost_LLR, max_stages):
+    """nest.solver.dp.lower_bounds_per_column as it was: the min over every first layer a."""
+    L = cost_LLR.shape[0]
+    cost = np.where(np.tril(np.ones((L, L), dtype=bool))[..., None], cost_LLR, np.inf)
+    out = np.full((max_stages + 1, cost.shape[2]), np.inf)
+    f = cost[:, 0].copy()
+    out[1] = f[L - 1]
+    for p in range(2, max_stages + 1):
+        prev = np.concatenate([np.full((1, f.shape[1]), np.inf), f[:-1]])
+        f = np.min(np.maximum(cost, prev[None, :, :]), axis=1)
+        out[p] = f[L - 1]
+    return out
+
+
+@pytest.mark.parametrize("L,max_stages", [(1, 1), (4, 6), (9, 9), (17, 12)])
+def test_lower_bounds_on_the_band_equal_every_cell(L, max_stages):
+    """The min-max DP over cells b, a >= p - 1 only gives the floats of the DP over every cell
+    (random range sums, some cells inf, more stages than layers)."""
+    from nest.solver.dp import lower_bounds_per_column
+
+    rng = np.random.default_rng(L)
+    for _ in range(10):
+        cost = np.cumsum(rng.random((L, L, 3)).round(1), axis=0)
+        cost[rng.random((L, L, 3)) < 0.1] = np.inf
+        assert np.array_equal(lower_bounds_per_column(cost, max_stages),
+                              _lower_bounds_every_cell(cost, max_stages))

@@ -28,7 +28,8 @@ from nest.network.collectives import path_bandwidth
 from nest.problem.plan import place
 from nest.problem.problem import Problem
 from nest.problem.space import SearchSpace
-from nest.solver.positions import compute_floor, kept_cells, minmax_cells, placement_rows
+from nest.solver.positions import (DROP_SLACK, compute_floor, minmax_cells,
+                                   placement_rows)
 
 ALIGNED = ("replica_major", "stage_major")  # placements whose replicas are aligned id blocks
 
@@ -285,20 +286,44 @@ def joint_minmax(problem: Problem, space: SearchSpace, lts, p: int, d: int,
     C = bottleneck_weight(solver_form(problem.training), m, p)
     floor_LL = compute_floor(lts, C)
     bands = [_band(j, p, L) for j in range(p)]
+    B_all, A_all, starts = _bands_flat(p, L)
+    floor_all = floor_LL[B_all, A_all]  # every position's cells' floors, read once
     best = math.inf
     for placement in space.placements_for(v0, p, d):
         # a later placement matters only below the best so far: priced with stop_at at most
         # that, its value is exact where below it and at or above it elsewhere, so the minimum
         # is the same float
         stop = min(stop_at, best)
-        cells = [kept_cells(floor_LL, band, stop) for band in bands]
-        if any(c is None for c in cells):  # a position with no cell below stop
+        cells = _kept_bands(bands, floor_all, starts, stop)
+        if cells is None:  # a position with no cell below stop
             continue
         ids = place(p, d, v0.width, placement, tp=v0.tp, cp=v0.cp, ep=v0.ep)
         rows = placement_rows(problem, lts, ids, d, space.options, C,
                               [stash(p, j, m) for j in range(p)], cells, stop)
         best = min(best, minmax_cells(rows, L))
     return best
+
+
+def _kept_bands(bands, floor_all, starts, stop: float):
+    """`kept_cells` of every position's band at once (the same cells: the same comparison,
+    element by element, of the floors read in one gather), None if a position keeps none."""
+    if math.isinf(stop):
+        return [(b, a) for a, b in bands]
+    keep = floor_all < stop * (1 + DROP_SLACK)
+    if not np.logical_or.reduceat(keep, starts).all():
+        return None
+    ends = list(starts[1:]) + [len(keep)]
+    return [(b[keep[s:e]], a[keep[s:e]]) for (a, b), s, e in zip(bands, starts, ends)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _bands_flat(p: int, L: int):
+    """(last layers, first layers, each position's start) of the bands of p stages
+    (`_band`), concatenated position by position; read-only, cached."""
+    bands = [_band(j, p, L) for j in range(p)]
+    starts = np.cumsum([0] + [len(a) for a, _ in bands[:-1]])
+    return (read_only(np.concatenate([b for _, b in bands])),
+            read_only(np.concatenate([a for a, _ in bands])), read_only(starts))
 
 
 @functools.lru_cache(maxsize=4096)
