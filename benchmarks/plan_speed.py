@@ -449,6 +449,32 @@ before / after, at load 4-5 on the two cores: `nest plan` 252 / 70 traces, 8.5 /
 `nest compare` 168 / 90, 6.1 / 4.3 s (Qwen1.5-MoE plan: 196 / 55, 6.5 / 3.3). The whole `nest
 plan` process, user + sys, alternated before / after: 28.0 / 23.6, 23.0 / 20.7 (the solve, not
 the graph, is now most of it).
+
+hsolve4 (2026-11-27), the solve of that `nest plan`: the launchable search, then, as the plan
+leaves 32 devices idle, the same search on plans using all 1,024 (cli_run.all_devices_outcome).
+The second search rebuilt everything at micro-batch 2 (with_mbs made a new problem with an
+empty cache each call) and re-derived its compute-only bounds (their table's length followed
+its own largest p). Now, each exact: Problem.with_mbs keeps one problem per size in the
+problem's cache; the searches keep in it the memory-aware bound per (class, p), the interleaved
+placement floors and group 0's memory floors and fits per candidate, and each joint bound with
+the stop it was priced at (reused only where the search would treat a fresh value the same:
+tests/test_solve_shared.py checks it against fresh ones at stops below, at and above it); the
+search on all devices reads the compute-only bounds of the space without min_devices;
+joint_bound reads its cells' floors in one gather; the min-max DP of the compute-only bounds
+runs on the cells that can be finite (64 layers x 62 stages: 10.3 -> 4.6 ms, the same floats).
+The all-devices search still prices what the first never needed (its best time is higher:
+203 joint bounds, 1,068 memory-aware bounds). CPU s (process_time; machine shared, load
+1.9-3.9 on two cores), before (main at 909984b) and after (a8b1957) alternated: the solve in
+one process (graph built before; first search + all-devices search) 9.3 + 3.7, 7.4 + 3.0 before
+against 6.9 + 1.8, 6.4 + 1.3 after; the whole `nest plan` (user + sys, seven alternated
+pairs before / after) 21.3 / 16.9, 21.1 / 22.7, 18.2 / 18.1, 25.3 / 20.5, 24.7 / 20.4,
+23.9 / 26.4, 24.8 / 21.4 (median 23.9 / 20.5; the graph's traces and the load dominate the
+spread). The 10 s target is still missed on this case: imports, the traces (hcap) and the
+first search remain (in it: joint bounds ~1.9, memory-aware bounds ~0.9, interleaved
+placement floors ~0.8 and memory floors ~0.5, compute-only bounds ~0.7). Unchanged: the
+`nest plan` output but its solve time line and plan file but solve_time_s of DeepSeek-V2 on
+1,024, Llama-3-70B on 64 (global batch 128, sequence 8192), Mixtral-8x22B on 64, DeepSeek-V3
+on 256 (dgx_h100_superpod, sequence 4096), and benchmarks/recipes.py's rows but its plan s.
 """
 
 from __future__ import annotations

@@ -7,8 +7,13 @@ an empty one, so no two problems share an entry. What it keeps, by store:
     ("derived", variant, modes)    per layer table: group terms and data-parallel lines
                                    (nest.costs.groups), the stage kernel's [b, a] grids
                                    (nest.costs.stage), stash capacities (nest.solver.bounds)
+    "with_mbs"                     key mbs: the problem at that micro-batch size (frozen)
+    solver stores                  nest.solver's bounds and screens, kept across its searches
 Entries are immutable (frozen dataclasses, read-only arrays: `read_only`), so what one caller is
-handed cannot change what the next one reads. The eviction rule: each store keeps its ENTRIES
+handed cannot change what the next one reads; but for two memo stores of the solver
+("joint_minmax", "interleaved_fits": dicts of values of pure functions of their key, each
+value written once or replaced by the same function's value at another stop, never changed
+by a reader). The eviction rule: each store keeps its ENTRIES
 most recently used entries (an evicted entry is recomputed, to the same bytes, when asked again).
 """
 

@@ -167,12 +167,19 @@ class Problem:
 
     def with_mbs(self, mbs: int) -> "Problem":
         """The same problem for another micro-batch size (its own layer graph and cost table),
-        with the variants this one has."""
+        with the variants this one has; the same object for the same size (problems are frozen).
+        """
         if mbs == self.mbs:
             return self
-        g = build_graph(self.model, mbs, self.training.graph_source,
-                        declared_subset(self.model, self.graph.variants))
-        return self._rebuild(graph=g, described=None).with_variants(self.graph.variants)
+
+        def make():
+            g = build_graph(self.model, mbs, self.training.graph_source,
+                            declared_subset(self.model, self.graph.variants))
+            return self._rebuild(graph=g, described=None).with_variants(self.graph.variants)
+
+        # one problem per size, kept in this one's cache: the searches, the evaluation of the
+        # plan and the all-devices search (nest.interfaces.cli_run) share its derived tables
+        return self.cache.get("with_mbs", mbs, make)
 
     def with_cluster(self, cluster: ClusterSpec) -> "Problem":
         """Another cluster (the training settings' communication scale applied to it)."""

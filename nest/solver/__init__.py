@@ -69,7 +69,7 @@ from nest.common.errors import SpecError
 from nest.costs.cache import read_only
 from nest.network.collectives import flattened
 from nest.solver.arrays import StageArrays, class_arrays, even_cut_mask
-from nest.solver.bounds import compute_bounds, joint_bound, memory_aware_bound, p2p_floor
+from nest.solver.bounds import compute_bounds, joint_minmax, memory_aware_bound, p2p_floor
 from nest.solver.dp import bottleneck
 from nest.solver.overlap import solve_fixed_overlap
 from nest.common import progress
@@ -143,6 +143,58 @@ def _option_arrays(problem: Problem, space: SearchSpace, v: Variant):
     return problem.cache.get("pp_dp_options", key, make)
 
 
+def _bounds_pp(problem: Problem, space: SearchSpace, v: Variant, P: np.ndarray) -> int:
+    """The largest p compute_bounds covers for candidates P: theirs, or with a min_devices the
+    space's without it (X_lb[p] does not depend on how far the table goes, nest.solver.dp), so
+    the search on all devices (nest.interfaces.cli_run) reads the table the search without it
+    kept."""
+    if space.min_devices:
+        top = _option_arrays(problem, space.with_(min_devices=0), v)[0]
+        if len(top):
+            return int(top.max())
+    return int(P.max())
+
+
+def _memory_bound(problem: Problem, space: SearchSpace, lts, p: int, floor_LLR, send_floors
+                  ) -> float:
+    """memory_aware_bound of (class, p), kept in the problem's cache by all it reads: the
+    class's variants and modes, p, the space's ZeRO stages, whether its replicas are aligned
+    blocks (the floors of compute_bounds) and its placements (p2p_floor's sends); the searches
+    per recomputation mode, and on all devices, share it."""
+    from nest.solver.bounds import replica_blocks_aligned
+
+    key = (tuple(lt.variant for lt in lts), lts[0].modes, p, space.zero_stages,
+           replica_blocks_aligned(space), space.placements)
+    return problem.cache.get("memory_aware_bound", key, lambda: memory_aware_bound(
+        problem, space, lts, p, floor_LLR, send_floors))
+
+
+def _joint(problem: Problem, space: SearchSpace, lts, p: int, d: int, stop_at: float
+           ) -> float:
+    """joint_bound (nest.solver.bounds) with stop_at, or a value the search treats the same,
+    from a min-max kept in the problem's cache by all it reads (the class's variants and modes,
+    the space's options and placements, p, d) with the stop it was priced at. The search pops a
+    level-2 entry only below its best time, which never rises above stop_at: a value at or above
+    stop_at is never popped, whichever it is. A fresh min-max M' with stop s' is exact (B) where
+    B < s' and at least B elsewhere (nest.solver.bounds.joint_minmax), so from a kept (M, s):
+    M < s is B itself: below s' it is what a fresh call returns; if M (1 - 1e-12) >= s', so is
+    any fresh value (M' >= B, rounding monotone): neither is popped. M >= s means B >= s: if
+    s (1 - 1e-12) >= s', a fresh value is at least that and the kept one too: neither is popped.
+    Otherwise it is priced again (and kept with its stop). The search on all devices
+    (nest.interfaces.cli_run) reads most of its joint bounds so."""
+    key = (tuple(lt.variant for lt in lts), lts[0].modes, space.options, space.placements, p, d)
+    memo = problem.cache.get("joint_minmax", key, dict)  # {"m": min-max, "s": its stop}
+    if memo:
+        M, s = memo["m"], memo["s"]
+        slack = M * (1 - 1e-12)
+        if (M < s and (M < stop_at or slack >= stop_at)) or (
+                M >= s and s * (1 - 1e-12) >= stop_at):
+            return slack
+    M = joint_minmax(problem, space, lts, p, d, stop_at)
+    memo.update(m=M, s=stop_at)
+    return M * (1 - 1e-12)
+
+
 def num_blocks(problem: Problem) -> int:
     return sum(la.kind == "block" for la in problem.graph.layers)
 
@@ -174,7 +226,8 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
         P, D, M = _option_arrays(problem, space, cls[0])
         if not len(P):
             continue
-        lb, floors[ci] = compute_bounds(problem, space, lts[ci], int(P.max()))
+        lb, floors[ci] = compute_bounds(problem, space, lts[ci], _bounds_pp(problem, space,
+                                                                           cls[0], P))
         sends[ci] = p2p_floor(problem, lts[ci], space)
         if even_cuts:
             keep = P <= num_blocks(problem)
@@ -193,14 +246,14 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
         cls = classes[ci]
         if prune and level == 0:  # cheaper bounds first
             if (ci, p) not in refined:
-                refined[(ci, p)] = memory_aware_bound(problem, space, lts[ci], p, floors[ci],
-                                                      sends[ci])
+                refined[(ci, p)] = _memory_bound(problem, space, lts[ci], p, floors[ci],
+                                                 sends[ci])
             m = problem.num_microbatches(d, cls[0].ep)
             bound = paper_1f1b(refined[(ci, p)], m, p) * bound_scale(form, m, p)
             heapq.heappush(heap, (bound, 1, ci, p, d))
             continue
         if prune and level == 1:
-            bound = max(bound, joint_bound(problem, space, lts[ci], p, d, best_T))
+            bound = max(bound, _joint(problem, space, lts[ci], p, d, best_T))
             heapq.heappush(heap, (bound, 2, ci, p, d))
             continue
         for placement in space.placements_for(cls[0], p, d):

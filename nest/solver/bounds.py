@@ -28,7 +28,8 @@ from nest.network.collectives import path_bandwidth
 from nest.problem.plan import place
 from nest.problem.problem import Problem
 from nest.problem.space import SearchSpace
-from nest.solver.positions import compute_floor, kept_cells, minmax_cells, placement_rows
+from nest.solver.positions import (DROP_SLACK, compute_floor, minmax_cells,
+                                   placement_rows)
 
 ALIGNED = ("replica_major", "stage_major")  # placements whose replicas are aligned id blocks
 
@@ -254,6 +255,12 @@ def per_mode_bounds(problem: Problem, space: SearchSpace, lts, max_pp: int):
 
 def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,
                 stop_at: float = math.inf) -> float:
+    """`joint_minmax` less its relative slack of 1e-12 (the bound itself, below)."""
+    return joint_minmax(problem, space, lts, p, d, stop_at) * (1 - 1e-12)
+
+
+def joint_minmax(problem: Problem, space: SearchSpace, lts, p: int, d: int,
+                 stop_at: float = math.inf) -> float:
     """A lower bound of one candidate that couples time, sync and memory per stage, from the
     stage kernel's exact prices. Relaxation: for a placement of the space, every stage position j
     has known devices, neighbours, stash and tied partner (nest.costs.pipeline), so for stage j covering
@@ -271,26 +278,52 @@ def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,
     u_0 = max(e_0, 0) and u_j = 0 for the other stages. Computed by nest.solver.positions
     (the same floats as pricing every cell with stage_cost); stop_at (the search's best time):
     where the bound reaches it, any value at or above it is returned (cells that cannot bring
-    it below are not priced; inf when a position keeps no cell)."""
+    it below are not priced; inf when a position keeps no cell). This function returns the
+    min-max before the slack: with stop_at s it is exact (B) where B < s, and at least B
+    everywhere (dropping cells only raises a min-max), so nest.solver._joint can reuse it."""
     v0, L = lts[0].variant, lts[0].num_layers
     m = problem.num_microbatches(d, v0.ep)
     C = bottleneck_weight(solver_form(problem.training), m, p)
     floor_LL = compute_floor(lts, C)
     bands = [_band(j, p, L) for j in range(p)]
+    B_all, A_all, starts = _bands_flat(p, L)
+    floor_all = floor_LL[B_all, A_all]  # every position's cells' floors, read once
     best = math.inf
     for placement in space.placements_for(v0, p, d):
         # a later placement matters only below the best so far: priced with stop_at at most
         # that, its value is exact where below it and at or above it elsewhere, so the minimum
         # is the same float
         stop = min(stop_at, best)
-        cells = [kept_cells(floor_LL, band, stop) for band in bands]
-        if any(c is None for c in cells):  # a position with no cell below stop
+        cells = _kept_bands(bands, floor_all, starts, stop)
+        if cells is None:  # a position with no cell below stop
             continue
         ids = place(p, d, v0.width, placement, tp=v0.tp, cp=v0.cp, ep=v0.ep)
         rows = placement_rows(problem, lts, ids, d, space.options, C,
                               [stash(p, j, m) for j in range(p)], cells, stop)
         best = min(best, minmax_cells(rows, L))
-    return best * (1 - 1e-12)
+    return best
+
+
+def _kept_bands(bands, floor_all, starts, stop: float):
+    """`kept_cells` of every position's band at once (the same cells: the same comparison,
+    element by element, of the floors read in one gather), None if a position keeps none."""
+    if math.isinf(stop):
+        return [(b, a) for a, b in bands]
+    keep = floor_all < stop * (1 + DROP_SLACK)
+    if not np.logical_or.reduceat(keep, starts).all():
+        return None
+    ends = list(starts[1:]) + [len(keep)]
+    return [(b[keep[s:e]], a[keep[s:e]]) for (a, b), s, e in zip(bands, starts, ends)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _bands_flat(p: int, L: int):
+    """(last layers, first layers, each position's start) of the bands of p stages
+    (`_band`), concatenated position by position; read-only, cached."""
+    bands = [_band(j, p, L) for j in range(p)]
+    starts = np.cumsum([0] + [len(a) for a, _ in bands[:-1]])
+    return (read_only(np.concatenate([b for _, b in bands])),
+            read_only(np.concatenate([a for a, _ in bands])), read_only(starts))
 
 
 @functools.lru_cache(maxsize=4096)

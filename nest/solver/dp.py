@@ -120,15 +120,20 @@ def bottleneck_reference(primary, secondary, ok, cap: float):
 
 def lower_bounds_per_column(cost_LLR: np.ndarray, max_stages: int) -> np.ndarray:
     """`lower_bounds` of each cost_LLR[:, :, r] at once: [max_stages + 1, R] (min and max are
-    exact, so each column is the float lower_bounds gives that column alone)."""
+    exact, so each column is the float lower_bounds gives that column alone).
+    f_p[b] = min over a of max(cost[b, a], f_{p-1}[a - 1]): f_{p-1} is inf below layer p - 2
+    and a cell a > b is none, so only b, a >= p - 1 can be finite; the rest stay inf (leaving
+    out entries that are inf under max does not change a min)."""
     L = cost_LLR.shape[0]
     cost = np.where(np.tril(np.ones((L, L), dtype=bool))[..., None], cost_LLR, np.inf)
     out = np.full((max_stages + 1, cost.shape[2]), np.inf)
     f = cost[:, 0].copy()
     out[1] = f[L - 1]
-    for p in range(2, max_stages + 1):
-        prev = np.concatenate([np.full((1, f.shape[1]), np.inf), f[:-1]])
-        f = np.min(np.maximum(cost, prev[None, :, :]), axis=1)
+    for p in range(2, min(max_stages, L) + 1):
+        k = p - 1
+        g = np.full_like(f, np.inf)
+        g[k:] = np.minimum.reduce(np.maximum(cost[k:, k:], f[k - 1:L - 1][None]), axis=1)
+        f = g
         out[p] = f[L - 1]
     return out
 

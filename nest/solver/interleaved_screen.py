@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nest.costs.cache import read_only
 from nest.costs.layers import ALL_MODES, layer_table
 from nest.costs.memory import allocated, peak, resident_and_step, state_bytes, working_bytes
 from nest.costs.pipeline import chunks_of, device_group, interleaved_peak_activations, stash
@@ -67,12 +68,23 @@ class Fits:
         self.held = [stash(p, device_group(j, p), self.m, "interleaved", v)
                      for j in range(len(self.cuts))]
         self.lt = layer_table(problem, var, MODES)
-        self._known: dict = {}
-        self._states0: dict = {}  # z -> group 0's (resident, step) state bytes over its chunks
-        self._act0: dict = {}  # r -> group 0's peak activations
+        # what does not depend on the knobs asked, kept in the problem's cache by (var, p, d,
+        # v, cuts), all it reads: the searches per micro-batch size's spaces, and the search on
+        # all devices (nest.interfaces.cli_run), share it. Values of pure functions of the key,
+        # each written once: a later reader gets the floats it would compute.
+        memo = problem.cache.get("interleaved_fits", (var, p, d, v, tuple(map(tuple, self.cuts))),
+                                 lambda: ({}, {}, {}, {}))
+        self._known, self._states0, self._act0, self._floor0 = memo
+        # _known: (z, r) -> `_fits`; _states0: z -> group 0's (resident, step) state bytes over
+        # its chunks; _act0: r -> group 0's peak activations; _floor0: (z, r) -> `floor0`
 
     def floor0(self, z: int, r: str) -> float:
         """Device group 0's peak bytes under (z, r) up to rounding (module docstring)."""
+        if (z, r) not in self._floor0:
+            self._floor0[z, r] = self._floor0_of(z, r)
+        return self._floor0[z, r]
+
+    def _floor0_of(self, z: int, r: str) -> float:
         lt, tr, p = self.lt, self.problem.training, self.p
         ks = list(chunks_of(0, p, len(self.cuts)))
         a = np.array([self.cuts[k][0] for k in ks])
@@ -94,8 +106,10 @@ class Fits:
         return self.floor0(z, r) > self.problem.cluster.hardware.hbm_bytes * (1 + MARGIN)
 
     def __getitem__(self, knob) -> bool:
+        if knob not in self.knobs:
+            return False
         if knob not in self._known:
-            self._known[knob] = knob in self.knobs and self._fits(*knob)
+            self._known[knob] = self._fits(*knob)
         return self._known[knob]
 
     def get(self, knob) -> bool:
@@ -137,7 +151,16 @@ def placement_floors(problem: Problem, space: SearchSpace, var, p: int, d: int, 
     costs a grid gather per device group (its group terms kept per (p, d, placement), shared by
     every v and layout) instead of a stage kernel (and its sends) per chunk, so the search
     prices device_time_bounds only where this floor is below its best time
-    (tests/test_placement_floors.py); both combine their terms in `batch_floor`."""
+    (tests/test_placement_floors.py); both combine their terms in `batch_floor`. Kept in the
+    problem's cache (the searches of the micro-batch size, and on all devices, share it)."""
+    key = (var, space.recompute_modes, space.zero_stages, space.placements, p, d, v,
+           tuple(map(tuple, cuts)))  # all it reads of the space and the candidate
+    return problem.cache.get("placement_floors", key, lambda: read_only(
+        _placement_floors(problem, space, var, p, d, v, cuts)))
+
+
+def _placement_floors(problem: Problem, space: SearchSpace, var, p: int, d: int, v: int, cuts
+                      ) -> list[tuple[str, np.ndarray]]:
     from nest.costs.groups import group_terms
     from nest.costs.stage import grid_terms
     from nest.problem.plan import place
