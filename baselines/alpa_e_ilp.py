@@ -454,7 +454,11 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
         out.fixed_OKI[o][valid] = fixed[valid]
         if out.step_OKI is not None:
             out.step_OKI[o][valid] = step[valid]
-        for vi in range(V):  # the stage's bucketed ZeRO / sync collectives, per option held
+        # the stage's bucketed ZeRO / sync collectives, per option held: an option no range
+        # holds (no parameters in any range) adds 0.0 everywhere (lines_time is 0 for no bytes),
+        # which leaves every sum as it is, so it is skipped
+        held_V = (pd_OKIV[o] != 0).any(axis=(0, 1)) | (pe_OKIV[o] != 0).any(axis=(0, 1))
+        for vi in np.flatnonzero(held_V):
             out.time_OKI[o] += np.where(valid, bucket_time(tab, vi, o, pd_OKIV[o, ..., vi],
                                                            pe_OKIV[o, ..., vi], fw_OKI[o]), 0.0)
         node_LV = node[o]
@@ -481,26 +485,38 @@ def _per_stage_tables(tab: ShardingTable, tiebreak: float) -> RangeTables:
     L, V, O = tab.comm_LVO.shape
     valid = np.triu(np.ones((L, L), dtype=bool))
     out = _empty(O, L, tab.copy_LVO is not None)
-    # what does not depend on the knob config, once per option
-    pd_V = [range_sum(tab.dense_LV[:, v]).T for v in range(V)]
-    pe_V = [range_sum(tab.expert_LV[:, v]).T for v in range(V)]
-    pm_V = [range_max(tab.params_LV[:, v]).T for v in range(V)]
+    # what does not depend on the knob config, once per option (for the options some range
+    # takes: `chosen`)
+    free: dict[int, tuple] = {}
+    unread = np.zeros((L, L))  # an option's entries no range takes
     for o in range(O):
         node_LV = tab.comm_LVO[:, :, o] + tiebreak * tab.comp_LVO[:, :, o]
         obj = np.stack([np.where(valid, range_sum(node_LV[:, v]).T, np.inf) for v in range(V)])
         best = obj.argmin(axis=0)
         out.obj_OKI[o] = obj.min(axis=0)
         per_v = {"time": [], "fixed": [], "act": [], "step": []}
+        # only an option that is some range's best is read below (the others' entries are
+        # never taken; at i < k, where every option is inf, option 0 is taken and masked)
+        chosen = np.zeros(V, dtype=bool)
+        chosen[best[valid]] = True
         for v in range(V):
+            if not chosen[v]:
+                for key in per_v:
+                    per_v[key].append(unread)
+                continue
+            if v not in free:
+                free[v] = (range_sum(tab.dense_LV[:, v]).T, range_sum(tab.expert_LV[:, v]).T,
+                           range_max(tab.params_LV[:, v]).T)
+            pd_v, pe_v, pm_v = free[v]
             # [k, i] = the kernel's [b, a] range tables (nest.costs.layers) transposed
             tied_params, tied_states, tied_step = untied(tab, v, o)
-            pd = pd_V[v].copy()
+            pd = pd_v.copy()
             pd[0, L - 1] -= tied_params
             fixed = held(tab, o, range_sum(tab.states_LVO[:, v, o]).T,
-                         range_max(tab.work_LVO[:, v, o]).T, pm_V[v])
+                         range_max(tab.work_LVO[:, v, o]).T, pm_v)
             fixed[0, L - 1] -= tied_states
             tv = (range_sum(tab.coll_LVO[:, v, o] + tab.comp_LVO[:, v, o]).T
-                  + bucket_time(tab, v, o, pd, pe_V[v],
+                  + bucket_time(tab, v, o, pd, pe_v,
                                 range_sum(tab.fwd_LVO[:, v, o]).T))
             tv[0, L - 1] -= tied_step
             per_v["time"].append(tv)
