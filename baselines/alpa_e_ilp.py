@@ -263,17 +263,27 @@ def sharding_table(problem: Problem, mesh: ClusterSpec, D: int, x: int,
             tied_step[vi, oi] = step(lt.tied, 0.0, z) / B
     resh = np.zeros((max(L - 1, 0), V, V))
     # resharding_time reads only the two options' (tp, cp, sp) and the bytes: each distinct call
-    # once (DeepSeek-V3: 196 options, 62 boundaries, ~40 distinct layouts)
-    lay = [(w.tp, w.cp, w.sp) for w in variants]
+    # once (DeepSeek-V3: 196 options, 62 boundaries, ~40 distinct layouts), and a boundary's
+    # [a, b] block is its distinct (layout, bytes) rows x distinct layout columns spread out
+    lays: dict = {}
+    lay = np.array([lays.setdefault((w.tp, w.cp, w.sp), len(lays)) for w in variants],
+                   dtype=np.int64)
+    rep = [variants[int(np.flatnonzero(lay == c)[0])] for c in range(len(lays))]
     seen: dict = {}
     for li in range(L - 1):
-        for a, u in enumerate(variants):
-            full = g.layers[li].costs[u.key].output_bytes * u.tp  # the whole boundary activation
-            for b, w in enumerate(variants):
-                key = (lay[a], lay[b], full)
+        costs = g.layers[li].costs
+        rows: dict = {}  # (layout, the whole boundary activation) -> row
+        row = np.array([rows.setdefault((int(lay[a]), costs[u.key].output_bytes * u.tp),
+                                        len(rows)) for a, u in enumerate(variants)],
+                       dtype=np.int64)
+        block = np.empty((len(rows), len(lays)))
+        for (ca, full), r in rows.items():
+            for cb, w in enumerate(rep):
+                key = (ca, cb, full)
                 if key not in seen:
-                    seen[key] = resharding_time(mesh, u, w, full)
-                resh[li, a, b] = seen[key]
+                    seen[key] = resharding_time(mesh, rep[ca], w, full)
+                block[r, cb] = seen[key]
+        resh[li] = block[row][:, lay]
     return ShardingTable(D, x, B, tuple(variants), tuple(knobs), comm, coll, comp, fwd, dense,
                          expert, states, act, work, params, resh, tied, tied_states, tied_step,
                          all_lines, tr, hw, *((copy, tcopy) if copy.any() else ()))

@@ -255,3 +255,23 @@ def test_range_tables_skip_options_no_range_holds(which, seed):
             assert (x is None) == (y is None), name
             if x is not None:
                 assert x.tobytes() == y.tobytes(), (per_stage, name)
+
+
+@pytest.mark.parametrize("which", ["gpt", "moe"])
+def test_resharding_block_equals_every_pair(which):
+    """sharding_table's resharding costs (each distinct (layout, bytes) row priced once and
+    spread over the options) equal resharding_time called for every boundary and pair."""
+    tab = _table(which, -1)
+    model = "tiny_moe" if which == "moe" else "tiny_gpt"
+    pr = make_problem(model, "tiny_cluster", 8, training=TINY)
+    mesh = mesh_view(pr.cluster)
+    vs = tab.variants
+    L = pr.graph.num_layers
+    want = np.zeros((L - 1, len(vs), len(vs)))
+    for li in range(L - 1):
+        for a, u in enumerate(vs):
+            full = pr.graph.layers[li].costs[u.key].output_bytes * u.tp
+            for b, w in enumerate(vs):
+                want[li, a, b] = ilp.resharding_time(mesh, u, w, full)
+    assert tab.resh_LVV.tobytes() == want.tobytes()
+    assert (which == "moe") or want.any()  # sequence-parallel <-> replicated: priced
