@@ -43,7 +43,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from nest.costs.groups import SYNC_KINDS, group_terms
+from nest.costs.groups import SYNC_KINDS, placement_group_terms
 from nest.costs.layers import layer_table, range_max, range_sum
 from nest.costs.memory import optimizer_step_for, resident_and_step, state_bytes, working_bytes
 from nest.costs.stage import bytes_per_param, zero_costs, zero_schedule
@@ -226,10 +226,19 @@ def sharding_table(problem: Problem, mesh: ClusterSpec, D: int, x: int,
     tied, tied_states, tied_step = np.zeros(V), np.zeros((V, O)), np.zeros((V, O))
     copy, tcopy = np.zeros(shape), np.zeros((V, O))
     all_lines = []
+    lts = [layer_table(pm, v, modes) for v in variants]
+    # the options' group terms (nest.costs.groups.group_terms of the submesh), the priced-alike
+    # keys of the options with one d computed together (once per distinct tp, cp, ep)
+    gts: list = [None] * V
+    by_d: dict[int, list[int]] = {}
+    for vi, v in enumerate(variants):
+        by_d.setdefault(D // v.ep, []).append(vi)
+    for d, vis in by_d.items():
+        for vi, found in zip(vis, placement_group_terms(pm, [lts[vi] for vi in vis], [ids], d)):
+            gts[vi] = found[0]
     for vi, v in enumerate(variants):
         d = D // v.ep
-        lt = layer_table(pm, v, modes)
-        gt = group_terms(pm, lt, ids, d)
+        lt, gt = lts[vi], gts[vi]
         all_lines.append(gt.dp_lines)
         slopes = {(kind, part): slope(gt.dp_lines[part][kind])
                   for kind in SYNC_KINDS for part in ("dense", "expert")}

@@ -275,3 +275,28 @@ def test_resharding_block_equals_every_pair(which):
                 want[li, a, b] = ilp.resharding_time(mesh, u, w, full)
     assert tab.resh_LVV.tobytes() == want.tobytes()
     assert (which == "moe") or want.any()  # sequence-parallel <-> replicated: priced
+
+
+@pytest.mark.parametrize("which", ["gpt", "moe"])
+def test_group_terms_equal_group_terms_per_option(which):
+    """sharding_table reads every option's group terms with the priced-alike keys of the
+    options of one d computed together (placement_group_terms): each equals group_terms of
+    that option alone, on a fresh problem (lines, names and every array)."""
+    from nest.costs.groups import group_terms
+    from nest.costs.layers import layer_table
+
+    model = "tiny_moe" if which == "moe" else "tiny_gpt"
+    vs = ([Variant(1, False, 1, 2), Variant(1, False, 2, 2)] if which == "moe"
+          else [Variant(2, False), Variant(2, True)])
+    pr = make_problem(model, "tiny_cluster", 8, training=TINY)
+    tab = sharding_table(pr, mesh_view(pr.cluster), 2, 2, vs, KNOBS, 4)
+    fresh = ilp.mesh_problem(make_problem(model, "tiny_cluster", 8, training=TINY),
+                             mesh_view(pr.cluster))
+    modes = tuple(dict.fromkeys(r for _, r in KNOBS))
+    for vi, v in enumerate(vs):
+        lt = layer_table(fresh, v, modes)
+        gt = group_terms(fresh, lt, tuple(range(4)), 2 // v.ep)
+        assert tab.dp_lines[vi] == gt.dp_lines
+        for oi, (_, r) in enumerate(KNOBS):
+            assert tab.coll_LVO[:, vi, oi].tobytes() == gt.layer_LR[:, modes.index(r)].tobytes()
+        assert tab.fwd_LVO[:, vi, 0].tobytes() == (lt.fwd_L + gt.fwd_L).tobytes()
