@@ -58,7 +58,7 @@ import random
 import time
 from dataclasses import dataclass, replace
 
-from nest.costs.groups import placement_group_terms
+from nest.costs.groups import group_terms
 from nest.costs.layers import layer_table
 from nest.costs.pipeline import batch_time_s, is_exact, links, objective_s, solver_form, stash
 from nest.costs.stage import Options, stage_cost
@@ -111,8 +111,8 @@ class Scorer:
         self.las = {vi: layer_table(problem, v, space.recompute_modes)
                     for vi, v in enumerate(space.variants)}
         self.ids: dict = {}  # (vi, p, d, pl) -> device ids of the stages
-        # (vi, p, d, pl) -> the stages' group terms (nest.costs.groups.placement_group_terms:
-        # every stage's priced-alike key at once; the entries stage_cost would look up per cell)
+        # (vi, p, d, pl) -> the stages' group terms (nest.costs.groups.group_terms, what
+        # stage_cost would look up for every cell), once per stage
         self.gts: dict = {}
         self.scores: dict[State, tuple[float, float]] = {}
         self.cells: dict[tuple, Cell] = {}  # one stage's terms
@@ -154,7 +154,7 @@ class Scorer:
         ids = self.ids.get(key)
         if ids is None:
             ids = self.ids[key] = place(s.p, s.d, v.width, sp.placements[s.pl])
-            self.gts[key] = placement_group_terms(self.problem, [la], ids, s.d)[0]
+            self.gts[key] = [group_terms(self.problem, la, i, s.d) for i in ids]
         opts = Options((sp.zero_stages[s.zero[j]],), (sp.recompute_modes[s.rec[j]],))
         c = stage_cost(self.problem, la, ids[j], s.d, opts, stash(s.p, j, m), cell=(a, b),
                        detail=not self.exact, gt=self.gts[key][j], **links(ids, j))

@@ -267,9 +267,9 @@ def test_valid_feasible_and_no_better_than_nest(model, n):
 @pytest.mark.parametrize("model,cluster,n", [("tiny_moe", "tiny_cluster", 8),
                                              ("mixtral_8x7b", "h100_spineleaf", 96)])
 def test_cells_equal_the_kernel_per_cell(model, cluster, n):
-    """The Scorer reads a state's stages' group terms at once (placement_group_terms) and hands
-    each cell its stage's: every cell it prices equals, bit for bit, stage_cost looking the
-    group terms up itself (group_terms per cell) on a fresh problem."""
+    """The Scorer looks a state's stages' group terms up once per stage and hands each cell its
+    stage's: every cell it prices equals, bit for bit, stage_cost looking the group terms up
+    itself (per cell) on a fresh problem."""
     from baselines.mcmc import Cell
     from nest.costs.layers import layer_table
     from nest.costs.pipeline import links, stash
