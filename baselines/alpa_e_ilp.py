@@ -43,7 +43,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from nest.costs.groups import SYNC_KINDS, group_terms
+from nest.costs.groups import SYNC_KINDS, placement_group_terms
 from nest.costs.layers import layer_table, range_max, range_sum
 from nest.costs.memory import optimizer_step_for, resident_and_step, state_bytes, working_bytes
 from nest.costs.stage import bytes_per_param, zero_costs, zero_schedule
@@ -226,10 +226,19 @@ def sharding_table(problem: Problem, mesh: ClusterSpec, D: int, x: int,
     tied, tied_states, tied_step = np.zeros(V), np.zeros((V, O)), np.zeros((V, O))
     copy, tcopy = np.zeros(shape), np.zeros((V, O))
     all_lines = []
+    lts = [layer_table(pm, v, modes) for v in variants]
+    # the options' group terms (nest.costs.groups.group_terms of the submesh), the priced-alike
+    # keys of the options with one d computed together (once per distinct tp, cp, ep)
+    gts: list = [None] * V
+    by_d: dict[int, list[int]] = {}
+    for vi, v in enumerate(variants):
+        by_d.setdefault(D // v.ep, []).append(vi)
+    for d, vis in by_d.items():
+        for vi, found in zip(vis, placement_group_terms(pm, [lts[vi] for vi in vis], [ids], d)):
+            gts[vi] = found[0]
     for vi, v in enumerate(variants):
         d = D // v.ep
-        lt = layer_table(pm, v, modes)
-        gt = group_terms(pm, lt, ids, d)
+        lt, gt = lts[vi], gts[vi]
         all_lines.append(gt.dp_lines)
         slopes = {(kind, part): slope(gt.dp_lines[part][kind])
                   for kind in SYNC_KINDS for part in ("dense", "expert")}
@@ -263,17 +272,27 @@ def sharding_table(problem: Problem, mesh: ClusterSpec, D: int, x: int,
             tied_step[vi, oi] = step(lt.tied, 0.0, z) / B
     resh = np.zeros((max(L - 1, 0), V, V))
     # resharding_time reads only the two options' (tp, cp, sp) and the bytes: each distinct call
-    # once (DeepSeek-V3: 196 options, 62 boundaries, ~40 distinct layouts)
-    lay = [(w.tp, w.cp, w.sp) for w in variants]
+    # once (DeepSeek-V3: 196 options, 62 boundaries, ~40 distinct layouts), and a boundary's
+    # [a, b] block is its distinct (layout, bytes) rows x distinct layout columns spread out
+    lays: dict = {}
+    lay = np.array([lays.setdefault((w.tp, w.cp, w.sp), len(lays)) for w in variants],
+                   dtype=np.int64)
+    rep = [variants[int(np.flatnonzero(lay == c)[0])] for c in range(len(lays))]
     seen: dict = {}
     for li in range(L - 1):
-        for a, u in enumerate(variants):
-            full = g.layers[li].costs[u.key].output_bytes * u.tp  # the whole boundary activation
-            for b, w in enumerate(variants):
-                key = (lay[a], lay[b], full)
+        costs = g.layers[li].costs
+        rows: dict = {}  # (layout, the whole boundary activation) -> row
+        row = np.array([rows.setdefault((int(lay[a]), costs[u.key].output_bytes * u.tp),
+                                        len(rows)) for a, u in enumerate(variants)],
+                       dtype=np.int64)
+        block = np.empty((len(rows), len(lays)))
+        for (ca, full), r in rows.items():
+            for cb, w in enumerate(rep):
+                key = (ca, cb, full)
                 if key not in seen:
-                    seen[key] = resharding_time(mesh, u, w, full)
-                resh[li, a, b] = seen[key]
+                    seen[key] = resharding_time(mesh, rep[ca], w, full)
+                block[r, cb] = seen[key]
+        resh[li] = block[row][:, lay]
     return ShardingTable(D, x, B, tuple(variants), tuple(knobs), comm, coll, comp, fwd, dense,
                          expert, states, act, work, params, resh, tied, tied_states, tied_step,
                          all_lines, tr, hw, *((copy, tcopy) if copy.any() else ()))
@@ -454,7 +473,11 @@ def range_tables(tab: ShardingTable, tiebreak: float, per_stage: bool = False) -
         out.fixed_OKI[o][valid] = fixed[valid]
         if out.step_OKI is not None:
             out.step_OKI[o][valid] = step[valid]
-        for vi in range(V):  # the stage's bucketed ZeRO / sync collectives, per option held
+        # the stage's bucketed ZeRO / sync collectives, per option held: an option no range
+        # holds (no parameters in any range) adds 0.0 everywhere (lines_time is 0 for no bytes),
+        # which leaves every sum as it is, so it is skipped
+        held_V = (pd_OKIV[o] != 0).any(axis=(0, 1)) | (pe_OKIV[o] != 0).any(axis=(0, 1))
+        for vi in np.flatnonzero(held_V):
             out.time_OKI[o] += np.where(valid, bucket_time(tab, vi, o, pd_OKIV[o, ..., vi],
                                                            pe_OKIV[o, ..., vi], fw_OKI[o]), 0.0)
         node_LV = node[o]
@@ -481,26 +504,38 @@ def _per_stage_tables(tab: ShardingTable, tiebreak: float) -> RangeTables:
     L, V, O = tab.comm_LVO.shape
     valid = np.triu(np.ones((L, L), dtype=bool))
     out = _empty(O, L, tab.copy_LVO is not None)
-    # what does not depend on the knob config, once per option
-    pd_V = [range_sum(tab.dense_LV[:, v]).T for v in range(V)]
-    pe_V = [range_sum(tab.expert_LV[:, v]).T for v in range(V)]
-    pm_V = [range_max(tab.params_LV[:, v]).T for v in range(V)]
+    # what does not depend on the knob config, once per option (for the options some range
+    # takes: `chosen`)
+    free: dict[int, tuple] = {}
+    unread = np.zeros((L, L))  # an option's entries no range takes
     for o in range(O):
         node_LV = tab.comm_LVO[:, :, o] + tiebreak * tab.comp_LVO[:, :, o]
         obj = np.stack([np.where(valid, range_sum(node_LV[:, v]).T, np.inf) for v in range(V)])
         best = obj.argmin(axis=0)
         out.obj_OKI[o] = obj.min(axis=0)
         per_v = {"time": [], "fixed": [], "act": [], "step": []}
+        # only an option that is some range's best is read below (the others' entries are
+        # never taken; at i < k, where every option is inf, option 0 is taken and masked)
+        chosen = np.zeros(V, dtype=bool)
+        chosen[best[valid]] = True
         for v in range(V):
+            if not chosen[v]:
+                for key in per_v:
+                    per_v[key].append(unread)
+                continue
+            if v not in free:
+                free[v] = (range_sum(tab.dense_LV[:, v]).T, range_sum(tab.expert_LV[:, v]).T,
+                           range_max(tab.params_LV[:, v]).T)
+            pd_v, pe_v, pm_v = free[v]
             # [k, i] = the kernel's [b, a] range tables (nest.costs.layers) transposed
             tied_params, tied_states, tied_step = untied(tab, v, o)
-            pd = pd_V[v].copy()
+            pd = pd_v.copy()
             pd[0, L - 1] -= tied_params
             fixed = held(tab, o, range_sum(tab.states_LVO[:, v, o]).T,
-                         range_max(tab.work_LVO[:, v, o]).T, pm_V[v])
+                         range_max(tab.work_LVO[:, v, o]).T, pm_v)
             fixed[0, L - 1] -= tied_states
             tv = (range_sum(tab.coll_LVO[:, v, o] + tab.comp_LVO[:, v, o]).T
-                  + bucket_time(tab, v, o, pd, pe_V[v],
+                  + bucket_time(tab, v, o, pd, pe_v,
                                 range_sum(tab.fwd_LVO[:, v, o]).T))
             tv[0, L - 1] -= tied_step
             per_v["time"].append(tv)

@@ -58,6 +58,7 @@ import random
 import time
 from dataclasses import dataclass, replace
 
+from nest.costs.groups import group_terms
 from nest.costs.layers import layer_table
 from nest.costs.pipeline import batch_time_s, is_exact, links, objective_s, solver_form, stash
 from nest.costs.stage import Options, stage_cost
@@ -110,6 +111,9 @@ class Scorer:
         self.las = {vi: layer_table(problem, v, space.recompute_modes)
                     for vi, v in enumerate(space.variants)}
         self.ids: dict = {}  # (vi, p, d, pl) -> device ids of the stages
+        # (vi, p, d, pl) -> the stages' group terms (nest.costs.groups.group_terms, what
+        # stage_cost would look up for every cell), once per stage
+        self.gts: dict = {}
         self.scores: dict[State, tuple[float, float]] = {}
         self.cells: dict[tuple, Cell] = {}  # one stage's terms
         self.hbm = problem.cluster.hardware.hbm_bytes
@@ -150,9 +154,10 @@ class Scorer:
         ids = self.ids.get(key)
         if ids is None:
             ids = self.ids[key] = place(s.p, s.d, v.width, sp.placements[s.pl])
+            self.gts[key] = [group_terms(self.problem, la, i, s.d) for i in ids]
         opts = Options((sp.zero_stages[s.zero[j]],), (sp.recompute_modes[s.rec[j]],))
         c = stage_cost(self.problem, la, ids[j], s.d, opts, stash(s.p, j, m), cell=(a, b),
-                       detail=not self.exact, **links(ids, j))
+                       detail=not self.exact, gt=self.gts[key][j], **links(ids, j))
         mem = float(c.mem[0, 0])
         return Cell(float(c.t[0, 0]), float(c.u[0]),
                     mem / self.hbm - 1.0 if mem > self.hbm else 0.0,
@@ -202,11 +207,21 @@ class Chain:
         self.L = problem.graph.num_layers
         self.problem = problem
         self.limits = limits if limits is not None else dp_limits(problem, space)
+        self._pmax = {vi: max(lim, default=0) for vi, lim in self.limits.items()}
+        self._wide: dict[int, list[int]] = {}
 
     # -- helpers ------------------------------------------------------------------------------
     def pmax(self, vi: int) -> int:
         """The most stages the space allows for this variant (0: the variant has no plan)."""
-        return max(self.limits[vi], default=0)
+        return self._pmax[vi]
+
+    def wide_enough(self, p: int) -> list[int]:
+        """The variants (in index order) whose space allows p stages."""
+        out = self._wide.get(p)
+        if out is None:
+            out = self._wide[p] = [vi for vi in range(len(self.space.variants))
+                                   if p <= self.pmax(vi)]
+        return out
 
     def dmax(self, vi: int, p: int) -> int:
         """The largest d of the space for (variant, p); the space's d are those of 1..dmax that
@@ -296,8 +311,7 @@ class Chain:
             new = rng.choice([x for x in range(n) if x != old[j]])
             return replace(s, **{attr: old[:j] + (new,) + old[j + 1:]})
         if kind == "variant":
-            opts = [vi for vi in range(len(self.space.variants))
-                    if vi != s.vi and s.p <= self.pmax(vi)]
+            opts = [vi for vi in self.wide_enough(s.p) if vi != s.vi]
             if not opts:
                 return None
             vi = rng.choice(opts)

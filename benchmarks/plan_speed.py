@@ -475,6 +475,42 @@ placement floors ~0.8 and memory floors ~0.5, compute-only bounds ~0.7). Unchang
 `nest plan` output but its solve time line and plan file but solve_time_s of DeepSeek-V2 on
 1,024, Llama-3-70B on 64 (global batch 128, sequence 8192), Mixtral-8x22B on 64, DeepSeek-V3
 on 256 (dgx_h100_superpod, sequence 4096), and benchmarks/recipes.py's rows but its plan s.
+
+Eighth pass (hcmp2, twelfth session): the baselines of `nest compare` on DeepSeek-V2, 1,024
+H100 of h100_spineleaf, global batch 2048 (deepseek_v2_1024), exact. Before (main at 909984b)
+and after alternated on the shared machine (load 1.3-3.5 from other jobs), user + sys CPU s of
+the whole `nest compare` process: before 48.6, 39.6, 44.8, 47.4, 46.5; after 40.5, 43.1, 43.3,
+41.6, 44.9 (the VM drifts by a third; the target is 30). Per planner, CPU s in one process on
+one problem, in compare's order, three alternations at load 2.0-2.5: Alpa-E 18.9, 17.8, 21.8
+-> 16.4, 16.7, 16.2; MCMC 8.0, 8.0, 7.4 -> 6.9, 7.8, 9.1 (alone in a process: 10.3 -> 8.0);
+nest, Mist and Phaze, whose code did not change, 3.5-3.9, 3.5-5.4, 0.4-0.6. The tables and CSVs (but the solve column) are
+equal before and after here, on DeepSeek-V3 256 and on Yi-1.5-34B at global batch 8, and so
+are the MCMC, Alpa-E, Mist and Phaze plan files; MCMC's chains price the same 17,899 states to
+the same floats; the tiny run equals results/expected/tiny. What changed:
+
+* Alpa-E's chain range tables skip an option no range holds (its bucketed ZeRO and sync
+  collectives of no parameters are 0.0, which leaves every sum as it is), and the one-option
+  tables price only the options some range takes (the others are never read); the case's 112
+  range tables 7.0 -> 4.7 CPU s at load 7 (tests/test_alpa_e_rt.py: both equal the former
+  loops bit for bit on tables where some options are held nowhere);
+* Alpa-E's sharding tables: a boundary's resharding block from its distinct (layout, bytes)
+  rows and layout columns (it was a Python loop over every option pair, L V^2 per table), and
+  the options' group terms through nest.costs.groups.placement_group_terms (the priced-alike
+  keys of the options of one d together; each equals group_terms of the option alone); the
+  case's 56 tables 4.1 -> 2.4 CPU s with warm caches, array for array equal;
+* MCMC looks each stage's group terms up once (stage_cost's new keyword gt) instead of once
+  per cell (a sits-alike key hashed from the stage's ids for each of 25,892 cells), and lists
+  the variants that allow p stages once per p (max over a dict per variant, 412,000 calls).
+  tests/test_baseline_mcmc.py: every cell equals stage_cost's own lookup bit for bit.
+
+Not done, and why: MCMC's cells through the kernel's grid form (a proposal's new cells sit at
+different stages, each with its own devices and sends, while the grid form batches one stage's
+cells; a stage position sees ~3 cells over the run, and a whole grid per (variant, d, option)
+would hold ~0.8 GB); Alpa-E's DP steps ([J, K, D] candidate arrays with D up to 1,024 units;
+chunking them over J did not help) and its chain tables' per-path parameter sums ([O, k, V, V]
+gathered per layer, about half of those tables), and the group terms of its 891 (submesh,
+option) pairs (nest.costs.groups, ~3 s). What remains of this compare: Alpa-E ~16, the graph
+(hcap), MCMC ~7-8, nest ~3.5, Mist ~3.7.
 """
 
 from __future__ import annotations

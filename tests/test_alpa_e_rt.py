@@ -166,3 +166,137 @@ def test_stage_times_on_ranges_equal_the_full_grid(which, seed):
             assert fast[0].tobytes() == slow[0].tobytes()
             assert fast[1].tobytes() == slow[1].tobytes() and fast[1].dtype == slow[1].dtype
             assert np.isfinite(fast[0]).any()
+
+
+def _per_stage_every_option(tab, tiebreak):
+    """The former one-option-per-stage tables: every option's entries computed, the best
+    taken."""
+    L, V, O = tab.comm_LVO.shape
+    valid = np.triu(np.ones((L, L), dtype=bool))
+    out = ilp._empty(O, L, tab.copy_LVO is not None)
+    rs, rm = ilp.range_sum, ilp.range_max
+    pd_V = [rs(tab.dense_LV[:, v]).T for v in range(V)]
+    pe_V = [rs(tab.expert_LV[:, v]).T for v in range(V)]
+    pm_V = [rm(tab.params_LV[:, v]).T for v in range(V)]
+    for o in range(O):
+        node_LV = tab.comm_LVO[:, :, o] + tiebreak * tab.comp_LVO[:, :, o]
+        obj = np.stack([np.where(valid, rs(node_LV[:, v]).T, np.inf) for v in range(V)])
+        best = obj.argmin(axis=0)
+        out.obj_OKI[o] = obj.min(axis=0)
+        per_v = {"time": [], "fixed": [], "act": [], "step": []}
+        for v in range(V):
+            tied_params, tied_states, tied_step = ilp.untied(tab, v, o)
+            pd = pd_V[v].copy()
+            pd[0, L - 1] -= tied_params
+            fixed = ilp.held(tab, o, rs(tab.states_LVO[:, v, o]).T, rm(tab.work_LVO[:, v, o]).T,
+                             pm_V[v])
+            fixed[0, L - 1] -= tied_states
+            tv = (rs(tab.coll_LVO[:, v, o] + tab.comp_LVO[:, v, o]).T
+                  + ilp.bucket_time(tab, v, o, pd, pe_V[v], rs(tab.fwd_LVO[:, v, o]).T))
+            tv[0, L - 1] -= tied_step
+            per_v["time"].append(tv)
+            per_v["fixed"].append(fixed)
+            per_v["act"].append(rs(tab.act_LVO[:, v, o]).T)
+            if out.step_OKI is not None:
+                step = rs(tab.states_LVO[:, v, o] + tab.copy_LVO[:, v, o]).T
+                step[0, L - 1] -= tied_states + ilp.tied_copy(tab, v, o)
+                per_v["step"].append(step)
+        for key, arr in (("time", out.time_OKI), ("fixed", out.fixed_OKI), ("act", out.act_OKI),
+                         ("step", out.step_OKI)):
+            if arr is not None:
+                arr[o] = np.where(valid, np.take_along_axis(np.stack(per_v[key]), best[None],
+                                                            axis=0)[0], np.inf)
+        out.last_OKI[o] = best
+        for v in range(V):
+            same = valid & (obj[v] <= out.obj_OKI[o] * (1 + 1e-9) + 1e-15)
+            out.uniform_OKI[o] |= np.where(same, 1 << v, 0)
+    return out
+
+
+def _wide_table(which: str, seed: int):
+    """A real table widened to five options (copies of its two, with their own lines), the
+    copies' communication raised on some knob configs so that no range holds them there: the
+    tables skip the options no range holds (per stage: that no range takes)."""
+    tab = _table(which, seed)
+    idx = [0, 1, 0, 1, 0]
+    rng = np.random.default_rng(seed + 10)
+    comm = tab.comm_LVO[:, idx].copy()
+    comm[:, 2:, ::2] += rng.uniform(5, 6, comm[:, 2:, ::2].shape)  # never held on even o
+    comm[:, 2:, 1::2] *= rng.uniform(0.5, 1.5, comm[:, 2:, 1::2].shape)
+
+    return replace(tab, variants=tuple(tab.variants[i] for i in idx), comm_LVO=comm,
+                   coll_LVO=tab.coll_LVO[:, idx], comp_LVO=tab.comp_LVO[:, idx],
+                   fwd_LVO=tab.fwd_LVO[:, idx], dense_LV=tab.dense_LV[:, idx],
+                   expert_LV=tab.expert_LV[:, idx], states_LVO=tab.states_LVO[:, idx],
+                   act_LVO=tab.act_LVO[:, idx], work_LVO=tab.work_LVO[:, idx],
+                   params_LV=tab.params_LV[:, idx], resh_LVV=tab.resh_LVV[:, idx][:, :, idx],
+                   tied_V=tab.tied_V[idx], tied_states_VO=tab.tied_states_VO[idx],
+                   tied_step_VO=tab.tied_step_VO[idx],
+                   dp_lines=[tab.dp_lines[i] for i in idx],
+                   copy_LVO=None if tab.copy_LVO is None else tab.copy_LVO[:, idx],
+                   tied_copy_VO=None if tab.tied_copy_VO is None else tab.tied_copy_VO[idx])
+
+
+@pytest.mark.parametrize("which,seed", [("gpt", 0), ("gpt", 1), ("moe", 2), ("moe", 3)])
+def test_range_tables_skip_options_no_range_holds(which, seed):
+    """Options no range holds (chain) or takes (one per stage) are skipped: the tables equal
+    the loop over knobs and the every-option per-stage tables bit for bit, on tables where
+    some options are held nowhere for some knob configs."""
+    tab = _wide_table(which, seed)
+    L, V, O = tab.comm_LVO.shape
+    for per_stage, ref in ((False, _loop_over_o), (True, _per_stage_every_option)):
+        fast, slow = range_tables(tab, 1e-3, per_stage), ref(tab, 1e-3)
+        held = [{v for k in range(L) for i in range(k, L) for v in ilp.sharding_of(fast, o, k, i)}
+                for o in range(O)]
+        assert any(len(h) < V for h in held) and any(len(h) > 1 for h in held)
+        for name in ("obj_OKI", "time_OKI", "fixed_OKI", "act_OKI", "uniform_OKI", "last_OKI",
+                     "step_OKI"):
+            x, y = getattr(fast, name), getattr(slow, name)
+            assert (x is None) == (y is None), name
+            if x is not None:
+                assert x.tobytes() == y.tobytes(), (per_stage, name)
+
+
+@pytest.mark.parametrize("which", ["gpt", "moe"])
+def test_resharding_block_equals_every_pair(which):
+    """sharding_table's resharding costs (each distinct (layout, bytes) row priced once and
+    spread over the options) equal resharding_time called for every boundary and pair."""
+    tab = _table(which, -1)
+    model = "tiny_moe" if which == "moe" else "tiny_gpt"
+    pr = make_problem(model, "tiny_cluster", 8, training=TINY)
+    mesh = mesh_view(pr.cluster)
+    vs = tab.variants
+    L = pr.graph.num_layers
+    want = np.zeros((L - 1, len(vs), len(vs)))
+    for li in range(L - 1):
+        for a, u in enumerate(vs):
+            full = pr.graph.layers[li].costs[u.key].output_bytes * u.tp
+            for b, w in enumerate(vs):
+                want[li, a, b] = ilp.resharding_time(mesh, u, w, full)
+    assert tab.resh_LVV.tobytes() == want.tobytes()
+    assert (which == "moe") or want.any()  # sequence-parallel <-> replicated: priced
+
+
+@pytest.mark.parametrize("which", ["gpt", "moe"])
+def test_group_terms_equal_group_terms_per_option(which):
+    """sharding_table reads every option's group terms with the priced-alike keys of the
+    options of one d computed together (placement_group_terms): each equals group_terms of
+    that option alone, on a fresh problem (lines, names and every array)."""
+    from nest.costs.groups import group_terms
+    from nest.costs.layers import layer_table
+
+    model = "tiny_moe" if which == "moe" else "tiny_gpt"
+    vs = ([Variant(1, False, 1, 2), Variant(1, False, 2, 2)] if which == "moe"
+          else [Variant(2, False), Variant(2, True)])
+    pr = make_problem(model, "tiny_cluster", 8, training=TINY)
+    tab = sharding_table(pr, mesh_view(pr.cluster), 2, 2, vs, KNOBS, 4)
+    fresh = ilp.mesh_problem(make_problem(model, "tiny_cluster", 8, training=TINY),
+                             mesh_view(pr.cluster))
+    modes = tuple(dict.fromkeys(r for _, r in KNOBS))
+    for vi, v in enumerate(vs):
+        lt = layer_table(fresh, v, modes)
+        gt = group_terms(fresh, lt, tuple(range(4)), 2 // v.ep)
+        assert tab.dp_lines[vi] == gt.dp_lines
+        for oi, (_, r) in enumerate(KNOBS):
+            assert tab.coll_LVO[:, vi, oi].tobytes() == gt.layer_LR[:, modes.index(r)].tobytes()
+        assert tab.fwd_LVO[:, vi, 0].tobytes() == (lt.fwd_L + gt.fwd_L).tobytes()

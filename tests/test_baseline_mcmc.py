@@ -262,3 +262,35 @@ def test_valid_feasible_and_no_better_than_nest(model, n):
     ne = run_planner("nest", pr)
     assert mc.evaluation.feasible, mc.reason
     assert mc.evaluation.time_per_batch_s >= ne.evaluation.time_per_batch_s * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("model,cluster,n", [("tiny_moe", "tiny_cluster", 8),
+                                             ("mixtral_8x7b", "h100_spineleaf", 96)])
+def test_cells_equal_the_kernel_per_cell(model, cluster, n):
+    """The Scorer looks a state's stages' group terms up once per stage and hands each cell its
+    stage's: every cell it prices equals, bit for bit, stage_cost looking the group terms up
+    itself (per cell) on a fresh problem."""
+    from baselines.mcmc import Cell
+    from nest.costs.layers import layer_table
+    from nest.costs.pipeline import links, stash
+    from nest.costs.stage import Options, stage_cost
+    from nest.problem.plan import place
+
+    pr = make_problem(model, cluster, n, training=TrainingSettings(global_batch=64))
+    space, chain = chain_for(pr, seed=3)
+    for s in walk(chain, 150, restart_every=6):
+        chain.scorer.score(s)
+    fresh = make_problem(model, cluster, n, training=TrainingSettings(global_batch=64))
+    sc, seen = chain.scorer, set()
+    for (vi, p, d, pl, j, a, b, z, r), cell in sc.cells.items():
+        v = space.variants[vi]
+        ids = place(p, d, v.width, space.placements[pl])
+        m = fresh.num_microbatches(d, v.ep)
+        c = stage_cost(fresh, layer_table(fresh, v, space.recompute_modes), ids[j], d,
+                       Options((space.zero_stages[z],), (space.recompute_modes[r],)),
+                       stash(p, j, m), cell=(a, b), **links(ids, j))
+        mem = float(c.mem[0, 0])
+        want = Cell(float(c.t[0, 0]), float(c.u[0]), mem / sc.hbm - 1.0 if mem > sc.hbm else 0.0)
+        assert (cell.t, cell.u, cell.excess) == (want.t, want.u, want.excess)
+        seen.add(sc.gts[(vi, p, d, pl)][j].content)
+    assert len(sc.cells) > 50 and len(seen) > 1  # stages whose group terms differ

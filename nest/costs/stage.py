@@ -164,7 +164,8 @@ def _pairwise_all_reduce(cluster, ids: tuple, partner: tuple, nbytes: float) -> 
 
 def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
                cell: tuple[int, int] | None = None, next_ids=None, prev_ids=None,
-               tied_partner=None, detail: bool = False, from_grid: bool = False) -> StageCost:
+               tied_partner=None, detail: bool = False, from_grid: bool = False,
+               gt: GroupTerms | None = None) -> StageCost:
     """Price a stage. `cell` = (first_layer, last_layer) for one stage, None for the whole [b, a]
     grid. next_ids / prev_ids: the neighbours' devices (None at the ends); each transfer carries
     the sending stage's own per-device boundary tensor (its output forward, the gradient of its
@@ -175,9 +176,12 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
     array over cells. detail (one cell only): the breakdown the evaluator reports. from_grid:
     read the cells' position-free terms from the whole grid's, cached per (d, group terms'
     content, options): for callers pricing many cells of many stages
-    that sit alike (the solver's joint bound); the same values as pricing the cells directly."""
+    that sit alike (the solver's joint bound); the same values as pricing the cells directly.
+    gt: the stage's group terms when the caller holds them (nest.costs.groups.group_terms or
+    placement_group_terms of these ids and d, the same entry), else looked up here."""
     cl, hw, L = problem.cluster, problem.cluster.hardware, lt.num_layers
-    gt = group_terms(problem, lt, ids, d)
+    if gt is None:
+        gt = group_terms(problem, lt, ids, d)
     if cell is None or from_grid:
         terms = grid_terms(problem, lt, gt, d, opts)
     if cell is None:
