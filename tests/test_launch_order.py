@@ -87,3 +87,35 @@ def test_the_launchable_space_keeps_only_placements_launched_as_priced():
         kept = orders.with_(launch_node=n).placements_for(v, 2, 2)
         assert kept == tuple(o for o in orders.placements_for(v, 2, 2)
                              if launches_as_priced(1, 1, 2, 2, 2, o, n))
+
+
+
+def test_solver_memos_keep_the_launch_filter_apart(monkeypatch):
+    """The solver keeps joint bounds and interleaved placement floors in the problem's cache; a
+    value priced on the launchable space (fewer placements: launch_node) must not be handed to a
+    search of the full space on the same problem, nor the other way round."""
+    import numpy as np
+
+    import nest.solver as solver
+    import nest.solver.interleaved_screen as screen
+    from nest.costs.layers import layer_table
+    from nest.problem.evaluate import make_problem
+    from nest.problem.space import declare
+
+    monkeypatch.setattr(solver, "joint_minmax",
+                        lambda problem, space, *a: 1.0 + space.launch_node)
+    monkeypatch.setattr(screen, "_placement_floors",
+                        lambda problem, space, *a: np.array([1.0 + space.launch_node]))
+    for first, second in ((4, 0), (0, 4)):
+        pr = make_problem("tiny_moe", "tiny_cluster", 8)  # a fresh cache
+        full = declare(pr, {"zero_stages": [1], "recompute_modes": ["none"],
+                            "heterogeneous_stages": False})
+        v = full.variants[0]
+        lts = [layer_table(pr, v, full.recompute_modes)]
+        a = solver._joint(pr, full.with_(launch_node=first), lts, 2, 2, 10.0)
+        b = solver._joint(pr, full.with_(launch_node=second), lts, 2, 2, 10.0)
+        assert (a, b) == ((1.0 + first) * (1 - 1e-12), (1.0 + second) * (1 - 1e-12))
+        cuts = [(0, 1), (2, 3)]
+        fa = screen.placement_floors(pr, full.with_(launch_node=first), v, 2, 2, 2, cuts)
+        fb = screen.placement_floors(pr, full.with_(launch_node=second), v, 2, 2, 2, cuts)
+        assert (float(fa[0]), float(fb[0])) == (1.0 + first, 1.0 + second)

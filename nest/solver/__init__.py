@@ -173,7 +173,7 @@ def _joint(problem: Problem, space: SearchSpace, lts, p: int, d: int, stop_at: f
            ) -> float:
     """joint_bound (nest.solver.bounds) with stop_at, or a value the search treats the same,
     from a min-max kept in the problem's cache by all it reads (the class's variants and modes,
-    the space's options and placements, p, d) with the stop it was priced at. The search pops a
+    the space's options and placements (launch_node filters them: placements_for), p, d) with the stop it was priced at. The search pops a
     level-2 entry only below its best time, which never rises above stop_at: a value at or above
     stop_at is never popped, whichever it is. A fresh min-max M' with stop s' is exact (B) where
     B < s' and at least B elsewhere (nest.solver.bounds.joint_minmax), so from a kept (M, s):
@@ -182,7 +182,8 @@ def _joint(problem: Problem, space: SearchSpace, lts, p: int, d: int, stop_at: f
     s (1 - 1e-12) >= s', a fresh value is at least that and the kept one too: neither is popped.
     Otherwise it is priced again (and kept with its stop). The search on all devices
     (nest.interfaces.cli_run) reads most of its joint bounds so."""
-    key = (tuple(lt.variant for lt in lts), lts[0].modes, space.options, space.placements, p, d)
+    key = (tuple(lt.variant for lt in lts), lts[0].modes, space.options, space.placements,
+           space.launch_node, p, d)
     memo = problem.cache.get("joint_minmax", key, dict)  # {"m": min-max, "s": its stop}
     if memo:
         M, s = memo["m"], memo["s"]

@@ -153,8 +153,8 @@ def placement_floors(problem: Problem, space: SearchSpace, var, p: int, d: int, 
     prices device_time_bounds only where this floor is below its best time
     (tests/test_placement_floors.py); both combine their terms in `batch_floor`. Kept in the
     problem's cache (the searches of the micro-batch size, and on all devices, share it)."""
-    key = (var, space.recompute_modes, space.zero_stages, space.placements, p, d, v,
-           tuple(map(tuple, cuts)))  # all it reads of the space and the candidate
+    key = (var, space.recompute_modes, space.zero_stages, space.placements, space.launch_node,
+           p, d, v, tuple(map(tuple, cuts)))  # all it reads of the space and the candidate
     return problem.cache.get("placement_floors", key, lambda: read_only(
         _placement_floors(problem, space, var, p, d, v, cuts)))
 
