@@ -220,3 +220,52 @@ def test_minmax_bands_is_the_full_grid_dp(seed, inf_share):
             want = minmax_over_full_grid(cost_J.__getitem__, p, L,
                                          *(np.zeros(L) if x_ is None else x_ for x_ in s))
             assert bounds.minmax_bands(x, *s) == want == minmax_cells(rows, L, *s), (p, s)
+
+
+def test_placement_rows_read_once_per_group_as_plain():
+    """nest.solver.positions reads the grid terms, floors and sends once per group of positions
+    priced alike (`_alike`, `_gather`): every position's row is still the plain per-position
+    price (stage_cost on its band, least over variants and options that fit), with and without
+    a stop, on placements whose positions fall in one group and in several (NVL72 racks
+    straddled: stages priced unlike)."""
+    from nest.costs.groups import placement_group_terms
+    from nest.costs.stage import grid_terms
+    from nest.solver import positions
+
+    pr = make_problem("tiny_llama", "gb200_nvl72", 144, training=TrainingSettings(global_batch=64))
+    space = declare(pr, {"heterogeneous_stages": True})
+    hbm, opts, sizes = pr.cluster.hardware.hbm_bytes, space.options, set()
+    for cls in space.classes:
+        lts = [layer_table(pr, v, space.recompute_modes) for v in cls]
+        v, L = cls[0], lts[0].num_layers
+        for p, d in list(pp_dp_options(pr, space, v))[::5]:
+            m = pr.num_microbatches(d, v.ep)
+            C = bottleneck_weight(solver_form(pr.training), m, p)
+            stash_J = [stash(p, j, m) for j in range(p)]
+            cells = [bounds._band(j, p, L)[::-1] for j in range(p)]
+            for placement in space.placements_for(v, p, d):
+                ids = place(p, d, v.width, placement, tp=v.tp, cp=v.cp, ep=v.ep)
+                for gts in placement_group_terms(pr, lts, np.asarray(ids), d):
+                    terms = [grid_terms(pr, lts[0], gt, d, opts) for gt in gts]
+                    sizes.add(len(positions._alike(terms)))
+                plain = []
+                for j, (b, a) in enumerate(cells):
+                    cost = None
+                    for lt in lts:
+                        c = stage_cost(pr, lt, ids[j], d, opts, stash_J[j], cell=(a, b),
+                                       **links(ids, j))
+                        assert c.tail is None  # the default dp_overlap: none
+                        x = np.where(c.mem <= hbm, C * c.t + c.u[..., None], np.inf).min(axis=(-2, -1))
+                        cost = x if cost is None else np.minimum(cost, x)
+                    plain.append(cost)
+                stop = float(np.median(np.concatenate(plain)[np.isfinite(np.concatenate(
+                    plain))])) if np.isfinite(np.concatenate(plain)).any() else math.inf
+                for s in (math.inf, stop):
+                    rows = positions.placement_rows(pr, lts, ids, d, opts, C, stash_J, cells, s)
+                    for (b, a, got), want, (b0, a0) in zip(rows, plain, cells):
+                        np.testing.assert_array_equal(b, b0)
+                        np.testing.assert_array_equal(a, a0)
+                        below = want < s
+                        np.testing.assert_array_equal(got[below], want[below])
+                        assert ((got == want) | np.isinf(got)).all()
+    assert 1 in sizes and max(sizes) > 1, sizes  # both paths of `_gather` ran

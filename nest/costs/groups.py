@@ -89,8 +89,10 @@ def placement_group_terms(problem, lts, ids, d: int) -> list[list[GroupTerms]]:
                                   ep=ep: priced_alike_keys(problem, same, inner_groups(
                                       arr, tp, cp, ep, d)))
         keys.update(zip(map(id, same), found))
-    for lt in lts:
-        out.append([_terms_of(problem, lt, i, d, key) for key, i in zip(keys[id(lt)], ids)])
+    for lt in lts:  # positions of one key share one read (the first one's ids make a miss)
+        memo: dict = {}
+        out.append([memo[key] if key in memo else memo.setdefault(
+            key, _terms_of(problem, lt, i, d, key)) for key, i in zip(keys[id(lt)], ids)])
     return out
 
 

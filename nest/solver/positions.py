@@ -67,7 +67,9 @@ def placement_rows(problem, lts, ids, d: int, opts, C: int, stash_J, cells,
     links_J = _links(problem.cluster, arr)
     cost = None
     for lt, gts in zip(lts, placement_group_terms(problem, lts, arr, d)):
-        terms = [grid_terms(problem, lt, gt, d, opts) for gt in gts]
+        memo: dict = {}  # positions of one group-terms object share one grid_terms call
+        terms = [memo[id(gt)] if id(gt) in memo else memo.setdefault(
+            id(gt), grid_terms(problem, lt, gt, d, opts)) for gt in gts]
         if terms[0][6] is not None:  # overlapped sync: the kernel's cells, position by position
             x = np.concatenate([_overlap_cost(problem, lt, ids, j, d, opts, C, stash_J[j], b, a)
                                 for j, (b, a) in enumerate(cells)])
@@ -107,18 +109,17 @@ def _fast_cost(problem, lt, gts, terms, ids, links_J, d: int, opts, C: int, stas
     out = np.full(len(B), np.inf)
     keep = slice(None)
     cell = B * L + A  # cells come position by position (pos is sorted): flat index b L + a
-    ends = np.searchsorted(pos, np.arange(p + 1))
+    groups = _alike(terms)
     if not math.isinf(stop_at):
-        floors = [_floor_grids(problem, lt, gts[j], d, opts, terms[j]) for j in range(p)]
-        floor = np.concatenate([C * f[0].ravel()[c] + f[1].ravel()[c] for f, c in zip(
-            floors, np.split(cell, ends[1:-1]))])
+        def floor_at(j, c):
+            f = _floor_grids(problem, lt, gts[j], d, opts, terms[j])
+            return C * f[0].ravel()[c] + f[1].ravel()[c]
+        floor = _gather(groups, pos, cell, floor_at)
         keep = np.flatnonzero(floor < stop_at * (1 + DROP_SLACK))
         pos, cell = pos[keep], cell[keep]
-        ends = np.searchsorted(pos, np.arange(p + 1))
-    # each position's cells read from its grids in one gather each
-    base_R, per_mb_Z, sync_Z = (np.concatenate([
-        np.take(terms[j][k].reshape(L * L, -1), cell[ends[j]:ends[j + 1]], axis=0)
-        for j in range(p)]) for k in range(3))
+    # each group of positions sharing grid terms reads its cells in one gather per array
+    base_R, per_mb_Z, sync_Z = (_gather(groups, pos, cell, lambda j, c, k=k: np.take(
+        terms[j][k].reshape(L * L, -1), c, axis=0)) for k in range(3))
     fit = _fit_by_mode(problem, lt, d, opts, terms[0])  # [r][b L + a, z]
     s = stash_J[pos][:, None]
     y = np.where(s <= np.take(fit[0], cell, axis=0), base_R[:, :1], np.inf)  # [cells, Z]: the
@@ -128,14 +129,42 @@ def _fast_cost(problem, lt, gts, terms, ids, links_J, d: int, opts, C: int, stas
     # stage_cost's sends: 0.0 + forward send (not the last) + backward send (not the first)
     fwd, bwd = np.zeros((p, L)), np.zeros((p, L))
     prev_out = np.concatenate([[0.0], lt.out_L[:-1]])
+    sends: dict = {}  # per levels crossed (all _send reads of the pair): read once each
     for j, lv in enumerate(links_J):
-        fwd[j] = _send(problem, lt, ids[j], ids[j + 1], lv, "fwd", lt.out_L)
-        bwd[j + 1] = _send(problem, lt, ids[j + 1], ids[j], lv, "bwd", prev_out)
+        if lv not in sends:
+            sends[lv] = (_send(problem, lt, ids[j], ids[j + 1], lv, "fwd", lt.out_L),
+                         _send(problem, lt, ids[j + 1], ids[j], lv, "bwd", prev_out))
+        fwd[j], bwd[j + 1] = sends[lv]
     send = (0.0 + fwd[pos, cell // L]) + bwd[pos, cell % L]
     tied = np.zeros(p)  # the first and the last stage all-reduce over the same device pairs
     tied[0] = tied[-1] = tied_sync_s(problem, lt, ids[0], links(ids, 0)["tied_partner"])
     x = C * ((y + per_mb_Z) + send[:, None]) + (sync_Z + tied[pos][:, None])
     out[keep] = functools.reduce(np.minimum, x.T)
+    return out
+
+
+def _alike(terms) -> list:
+    """The positions grouped by their grid terms object (grid_terms keeps one per group-terms
+    content; most placements price every position alike): [(first position, positions)]."""
+    groups: dict = {}
+    for j, t in enumerate(terms):
+        groups.setdefault(id(t), (j, []))[1].append(j)
+    return list(groups.values())
+
+
+def _gather(groups, pos, cell, read):
+    """read(j, cells) for each group of `_alike` (j its first position) at the cells of its
+    positions, in the cells' order: element by element what each position's own read gives
+    (its group shares the arrays read), in one read per group instead of one per position."""
+    if len(groups) == 1:
+        return read(groups[0][0], cell)
+    out = None
+    for j, js in groups:
+        idx = np.flatnonzero(np.isin(pos, js))
+        x = read(j, cell[idx])
+        if out is None:
+            out = np.empty((len(cell), *x.shape[1:]), dtype=x.dtype)
+        out[idx] = x
     return out
 
 
