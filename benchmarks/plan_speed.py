@@ -511,6 +511,30 @@ chunking them over J did not help) and its chain tables' per-path parameter sums
 gathered per layer, about half of those tables), and the group terms of its 891 (submesh,
 option) pairs (nest.costs.groups, ~3 s). What remains of this compare: Alpa-E ~16, the graph
 (hcap), MCMC ~7-8, nest ~3.5, Mist ~3.7.
+
+Ninth pass (hsolve5, `nest plan` on DeepSeek-V2 1,024 H100): the joint bound's cell pricing
+(nest.solver.positions.placement_rows) read each position's grid terms, floor grids and sends
+once per position, though on this case every one of its 925 placements prices all its
+positions alike (15,356 positions, one grid-terms object per placement). Now grid_terms is
+called once per group-terms object, the floors and the three gathers run once per group of
+positions sharing one grid-terms object (`_alike`, `_gather`), the sends once per levels
+crossed, and nest.costs.groups.placement_group_terms reads the terms once per priced-alike
+key. In process (CPU s, one run each, shared machine): placement_rows 1.35 -> 0.98, its
+_fast_cost 0.58 -> 0.31, the joint bounds 1.69 -> 1.32. Whole process, user+sys, main (0f64e22)
+and this change alternated, six pairs at load 4.2-5.4 (two other helpers busy): 19.7 / 18.5,
+18.2 / 17.5, 17.6 / 16.1, 22.1 / 19.8, 17.4 / 17.5, 15.5 / 15.1 (~0.7 s less, within the
+noise of single runs). Plan output of DeepSeek-V2 1,024 and of Llama-3-70B on 64 H100
+(dgx_h100_superpod, global batch 128, sequence 8192) byte-identical but the solve time;
+tests/test_fast_bounds.py checks every row against stage_cost position by position, on
+placements of one group and of several (a mutation that reads one group's arrays for all
+fails it). Tried and dropped (no gain measurable at this load): every ZeRO stage's stash
+capacities at once (stash_capacity's cost is per element, so 12 knobs' columns cost what 12
+calls do), the interleaved placement floors' per-group gathers (two chunks per group), and
+the memory-aware bound of every recomputation mode at once (min-max DP batched over modes:
+~35 % less per mode, but about a third of the modes' bounds are then never asked for). Left:
+the 48 searches still price their memory-aware bounds (3,148, ~1 s) and joint bounds (607,
+~1.3 s) knob by knob; sharing them needs the knob searches to run as one search over the
+12 (ZeRO, recompute) options with per-option incumbents.
 """
 
 from __future__ import annotations
