@@ -51,7 +51,12 @@ def test_flags_reach_the_plan(capsys, tmp_path):
                                        (["--dp-overlap", "always"], "--dp-overlap"),
                                        (["--precision", "fp4"], "--precision"),
                                        (["--global-batch", "0"], "--global-batch"),
-                                       (["--mbs-options", "1,a"], "--mbs-options")])
+                                       (["--mbs-options", "1,a"], "--mbs-options"),
+                                       # both: --mbs won and the options were ignored unsaid
+                                       (["--mbs", "2", "--mbs-options", "1,4"],
+                                        "--mbs-options 1,4: --mbs 2 fixes"),
+                                       (["--planner", "manual", "--mbs-options", "2"],
+                                        "planner 'manual' searches no micro-batch sizes")])
 def test_bad_flags_exit_2_naming_the_flag(capsys, argv, flag):
     rc, _, err = run(capsys, "plan", *TINY, *argv)
     assert rc == cli.EXIT_ERROR and flag in err

@@ -190,6 +190,10 @@ def cmd_plan(a) -> int:
     planner_entry(a.planner)  # an unknown planner before the graph is built
     training = training_of(a)
     is_nest = planner_entry(a.planner)[0] == "nest.solver:plan"
+    if a.mbs_options and (a.mbs or not is_nest):  # else one of them would be ignored unsaid
+        raise SpecError(f"--mbs-options {','.join(map(str, a.mbs_options))}: " + (
+            f"--mbs {a.mbs} fixes the micro-batch size; give one of the two" if a.mbs else
+            f"planner '{a.planner}' searches no micro-batch sizes (nest does); give --mbs"))
     with progress.status("building the layer graph"):  # the launchable space's variants only
         problem = make_problem(a.model, a.cluster, a.num_devices, a.mbs or 1, training,
                                seq_len=a.seq_len, launchable_only=is_nest and not a.heterogeneous)
