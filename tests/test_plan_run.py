@@ -351,3 +351,15 @@ def test_mfu_warning_states_the_mfu_it_compares(monkeypatch):
     assert len(w) == 1
     assert f"{ev.mfu:.1%} is ABOVE" not in w[0], w[0]  # the causal MFU is below the ceiling
     assert f"{ev.mfu_full_attention:.1%} full_attention > {ceiling:.1%}" in w[0]
+
+
+def test_a_longer_sequence_names_the_model_files_parallel_variants(capsys):
+    """tiny_llama.yaml (sequence 256) allows tp 1 and cp 1 only: planned at 512 the output says
+    the search keeps them (a long sequence is where context parallelism pays); at its own
+    length, or from a config.json, no such note."""
+    rc, out, _ = run(capsys, "plan", "--model", "tiny_llama", *TINY[2:], "--seq-len", "512")
+    assert rc == 0
+    assert ("note: --seq-len 512 is above tiny_llama's own 256, but the search keeps its "
+            "parallel_variants (config/models/tiny_llama.yaml): tp 1, cp 1 only") in out
+    rc, out, _ = run(capsys, "plan", "--model", "tiny_llama", *TINY[2:], "--seq-len", "256")
+    assert rc == 0 and "parallel_variants" not in out

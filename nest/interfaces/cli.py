@@ -156,6 +156,25 @@ def model_notes(problem) -> list[str]:
     return out
 
 
+def variant_notes(model_arg: str, seq_len: int | None, problem) -> list[str]:
+    """A model file planned at a longer sequence than its own keeps its parallel_variants (a
+    Hugging Face config.json derives them from the config): say which tensor and context
+    parallel degrees bound the search, since a long sequence is where context parallelism
+    pays."""
+    if seq_len is None or str(model_arg).endswith(".json") or Path(model_arg).is_dir():
+        return []
+    from nest.spec.catalog import load_model, shown
+
+    own = load_model(model_arg).seq_len
+    if seq_len <= own:
+        return []
+    m, pv = problem.model, problem.model.parallel_variants
+    return [f"note: --seq-len {seq_len} is above {m.name}'s own {own}, but the search keeps "
+            f"its parallel_variants ({shown(m.source_file)}): tp "
+            f"{', '.join(map(str, pv.tp))}, cp {', '.join(map(str, pv.cp))} only (widen them "
+            f"in a copy of the file, or plan the model's Hugging Face config.json)"]
+
+
 def mfu_notes(rows, problem) -> list[str]:
     """`nest compare`: the highest predicted MFU of the table against the best published run of
     its class (the check `nest plan` makes), or that its hardware has no published class."""
@@ -237,7 +256,7 @@ def cmd_plan(a) -> int:
             full = all_devices_outcome(a.planner, seen, over)
     for w in warnings_for(plan, ev, real, full):
         print(f"warning: {w}")
-    for line in model_notes(problem):
+    for line in model_notes(problem) + variant_notes(a.model, a.seq_len, problem):
         print(line)
     if a.seq_len is not None:  # `nest evaluate` / `nest export` rebuild the model with it
         plan.extra["seq_len"] = a.seq_len
@@ -435,7 +454,7 @@ def cmd_compare(a) -> int:
               f"micro-batch sizes included, so its plan may be faster than this row")
     for line in mfu_notes(rows, problem):
         print(line)
-    for line in model_notes(problem):
+    for line in model_notes(problem) + variant_notes(a.model, a.seq_len, problem):
         print(line)
     if a.output:
         stop_if_interrupted()
