@@ -363,3 +363,24 @@ def test_a_longer_sequence_names_the_model_files_parallel_variants(capsys):
             "parallel_variants (config/models/tiny_llama.yaml): tp 1, cp 1 only") in out
     rc, out, _ = run(capsys, "plan", "--model", "tiny_llama", *TINY[2:], "--seq-len", "256")
     assert rc == 0 and "parallel_variants" not in out
+
+
+def test_an_edited_global_batch_of_a_plan_json_is_read(capsys, tmp_path):
+    """The plan's global_batch, edited with its num_microbatches, is the batch evaluate scores
+    (extra.training keeps the batch the plan was made with; it replaced the edit unsaid); edited
+    alone, the micro-batch count no longer matches and the error names the key."""
+    p = tmp_path / "p.json"
+    rc, out, _ = run(capsys, "plan", *TINY, "--global-batch", "16", "-o", str(p))
+    assert rc == 0, out
+    d = json.loads(p.read_text())
+    rc, base, _ = run(capsys, "evaluate", str(p), "-q")
+    assert rc == 0 and "global batch 16" in base
+    d.update(global_batch=32, num_microbatches=2 * d["num_microbatches"])
+    p.write_text(json.dumps(d))
+    rc, out, _ = run(capsys, "evaluate", str(p), "-q")
+    assert rc == 0 and "global batch 32" in out, out
+    assert f"micro-batches={d['num_microbatches']}" in out
+    d.update(num_microbatches=d["num_microbatches"] // 2)
+    p.write_text(json.dumps(d))
+    rc, _, err = run(capsys, "evaluate", str(p), "-q")
+    assert rc == cli.EXIT_ERROR and "key 'num_microbatches'" in err, err
