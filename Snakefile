@@ -14,6 +14,7 @@ include: "workflow/rules/config.smk"
 # the config checked before any job runs: one line naming the config file and the key
 check_config_schema("workflow/schemas/config.schema.yaml")
 validate(config, "workflow/schemas/config.schema.yaml")
+check_names()  # every model / cluster / planner name, before a rule file loads a cluster
 
 
 include: "workflow/rules/current_networks.smk"  # `snakemake current_networks`, not in figures

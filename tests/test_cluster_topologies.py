@@ -426,3 +426,16 @@ def test_a_relative_hardware_path_is_read_beside_the_cluster_file(tmp_path, monk
 
     notes = " ".join(model_notes(make_problem("tiny_gpt", str(path), 8)))
     assert "roofline" in notes and "config/hardware/a100_sxm_40g.yaml" not in notes
+
+
+@pytest.mark.parametrize("sizes,bad", [([4, 5], "sizes.1"), ([4, 32], "sizes.1"),
+                                       ([0, 4], "sizes.0")])
+def test_a_size_the_cluster_cannot_hold_names_the_key(sizes, bad):
+    """`sizes` are the device counts a figure's `num_devices: sizes` plans: one the cluster
+    refuses as num_devices (5 over 2-device nodes, 32 above its 16) is refused when the file
+    loads, naming the key (it was accepted, and failed later inside a Snakemake job)."""
+    d = {**read_yaml(config_dir() / "clusters" / "tiny_cluster.yaml"), "sizes": sizes}
+    with pytest.raises(SpecError, match=f"key '{bad}'"):
+        cluster_from_dict(d, "tiny.yaml", 4)
+    for n in (1, 2, 4, 6, 16):  # each one num_devices accepts, as a size too
+        cluster_from_dict({**d, "sizes": [n]}, "tiny.yaml", n)

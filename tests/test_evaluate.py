@@ -273,3 +273,9 @@ def test_interleaved_schedule(small_batch):
         evaluate(wrong, pr)
     with pytest.raises(PlanError, match="only the interleaved schedule"):
         evaluate(base.with_(virtual_stages=2), pr)
+    # one device group in 2 chunks: Megatron-LM refuses it (pp > 1), so the plan is malformed
+    one = make_plan(pr, "h", Variant(), 1, 4, [(0, 5)], [0], ["none"], "replica_major")
+    g = one.stages[0].device_ids
+    with pytest.raises(PlanError, match="interleaved schedule needs pp >= 2"):
+        evaluate(one.with_(schedule="interleaved", virtual_stages=2,
+                           stages=(Stage(0, 2, 4, g), Stage(3, 5, 4, g))), pr)

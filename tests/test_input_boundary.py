@@ -806,3 +806,21 @@ def test_a_value_of_alternatives_says_what_was_expected(value, key, says):
     msg = str(e.value)
     assert msg.startswith(f"p.yaml: key '{key}': ") and says in msg, msg
     assert "given schemas" not in msg
+
+
+def test_a_sequence_a_variant_cannot_split_names_the_multiple():
+    """A plan's variant applied at a new --seq-len (nest evaluate PLAN --seq-len): the layer
+    graph's check, on the spec blanked for its cache (no name), says the multiple it needs; it
+    was ": seq_len=255 not divisible by cp*tp(sp)" after the plan's variant key."""
+    import dataclasses
+
+    from nest.graph.layer_graph import Variant
+    from nest.graph.torch_models import _check
+    from nest.spec.catalog import load_model
+
+    m = dataclasses.replace(load_model("tiny_gpt"), seq_len=254, name="", source_file="")
+    with pytest.raises(ValueError) as e:
+        _check(m, Variant(tp=2, sp=True, cp=2), 1)
+    assert str(e.value) == ("seq_len=254 must be a multiple of 4 (cp=2 splits the sequence, and "
+                            "tp=2 under sequence parallelism)")
+    _check(m, Variant(tp=2, sp=True, cp=1), 1)  # 254 = 2 x 127: tp 2 alone splits it

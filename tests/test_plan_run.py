@@ -51,7 +51,12 @@ def test_flags_reach_the_plan(capsys, tmp_path):
                                        (["--dp-overlap", "always"], "--dp-overlap"),
                                        (["--precision", "fp4"], "--precision"),
                                        (["--global-batch", "0"], "--global-batch"),
-                                       (["--mbs-options", "1,a"], "--mbs-options")])
+                                       (["--mbs-options", "1,a"], "--mbs-options"),
+                                       # both: --mbs won and the options were ignored unsaid
+                                       (["--mbs", "2", "--mbs-options", "1,4"],
+                                        "--mbs-options 1,4: --mbs 2 fixes"),
+                                       (["--planner", "manual", "--mbs-options", "2"],
+                                        "planner 'manual' searches no micro-batch sizes")])
 def test_bad_flags_exit_2_naming_the_flag(capsys, argv, flag):
     rc, _, err = run(capsys, "plan", *TINY, *argv)
     assert rc == cli.EXIT_ERROR and flag in err
@@ -346,3 +351,36 @@ def test_mfu_warning_states_the_mfu_it_compares(monkeypatch):
     assert len(w) == 1
     assert f"{ev.mfu:.1%} is ABOVE" not in w[0], w[0]  # the causal MFU is below the ceiling
     assert f"{ev.mfu_full_attention:.1%} full_attention > {ceiling:.1%}" in w[0]
+
+
+def test_a_longer_sequence_names_the_model_files_parallel_variants(capsys):
+    """tiny_llama.yaml (sequence 256) allows tp 1 and cp 1 only: planned at 512 the output says
+    the search keeps them (a long sequence is where context parallelism pays); at its own
+    length, or from a config.json, no such note."""
+    rc, out, _ = run(capsys, "plan", "--model", "tiny_llama", *TINY[2:], "--seq-len", "512")
+    assert rc == 0
+    assert ("note: --seq-len 512 is above tiny_llama's own 256, but the search keeps its "
+            "parallel_variants (config/models/tiny_llama.yaml): tp 1, cp 1 only") in out
+    rc, out, _ = run(capsys, "plan", "--model", "tiny_llama", *TINY[2:], "--seq-len", "256")
+    assert rc == 0 and "parallel_variants" not in out
+
+
+def test_an_edited_global_batch_of_a_plan_json_is_read(capsys, tmp_path):
+    """The plan's global_batch, edited with its num_microbatches, is the batch evaluate scores
+    (extra.training keeps the batch the plan was made with; it replaced the edit unsaid); edited
+    alone, the micro-batch count no longer matches and the error names the key."""
+    p = tmp_path / "p.json"
+    rc, out, _ = run(capsys, "plan", *TINY, "--global-batch", "16", "-o", str(p))
+    assert rc == 0, out
+    d = json.loads(p.read_text())
+    rc, base, _ = run(capsys, "evaluate", str(p), "-q")
+    assert rc == 0 and "global batch 16" in base
+    d.update(global_batch=32, num_microbatches=2 * d["num_microbatches"])
+    p.write_text(json.dumps(d))
+    rc, out, _ = run(capsys, "evaluate", str(p), "-q")
+    assert rc == 0 and "global batch 32" in out, out
+    assert f"micro-batches={d['num_microbatches']}" in out
+    d.update(num_microbatches=d["num_microbatches"] // 2)
+    p.write_text(json.dumps(d))
+    rc, _, err = run(capsys, "evaluate", str(p), "-q")
+    assert rc == cli.EXIT_ERROR and "key 'num_microbatches'" in err, err

@@ -2,6 +2,7 @@
 one line naming the config file and the key (workflow/rules/config.smk), and a target that
 would put shell syntax into a command matches no rule."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -85,6 +86,14 @@ BAD = {
     "seq_len 255": ("figures: {tiny_scaling: {seq_len: 255}}",
                     "config/bad.yaml: key 'figures.tiny_scaling.seq_len': seq_len 255 for model "
                     "'tiny_gpt'"),
+    # a name the catalog lacks, or a cluster file that does not load: the same one line, before
+    # any rule file reads the cluster (it was a traceback from workflow/rules/inputs.smk)
+    "unknown cluster": ("figures: {tiny: {clusters: [tiny_clustr]}}",
+                        "config/bad.yaml: key 'figures.tiny.clusters.0': unknown cluster "
+                        "'tiny_clustr'; known: "),
+    "unknown model": ("figures: {tiny: {models: [tiny_mo]}}",
+                      "config/bad.yaml: key 'figures.tiny.models.0': unknown model 'tiny_mo'; "
+                      "known: "),
 }
 
 
@@ -99,6 +108,28 @@ def test_bad_config_stops_the_dry_run_with_one_line(workdir, case):
     assert len(lines) == 1, r.stderr
     assert lines[0].startswith(message), r.stderr
     assert "Traceback" not in r.stderr + r.stdout
+
+
+def test_a_cluster_file_with_a_typo_stops_the_dry_run_with_one_line(workdir):
+    """A cluster the config names whose own YAML does not load: one line naming the config key,
+    the cluster file and its key (it was a traceback from workflow/rules/inputs.smk)."""
+    conf = workdir / "config"
+    tiny = (conf / "clusters" / "tiny_cluster.yaml").read_text()
+    (conf / "clusters" / "typo_cluster.yaml").write_text(
+        tiny.replace("name: tiny_cluster", "name: typo_cluster")
+        .replace("bandwidth_GBps", "bandwith_GBps", 1))
+    (conf / "bad.yaml").write_text("figures: {tiny: {clusters: [typo_cluster]}}\n")
+    r = subprocess.run([str(SNAKEMAKE), "-n", "figures", "--configfile", "config/tiny.yaml",
+                        "config/bad.yaml"], cwd=workdir, capture_output=True, text=True,
+                       timeout=300, check=False, env={**os.environ, "NEST_CONFIG_DIR": str(conf)})
+    (conf / "clusters" / "typo_cluster.yaml").unlink()
+    assert r.returncode == 1
+    lines = [ln for ln in r.stderr.splitlines()
+             if ln.strip() and not ln.startswith(("Config file", "Assuming"))]
+    assert len(lines) == 1 and "Traceback" not in r.stderr + r.stdout, r.stdout + r.stderr
+    assert lines[0].startswith("config/bad.yaml: key 'figures.tiny.clusters.0': cluster "
+                               "'typo_cluster': "), r.stderr
+    assert ("typo_cluster.yaml: key 'levels.0.bandwith_GBps': unknown key" in lines[0]), r.stderr
 
 
 def test_shell_syntax_in_a_target_matches_no_rule(workdir):

@@ -792,7 +792,10 @@ def _check(m: ModelSpec, v: Variant, mbs: int) -> None:
                          f"num_kv_heads={m.num_kv_heads} and every MLP width {widths} (KV heads "
                          f"are not replicated in the traced model)")
     if m.seq_len % (v.cp * (v.tp if v.sp else 1)):
-        raise ValueError(f"{m.name}: seq_len={m.seq_len} not divisible by cp*tp(sp)")
+        k, who = v.cp * (v.tp if v.sp else 1), m.source_file or m.name  # blank: a cache key
+        raise ValueError(f"{who + ': ' if who else ''}seq_len={m.seq_len} must be a multiple of "
+                         f"{k} (cp={v.cp} splits the sequence"
+                         + (f", and tp={v.tp} under sequence parallelism" if v.sp else "") + ")")
     if m.num_experts % v.ep:
         raise ValueError(f"{m.name}: ep={v.ep} does not divide num_experts={m.num_experts}")
 

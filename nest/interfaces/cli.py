@@ -156,6 +156,25 @@ def model_notes(problem) -> list[str]:
     return out
 
 
+def variant_notes(model_arg: str, seq_len: int | None, problem) -> list[str]:
+    """A model file planned at a longer sequence than its own keeps its parallel_variants (a
+    Hugging Face config.json derives them from the config): say which tensor and context
+    parallel degrees bound the search, since a long sequence is where context parallelism
+    pays."""
+    if seq_len is None or str(model_arg).endswith(".json") or Path(model_arg).is_dir():
+        return []
+    from nest.spec.catalog import load_model, shown
+
+    own = load_model(model_arg).seq_len
+    if seq_len <= own:
+        return []
+    m, pv = problem.model, problem.model.parallel_variants
+    return [f"note: --seq-len {seq_len} is above {m.name}'s own {own}, but the search keeps "
+            f"its parallel_variants ({shown(m.source_file)}): tp "
+            f"{', '.join(map(str, pv.tp))}, cp {', '.join(map(str, pv.cp))} only (widen them "
+            f"in a copy of the file, or plan the model's Hugging Face config.json)"]
+
+
 def mfu_notes(rows, problem) -> list[str]:
     """`nest compare`: the highest predicted MFU of the table against the best published run of
     its class (the check `nest plan` makes), or that its hardware has no published class."""
@@ -190,6 +209,10 @@ def cmd_plan(a) -> int:
     planner_entry(a.planner)  # an unknown planner before the graph is built
     training = training_of(a)
     is_nest = planner_entry(a.planner)[0] == "nest.solver:plan"
+    if a.mbs_options and (a.mbs or not is_nest):  # else one of them would be ignored unsaid
+        raise SpecError(f"--mbs-options {','.join(map(str, a.mbs_options))}: " + (
+            f"--mbs {a.mbs} fixes the micro-batch size; give one of the two" if a.mbs else
+            f"planner '{a.planner}' searches no micro-batch sizes (nest does); give --mbs"))
     with progress.status("building the layer graph"):  # the launchable space's variants only
         problem = make_problem(a.model, a.cluster, a.num_devices, a.mbs or 1, training,
                                seq_len=a.seq_len, launchable_only=is_nest and not a.heterogeneous)
@@ -233,7 +256,7 @@ def cmd_plan(a) -> int:
             full = all_devices_outcome(a.planner, seen, over)
     for w in warnings_for(plan, ev, real, full):
         print(f"warning: {w}")
-    for line in model_notes(problem):
+    for line in model_notes(problem) + variant_notes(a.model, a.seq_len, problem):
         print(line)
     if a.seq_len is not None:  # `nest evaluate` / `nest export` rebuild the model with it
         plan.extra["seq_len"] = a.seq_len
@@ -431,7 +454,7 @@ def cmd_compare(a) -> int:
               f"micro-batch sizes included, so its plan may be faster than this row")
     for line in mfu_notes(rows, problem):
         print(line)
-    for line in model_notes(problem):
+    for line in model_notes(problem) + variant_notes(a.model, a.seq_len, problem):
         print(line)
     if a.output:
         stop_if_interrupted()

@@ -195,6 +195,10 @@ def check_structure(plan: Plan, num_layers: int, max_devices: int, where: str = 
     v = plan.virtual_stages if plan.schedule == "interleaved" else 1
     if plan.schedule != "interleaved" and plan.virtual_stages != 1:
         bad("virtual_stages", f"{plan.virtual_stages}: only the interleaved schedule has chunks")
+    if v > 1 and plan.pp == 1:  # Megatron-LM's validate_args: "pipeline-model-parallel size
+        # should be greater than 1" under an interleaved schedule; one device group has no bubble
+        bad("virtual_stages", f"{v} chunks with pp 1: an interleaved schedule needs pp >= 2 "
+                              f"(Megatron-LM asserts it); write schedule: 1f1b")
     if plan.pp * v != len(plan.stages):
         bad("pp", f"{plan.pp} device groups x {v} chunks, but the plan lists "
                   f"{len(plan.stages)} stages")

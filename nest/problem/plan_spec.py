@@ -214,8 +214,10 @@ def load_plan(path: str | Path, training=None, overrides: dict | None = None):
                            tr, seq)
         return expand(d, problem, where), problem
     plan = Plan.from_dict(d, where)
-    tr = tr.with_(global_batch=plan.global_batch)
     tr = training_overrides(tr, plan.extra.get("training"), f"{where}: key 'extra.training'")
+    # the plan's own global_batch (its num_microbatches count it) over extra.training's copy: an
+    # edit of it is read, not silently replaced by the batch the plan was made with
+    tr = tr.with_(global_batch=plan.global_batch)
     over = dict(overrides or {})
     seq = over.pop("seq_len", None) or plan.extra.get("seq_len")
     tr = training_overrides(tr, over, "command line")

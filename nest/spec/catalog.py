@@ -647,6 +647,13 @@ def cluster_from_dict(d: dict, where: str, num_devices: int | None) -> ClusterSp
     if per_node and (top % per_node or (n > per_node and n % per_node)):
         raise SpecError(f"{where}: key 'devices_per_node': {per_node} must divide the cluster's "
                         f"{top} devices and num_devices={n} when that spans more than one node")
+    for i, k in enumerate(sizes):  # the device counts a figure's `num_devices: sizes` plans
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= top or (
+                k > inner and k % inner) or (per_node and k > per_node and k % per_node):
+            raise SpecError(f"{where}: key 'sizes.{i}': {k!r} is not a device count the cluster "
+                            f"holds (from 1 to {top}; above {inner}, a multiple of {inner}, the "
+                            f"devices per '{levels[0].name}'"
+                            + (f", and of devices_per_node {per_node}" if per_node else "") + ")")
     try:
         hardware = load_hardware(_beside(d["hardware"], where))
     except SpecError as e:

@@ -1,6 +1,7 @@
 # The config checked before any job runs, so a dry run catches what would otherwise fail late
 # inside a job: schema first (check_config_schema, before any rule file reads the config), then
-# names and device counts (check_config, after the rule files registered their experiments).
+# names and device counts (check_names, before any rule file loads a cluster), then outputs and
+# experiments (check_config, after the rule files registered theirs).
 # Every error is one line naming the config file and the key, and stops Snakemake (exit 1).
 import os
 import sys
@@ -59,6 +60,11 @@ def _known(kind, name, keys):
     names = catalog_names(kind)
     if name not in names:
         config_error(keys, f"unknown {kind[:-1]} '{name}'; known: {', '.join(names)}")
+    if kind == "clusters":  # its file loads (rule files read it while Snakemake parses them)
+        try:
+            load_cluster(name)
+        except SpecError as e:
+            config_error(keys, f"cluster '{name}': {e}")
 
 
 def _planner(name, keys):
@@ -122,9 +128,20 @@ FIGURE_RULES = ("collect_results", "plot_figure", "summarize_figure")
 
 
 def check_config():
-    """Every name the config uses exists (models, clusters, planners, figures) and every device
-    count fits its cluster, so a dry run catches what would otherwise fail inside a job."""
-    check_outputs()
+    """Every output has one rule and every experiment `run` names exists (after the rule files
+    registered theirs), so a dry run catches what would otherwise fail inside a job."""
+    check_outputs()  # (check_names ran before the rule files: the Snakefile)
+    known_runs = sorted(config["figures"]) + sorted(EXPERIMENTS)
+    for i, name in enumerate(config["run"]):
+        if name not in known_runs:
+            config_error(["run", i], f"unknown experiment '{name}'; defined: "
+                         f"{', '.join(known_runs)}")
+
+
+def check_names():
+    """Every model, cluster and planner the config names exists (a cluster's file loads) and
+    every device count fits its cluster: called before the rule files, which load the clusters
+    while Snakemake parses them (an unknown name was a traceback there)."""
     for fig, f in config["figures"].items():
         k = ["figures", fig]
         if f.get("seq_len") is not None:
@@ -140,11 +157,6 @@ def check_config():
                     _fits(c, n, [*k, "num_devices", j])
         if f.get("planners", "all") != "all":
             _planners(f["planners"], [*k, "planners"])
-    known_runs = sorted(config["figures"]) + sorted(EXPERIMENTS)
-    for i, name in enumerate(config["run"]):
-        if name not in known_runs:
-            config_error(["run", i], f"unknown experiment '{name}'; defined: "
-                         f"{', '.join(known_runs)}")
     runs = set(config["run"])
     needs = {"decomposition": ["decomposition"], "codesign": ["codesign"],
              "search_time": ["search_time"], **{n: ["tables", n] for n in
