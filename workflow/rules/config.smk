@@ -130,7 +130,7 @@ FIGURE_RULES = ("collect_results", "plot_figure", "summarize_figure")
 def check_config():
     """Every output has one rule and every experiment `run` names exists (after the rule files
     registered theirs), so a dry run catches what would otherwise fail inside a job."""
-    check_outputs()  # (check_names ran before the rule files: the Snakefile)
+    check_outputs()  # (check_names ran earlier, from the Snakefile, before the rule files)
     known_runs = sorted(config["figures"]) + sorted(EXPERIMENTS)
     for i, name in enumerate(config["run"]):
         if name not in known_runs:
