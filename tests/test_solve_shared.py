@@ -134,12 +134,21 @@ def test_kept_joint_bounds_act_as_fresh_ones():
 
 @pytest.mark.parametrize("p,L", [(1, 5), (2, 6), (5, 9), (9, 9)])
 def test_kept_bands_are_kept_cells_of_each_band(p, L):
-    """nest.solver.bounds._kept_bands (every position at once) keeps the cells
-    nest.solver.positions.kept_cells keeps band by band, and None where one keeps none."""
+    """nest.solver.bounds._kept_bands (every position at once) keeps the cells the former
+    band-by-band rule keeps (`kept_cells`), and None where one keeps none."""
     import math
 
     from nest.solver.bounds import _band, _bands_flat, _kept_bands
-    from nest.solver.positions import kept_cells
+    from nest.solver.positions import DROP_SLACK
+
+    def kept_cells(floor_LL, band, stop_at):
+        """The former per-band rule: the cells (b, a) whose floor is below stop_at
+        (1 + DROP_SLACK); None if none."""
+        a, b = band
+        if math.isinf(stop_at):
+            return b, a
+        keep = floor_LL[b, a] < stop_at * (1 + DROP_SLACK)
+        return (b[keep], a[keep]) if keep.any() else None
 
     rng = np.random.default_rng(p * 100 + L)
     bands = [_band(j, p, L) for j in range(p)]

@@ -94,9 +94,15 @@ def slot_tagged(m, kind: str, v) -> bool:
     return has_experts(m, kind) and not taggable(m, v)
 
 
+def expert_slots(tokens: int, top_k: int, num_experts: int) -> int:
+    """Slots per expert of `tokens` routed top-k to E experts under balanced routing,
+    ceil(T k / E) (the one formula: nest.graph.torch_models.MoE sizes its buffers with it)."""
+    return -(-tokens * top_k // num_experts)
+
+
 def slots(m, v, mbs: int) -> int:
-    """Slots per expert at micro-batch `mbs` (nest.graph.torch_models.MoE): ceil(T k / E)."""
-    return -(-mbs * (m.seq_len // v.cp) * m.top_k // m.num_experts)
+    """Slots per expert at micro-batch `mbs` (nest.graph.torch_models.MoE)."""
+    return expert_slots(mbs * (m.seq_len // v.cp), m.top_k, m.num_experts)
 
 
 def padded(m, v, mbs: int) -> bool:

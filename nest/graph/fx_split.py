@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 
-
 BASE = (2, 4)
 
 

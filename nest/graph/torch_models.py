@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd import Function
 
+from nest.graph.fx_batch import expert_slots
 from nest.graph.layer_graph import Variant
 from nest.spec.catalog import ModelSpec
 
@@ -846,7 +847,7 @@ class MoE(nn.Module):
     def __init__(self, m: ModelSpec, v: Variant, tokens: int, slots: int | None = None):
         super().__init__()
         h, f, E, e, k = m.hidden_size, m.ffn_hidden_size // v.tp, m.num_experts, v.ep, m.top_k
-        cap = -(-tokens * k // E)  # balanced routing: slots per expert on this device
+        cap = expert_slots(tokens, k, E)  # balanced routing: slots per expert on this device
         if slots is not None:
             assert slots * E > tokens * k, (slots, tokens)
             cap = slots

@@ -305,8 +305,8 @@ def joint_minmax(problem: Problem, space: SearchSpace, lts, p: int, d: int,
 
 
 def _kept_bands(bands, floor_all, starts, stop: float):
-    """`kept_cells` of every position's band at once (the same cells: the same comparison,
-    element by element, of the floors read in one gather), None if a position keeps none."""
+    """The cells (b, a) of every position's band whose floor is below stop (1 + DROP_SLACK),
+    from the floors read in one gather; None if a position keeps none."""
     if math.isinf(stop):
         return [(b, a) for a, b in bands]
     keep = floor_all < stop * (1 + DROP_SLACK)

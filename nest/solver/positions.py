@@ -40,15 +40,6 @@ from nest.network.collectives import pair_levels_rows, send_time
 DROP_SLACK = 1e-11  # relative: a cell is dropped when its floor reaches stop_at (1 + this)
 
 
-def kept_cells(floor_LL: np.ndarray, band, stop_at: float):
-    """The cells (b, a) of a band whose floor is below stop_at (1 + DROP_SLACK); None if none."""
-    a, b = band
-    if math.isinf(stop_at):
-        return b, a
-    keep = floor_LL[b, a] < stop_at * (1 + DROP_SLACK)
-    return (b[keep], a[keep]) if keep.any() else None
-
-
 def compute_floor(lts, C: int) -> np.ndarray:
     """[b, a]: C times the least compute of layers a..b over the class's variants and modes, at
     most the cost of the cell at any position (module docstring)."""
