@@ -321,6 +321,7 @@ def _graph(m: ModelSpec, kind: str, module: torch.nn.Module) -> fx.Graph:
     return graph
 
 
+@meta_cache.without_dynamo()
 def _record(m: ModelSpec, kind: str, v: Variant, b: int, tag: int | None,
             slot_tag: int | None = None) -> _Record:
     """Trace layer `kind` at batch b; integers split by the batch tag (b itself) when tagged,
@@ -582,6 +583,7 @@ def trace_layer(m: ModelSpec, kind: str, v: Variant | None = None, mbs: int = 1,
 
 
 @lru_cache(maxsize=256)
+@meta_cache.without_dynamo()
 def _num_params(m: ModelSpec, kind: str) -> float:
     module, _ = tm.build_layer(m, kind, Variant())
     n = sum(p.numel() for p in module.parameters())

@@ -16,6 +16,11 @@ kernel's would be, and autograd and the trace's meter see the same tensors.
 
 from __future__ import annotations
 
+import importlib
+import sys
+import types
+from contextlib import contextmanager
+
 import torch
 
 ENTRIES = 200_000  # distinct calls remembered (a few hundred bytes each), then forgotten at once
@@ -105,3 +110,64 @@ def call(func, args, kwargs):
             _LAYOUTS.clear()
         _LAYOUTS[key] = (many, layouts)
     return out
+
+
+class _DynamoStandIn(types.ModuleType):
+    """torch._dynamo while a trace runs and nothing has loaded it (`without_dynamo`)."""
+
+    def __init__(self):
+        super().__init__("torch._dynamo")
+        self.wrapped: list = []  # the kernels torch._compile._disable_dynamo asked to disable
+
+    def disable(self, fn=None, recursive=True, *args, **kwargs):
+        """torch._dynamo.disable where no frame is ever compiled: the function itself."""
+        if fn is None:
+            return lambda f: self.disable(f, recursive)
+        self.wrapped.append(fn)
+        return fn
+
+    def __getattr__(self, name):  # anything else: the real module, loaded now
+        return getattr(_real_dynamo(), name)
+
+
+def _real_dynamo():
+    if isinstance(sys.modules.get("torch._dynamo"), _DynamoStandIn):
+        del sys.modules["torch._dynamo"]
+    if isinstance(vars(torch).get("_dynamo"), _DynamoStandIn):
+        delattr(torch, "_dynamo")
+    return importlib.import_module("torch._dynamo")
+
+
+@contextmanager
+def without_dynamo():
+    """Run meta kernels without importing torch._dynamo (about 1 CPU s, a tenth of planning a
+    large MoE model).
+
+    On torch 2.x most meta kernels of a trace are torch._refs functions (every elementwise op,
+    cat, where, clamp, softmax backward, ...) wrapped by torch._compile._disable_dynamo, whose
+    first call imports torch._dynamo only to wrap the kernel in torch._dynamo.disable, then keeps
+    that wrapper on the kernel (its `__dynamo_disable` attribute). torch._dynamo.disable only
+    matters to frames torch.compile traces; nothing here compiles, so the kernel itself is the
+    same function. While torch._dynamo is not loaded, this puts a stand-in in sys.modules whose
+    `disable` returns the kernel (any other attribute loads the real module and defers to it),
+    and on leaving removes the stand-in and the attributes torch kept on the kernels, so torch
+    is as it was: a later import of torch._dynamo, or torch.compile, sees nothing of it. Where
+    torch._dynamo is loaded already, nothing changes. tests/test_meta_cache.py checks that a
+    trace leaves torch._dynamo unloaded and that its record equals one traced with the real
+    module."""
+    if "torch._dynamo" in sys.modules:
+        yield
+        return
+    stand_in = _DynamoStandIn()
+    sys.modules["torch._dynamo"] = stand_in
+    try:
+        yield
+    finally:
+        if sys.modules.get("torch._dynamo") is stand_in:
+            del sys.modules["torch._dynamo"]
+        if vars(torch).get("_dynamo") is stand_in:
+            delattr(torch, "_dynamo")
+        for fn in stand_in.wrapped:
+            kept = getattr(fn, "__dict__", {})
+            if kept.get("__dynamo_disable") is fn:
+                del kept["__dynamo_disable"]
