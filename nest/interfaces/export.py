@@ -120,10 +120,12 @@ from nest.problem.placement import (
     canonical_order,
     cli_orders,
     harness_groups,
+    interleaves,
     is_order,
     launch_order,
     launcher_orders,
     megatron_groups,
+    runs_context_parallel,
     stage_device_ids,
 )
 from nest.problem.plan import Plan
@@ -537,16 +539,14 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
         warnings.append(f"time per batch under the shared evaluator: {ev.time_per_batch_s:.4f} s "
                         f"exported vs {original.time_per_batch_s:.4f} s planned")
     tr, attention, why = problem.training, problem.attention, []
-    if (out.schedule == "interleaved" and out.virtual_stages > 1 and out.pp == 2
-            and not tr.overlap_p2p_comm):
-        # Megatron-LM's validate_args: an interleaved schedule with blocking sends needs pp > 2
-        # (two sends between the same two ranks in one batch); with pp 2 it runs them overlapped
+    if (out.schedule == "interleaved" and out.virtual_stages > 1
+            and not interleaves(out.pp, tr.overlap_p2p_comm)):
+        # Megatron-LM's validate_args (placement.interleaves): with pp 2 it interleaves only
+        # with overlapped sends
         tr = tr.with_(overlap_p2p_comm=True)
         why.append("Megatron-LM interleaves pp 2 only with overlapped pipeline sends "
                    "(validate_args): exported with them (overlap_p2p_comm)")
-    if out.cp > 1 and attention == "unfused":
-        # Transformer Engine has no unfused kernel under context parallelism (it disables
-        # UnfusedDotProductAttention there) and Megatron-LM's own core asserts cp 1
+    if out.cp > 1 and not runs_context_parallel(attention):  # placement.runs_context_parallel
         tr, attention = tr.with_(attention="flash"), "flash"
         why.append("Transformer Engine runs context parallelism only with a fused attention "
                    "kernel: exported with --attention-backend auto, priced as flash attention")

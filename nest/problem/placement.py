@@ -205,6 +205,24 @@ def launches_as_priced(tp: int, cp: int, ep: int, dp: int, pp: int, order: str,
     return launch_order(ids, tp, cp, ep, dp, pp, per_node) is not None
 
 
+def interleaves(pp: int, overlap_p2p: bool) -> bool:
+    """Whether Megatron-LM runs an interleaved schedule on pp stages: pp >= 2, and pp >= 3 when
+    the pipeline sends do not overlap (validate_args asserts "pipeline-model-parallel size should
+    be greater than 2" for an interleaved schedule without overlap_p2p_comm: two sends between the
+    same two ranks in one batch). The search (nest.solver.launchable.virtual_options) and the
+    export (nest.interfaces.export) both ask this."""
+    return pp >= (2 if overlap_p2p else 3)
+
+
+def runs_context_parallel(attention: str) -> bool:
+    """Whether cp > 1 launches with the attention kernel a plan is priced with (nest.graph.
+    attention): Transformer Engine has no unfused kernel under context parallelism ("Disabling
+    UnfusedDotProductAttention as it does not support context parallelism", dot_product_attention/
+    utils.py) and Megatron-LM's own core asserts cp 1. The launchable space
+    (nest.solver.launchable.launchable_space) and the export both ask this."""
+    return attention != "unfused"
+
+
 def megatron_groups(tp: int, cp: int, ep: int, dp: int, pp: int,
                     order: str) -> dict[str, set[frozenset[int]]]:
     """Rank groups megatron-core's initialize_model_parallel builds for `order` (re-derived from

@@ -44,6 +44,7 @@ import math
 import numpy as np
 
 from nest.costs.layers import layer_table
+from nest.problem.placement import interleaves, runs_context_parallel
 from nest.problem.problem import Problem, with_mbs
 from nest.problem.space import SearchSpace, declare, pp_dp_options
 
@@ -52,10 +53,8 @@ def virtual_options(num_blocks: int, p: int, m: int, max_v: int | None = None,
                     overlap_p2p: bool = False) -> list[int]:
     """v >= 2 with p >= 2, m a multiple of p (Megatron-LM's interleaved schedule) and at least
     one chunk layout (`chunk_layouts`). Without overlap_p2p (the training setting
-    overlap_p2p_comm) p >= 3: Megatron-LM's validate_args asserts "pipeline-model-parallel size
-    should be greater than 2" for an interleaved schedule whose sends do not overlap (two
-    sends between the same two ranks in one batch)."""
-    if p < (2 if overlap_p2p else 3) or m % p:
+    overlap_p2p_comm) p >= 3 (nest.problem.placement.interleaves: Megatron-LM's validate_args)."""
+    if not interleaves(p, overlap_p2p) or m % p:
         return []
     top = (num_blocks + 2) // p if max_v is None else min(max_v, (num_blocks + 2) // p)
     return [v for v in range(2, top + 1) if chunk_layouts(num_blocks, p, v)]
@@ -315,16 +314,14 @@ def launchable_space(space: SearchSpace, problem: Problem | None = None) -> Sear
     """The space without the variants with cp > 1 and ep > 1: Megatron-LM builds its expert
     groups on a grid that folds ep over the cp ranks, so no launch runs the groups such a plan
     prices (nest.interfaces.export projects it). Priced with the unfused attention core
-    (nest.graph.attention; A100 / V100 hardware files), without cp > 1 either: Transformer
-    Engine has no unfused kernel for context parallelism ("Disabling UnfusedDotProductAttention
-    as it does not support context parallelism", dot_product_attention/utils.py) and Megatron-
-    LM's own core asserts cp 1. With a problem, only the placements Megatron-LM's CLI launches as
+    (nest.graph.attention; A100 / V100 hardware files), without cp > 1 either
+    (nest.problem.placement.runs_context_parallel). With a problem, only the placements Megatron-LM's CLI launches as
     priced on its cluster's nodes (SearchSpace.launch_node; e.g. not tp-cp-ep-pp-dp with ep > 1,
     pp > 1 and a stage's tp x ep below a node: no CLI order builds those groups and torchrun's
     one block of ranks per node cannot pin them, so the export would re-order the plan)."""
-    unfused = problem is not None and problem.attention == "unfused"
+    no_cp = problem is not None and not runs_context_parallel(problem.attention)
     return space.with_(variants=tuple(v for v in space.variants
-                                      if v.launchable and not (unfused and v.cp > 1)),
+                                      if v.launchable and not (no_cp and v.cp > 1)),
                        launch_node=problem.cluster.node_size if problem is not None else 0)
 
 
