@@ -1,7 +1,12 @@
 """Time to plan a Hugging Face model: layer-graph building, then the solve, then `nest compare`.
 
-    .venv/bin/python benchmarks/plan_speed.py [--no-compare] [--unseen] [name ...]
+    .venv/bin/python benchmarks/plan_speed.py [--no-compare] [--unseen] [--process] [name ...]
     (default: every model of MODELS; --unseen: every case of UNSEEN)
+
+--process: each case as its user runs it, `nest plan` then `nest compare` each in a fresh Python
+process (imports, traces, JAX's compiles and the printed summary included): user + sys CPU s
+of that process and its wall seconds. It first prints the CPU s of a fresh `import torch, jax`,
+a yardstick of this machine's speed at the time (the VM's speed drifts by up to a third).
 
 Per model (a published config.json under tests/fixtures/hf/, sequence 4096, micro-batch 1, on
 dgx_h100_superpod; or a case of UNSEEN: inputs no speed-up was tuned on, under
@@ -587,6 +592,39 @@ def _quiet(fn, *a):
         return fn(*a)
 
 
+def _child(argv: list[str]) -> tuple[float, float, int]:
+    """(user + sys CPU s, wall s, exit code) of a fresh Python process running argv."""
+    import resource
+    import subprocess
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    rc = subprocess.run([sys.executable, *argv], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL).returncode
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, wall, rc
+
+
+def main_process(names: list[str], compare: bool = True) -> None:
+    """Whole `nest plan` / `nest compare` processes (module docstring, --process)."""
+    cpu, wall, _ = _child(["-c", "import torch, jax"])
+    print(f"yardstick: a fresh `import torch, jax` takes {cpu:.2f} CPU s ({wall:.2f} s wall)")
+    print(f"{'case':<18} {'plan CPU s':>10} {'wall s':>7} {'compare CPU s':>13} {'wall s':>7}  "
+          f"(targets: plan 10 s, compare 30 s)")
+    for name in names:
+        path, cluster, gpus, seq, extra = _case(name)
+        common = ["--model", path, "--cluster", cluster, "--num-devices", str(gpus),
+                  "--seq-len", str(seq), *extra]
+        cli = ["-m", "nest.interfaces.cli"]
+        p_cpu, p_wall, rc = _child([*cli, "plan", *common])
+        c_cpu, c_wall, rc2 = _child([*cli, "compare", *common]) if compare else (0.0, 0.0, 0)
+        flag = "" if rc == rc2 == 0 else f"  (exit {rc} / {rc2})"
+        cmp_s = f"{c_cpu:>13.1f} {c_wall:>7.1f}" if compare else f"{'-':>13} {'-':>7}"
+        print(f"{name:<18} {p_cpu:>10.1f} {p_wall:>7.1f} {cmp_s}{flag}", flush=True)
+
+
 def main(names: list[str], compare: bool = True) -> None:
     from nest.interfaces.cli import main as cli
     from nest.graph import build_graph, fx_extract, meta_cache
@@ -622,11 +660,12 @@ def main(names: list[str], compare: bool = True) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    flags = {"--no-compare", "--unseen"}
+    flags = {"--no-compare", "--unseen", "--process"}
     unknown = [a for a in args if a not in flags and a not in MODELS and a not in UNSEEN]
     if unknown:
-        sys.exit(f"usage: plan_speed.py [--no-compare] [--unseen] "
+        sys.exit(f"usage: plan_speed.py [--no-compare] [--unseen] [--process] "
                  f"[{' '.join([*MODELS, *UNSEEN])}]; unknown: {' '.join(unknown)}")
     chosen = [a for a in args if a not in flags]
     default = list(UNSEEN) if "--unseen" in args else list(MODELS)
-    main(chosen or default, "--no-compare" not in args)
+    run = main_process if "--process" in args else main
+    run(chosen or default, "--no-compare" not in args)
