@@ -328,9 +328,10 @@ def test_mbs_options_are_the_sizes_searched(capsys):
 
 
 def test_mfu_warning_states_the_mfu_it_compares(monkeypatch):
-    """The ceiling is compared in the published row's FLOP convention: with the causal-half MFU
-    below the ceiling and the full-square MFU above it, the warning must not call the causal
-    number "ABOVE" (it read "predicted MFU 48.8% is ABOVE ... 53.6% full_attention > 49.0%")."""
+    """The ceiling is compared in one FLOP convention: with the causal-half MFU below a full-
+    attention row's MFU and the full-square MFU above it, the warning compares the causal MFU
+    with the row converted to causal (at the row's sequence length, here the plan's), both named
+    (it once read "predicted MFU 48.8% is ABOVE ... 53.6% full_attention > 49.0%")."""
     import nest.reports.gains as gains
 
     pr = make_problem("tiny_gpt", "tiny_cluster", 4, training=TrainingSettings(global_batch=8))
@@ -345,12 +346,14 @@ def test_mfu_warning_states_the_mfu_it_compares(monkeypatch):
              "size_bands_B": {"small": [0, None]},
              "runs": [{"id": "row", "hardware": "tiny", "architecture": "dense_decoder",
                        "band": "small", "precision": "bf16", "mfu": ceiling,
-                       "convention": "full_attention"}]}
+                       "convention": "full_attention", "seq_len": pr.model.seq_len}]}
     monkeypatch.setattr(gains, "load_best_published_mfu", lambda *a: table)
     w = [x for x in warnings_for(plan, ev, pr) if "ABOVE" in x]
     assert len(w) == 1
     assert f"{ev.mfu:.1%} is ABOVE" not in w[0], w[0]  # the causal MFU is below the ceiling
-    assert f"{ev.mfu_full_attention:.1%} full_attention > {ceiling:.1%}" in w[0]
+    causal = ceiling * ev.mfu / ev.mfu_full_attention  # the row in causal terms, same length
+    assert (f"{ev.mfu:.1%} causal_half > {causal:.1%} causal_half ({ceiling:.1%} full_attention "
+            f"at sequence {pr.model.seq_len}, row") in w[0], w[0]
 
 
 def test_a_longer_sequence_names_the_model_files_parallel_variants(capsys):

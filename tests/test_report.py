@@ -44,11 +44,12 @@ hardware_classes: {tpu_v4: [tpuv4_like]}
 size_bands_B: {small: [0, 20], large: [20, null]}
 runs:
   - {id: small_run, hardware: tpu_v4, architecture: dense_decoder, band: small, precision: bf16,
-     mfu: 0.55, convention: causal_half, source: "synthetic"}
+     mfu: 0.55, convention: causal_half, seq_len: 4096, source: "synthetic"}
   - {id: large_run, hardware: tpu_v4, architecture: dense_decoder, band: large, precision: bf16,
-     mfu: 0.50, convention: causal_half, source: "synthetic"}
+     mfu: 0.50, convention: causal_half, seq_len: 2048, source: "synthetic"}
   - {id: large_fp8, hardware: tpu_v4, architecture: dense_decoder, band: large, precision: fp8,
-     mfu: 0.90, convention: causal_half, source: "synthetic: fp8 rows are not compared"}
+     mfu: 0.90, convention: causal_half, seq_len: 2048,
+     source: "synthetic: fp8 rows are not compared"}
 """
 
 
@@ -68,7 +69,8 @@ def test_mfu_check_against_the_best_published_run(tmp_path):
     path.write_text(_TABLE)
     text = "\n".join(mfu_check(_mfu_df(), path))
     # llama2_7b (6.7 B: small band) at 52% under its 55% ceiling; gpt3_175b (large) 60% > 50%
-    assert "| llama2_7b | tpuv4_fattree | 52.0% (nest, 64 devices) | 55.0% causal_half" in text
+    assert ("| llama2_7b | tpuv4_fattree | 52.0% (nest, 64 devices) | 55.0% causal_half (55.0% "
+            "causal_half at sequence 4096, small_run); 1 rows |") in text
     assert "ok: 52.0% causal_half" in text
     assert "ABOVE: 60.0% causal_half" in text
     assert "Above the best published run: gpt3_175b on tpuv4_fattree (60.0% > 50.0%, large_run)." \
@@ -76,17 +78,66 @@ def test_mfu_check_against_the_best_published_run(tmp_path):
     assert "llama2_7b on" not in text.split("Above the best published run:")[1]
 
 
+def _full_over_causal(model: str, seq: int) -> float:
+    """Model FLOPs counting causal attention in full over counting half of it, from the closed
+    form at `seq` (Korthikanti et al.'s count), independently of nest.reports.gains."""
+    import dataclasses
+
+    from nest.graph import build_graph
+    from nest.spec.catalog import load_model
+
+    g = build_graph(dataclasses.replace(load_model(model), seq_len=seq), 1, "closed_form")
+    return g.model_flops_per_sample(True) / g.model_flops_per_sample(False)
+
+
 def test_mfu_check_converts_to_the_source_convention(tmp_path):
-    # the same ceiling in the full-attention convention: llama2_7b's 52% causal is 55.9% full
-    # (seq 4096: attention is 7.5% of its causal model FLOPs), above 55%
+    # a full-attention 55% at sequence 4096 is 55% / 1.075 = 51.2% causal for llama2_7b
+    # (attention is 7.5% of its causal model FLOPs there): its 52% is above it
     path = tmp_path / "best.yaml"
     path.write_text(_TABLE.replace("band: small, precision: bf16,\n     mfu: 0.55, "
                                    "convention: causal_half",
                                    "band: small, precision: bf16,\n     mfu: 0.55, "
                                    "convention: full_attention"))
     text = "\n".join(mfu_check(_mfu_df(), path))
-    assert "ABOVE: 55.9% full_attention" in text
-    assert "llama2_7b on tpuv4_fattree (55.9% > 55.0%, small_run)" in text
+    ceiling = 0.55 / _full_over_causal("llama2_7b", 4096)
+    assert f"{ceiling:.1%}" == "51.2%"
+    assert ("55.0% full_attention at sequence 4096, small_run); 1 rows | ABOVE: 52.0% "
+            "causal_half |") in text
+    assert "llama2_7b on tpuv4_fattree (52.0% > 51.2%, small_run)" in text
+
+
+def test_ceiling_converts_at_the_runs_sequence_length():
+    """A long-context prediction is held to the published run converted at the run's own
+    sequence length: at 32,768 tokens attention is a large share of the FLOPs, so converting a
+    4,096-token full-attention row with the 32K factor flagged plans whose causal MFU is below
+    what the run achieved (the false 'ABOVE' a 131K-token Llama-3.1-8B plan got)."""
+    import dataclasses
+
+    from nest.reports.gains import published_ceiling
+    from nest.spec.catalog import load_model
+
+    spec = dataclasses.replace(load_model("llama2_7b"), seq_len=32768)
+    row = {"id": "r4k", "mfu": 0.47, "convention": "full_attention", "seq_len": 4096}
+    at_4k, at_32k = _full_over_causal("llama2_7b", 4096), _full_over_causal("llama2_7b", 32768)
+    assert at_32k > 1.35 > 1.1 > at_4k > 1.0
+    mfu = 0.40  # causal; 0.40 x the 32K factor > 0.47: the former check's 'ABOVE'
+    assert mfu * at_32k > row["mfu"]
+    best, ceiling, above = published_ceiling(mfu, spec, [row])
+    assert ceiling == pytest.approx(0.47 / at_4k, rel=1e-12) and not above
+    assert published_ceiling(0.45, spec, [row])[2]  # above 0.47 / 1.075 = 43.7%
+    # the most lenient of several rows; a causal_half row converts by 1 at any length
+    rows = [row, {"id": "c8k", "mfu": 0.44, "convention": "causal_half", "seq_len": 8192}]
+    assert published_ceiling(mfu, spec, rows)[:2] == (rows[1], 0.44)
+
+
+def test_ceiling_rows_need_their_sequence_length(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(_TABLE.replace("seq_len: 4096, ", "", 1))
+    with pytest.raises(ValueError, match=r"runs\[0\] \(small_run\): key 'seq_len' is missing"):
+        load_best_published_mfu(path)
+    path.write_text(_TABLE.replace("seq_len: 4096", "seq_len: 4k", 1))
+    with pytest.raises(ValueError, match=r"key 'seq_len' is '4k', expected the run's sequence"):
+        load_best_published_mfu(path)
 
 
 def test_best_published_table_loads_and_rejects_malformed_rows(tmp_path):

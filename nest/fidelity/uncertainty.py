@@ -148,9 +148,11 @@ def band_of(ev, problem, residuals: dict | None = None) -> Band | None:
 
 def mfu_ceiling_note(ev, problem) -> str:
     """'' or a line saying the predicted MFU is above the best published run of its hardware
-    class, architecture and size (nest.reports.gains.mfu_ceiling), in that row's FLOP convention:
+    class, architecture and size (nest.reports.gains.mfu_ceiling), each row converted to the
+    harness's convention at its own sequence length (nest.reports.gains.published_ceiling):
     16-bit predictions against the 16-bit rows, FP8 predictions against the FP8 rows."""
-    from nest.reports.gains import _model_facts, load_best_published_mfu, mfu_ceiling
+    from nest.reports.gains import (_model_facts, describe_ceiling, load_best_published_mfu,
+                                    mfu_ceiling, published_ceiling)
 
     if not ev.feasible or ev.mfu is None:
         return ""
@@ -167,12 +169,11 @@ def mfu_ceiling_note(ev, problem) -> str:
                               facts["params_B"])
     if not rows:
         return ""
-    best = max(rows, key=lambda r: r["mfu"] - ev.mfu * facts["factor"][r["convention"]])
-    conv = ev.mfu * facts["factor"][best["convention"]]
-    if conv <= best["mfu"] + 1e-9:
+    best, ceiling, over = published_ceiling(ev.mfu, problem.model, rows)
+    if not over:
         return ""
-    return (f"ABOVE the best published MFU of its class: {conv:.1%} {best['convention']} > "
-            f"{best['mfu']:.1%} ({best['id']}, config/validation/best_published_mfu.yaml)")
+    return (f"ABOVE the best published MFU of its class: {ev.mfu:.1%} causal_half > "
+            f"{describe_ceiling(best, ceiling)} in config/validation/best_published_mfu.yaml")
 
 
 def mfu_unchecked_note(problem) -> str:

@@ -113,8 +113,8 @@ def warnings_for(plan, ev, problem, full=None) -> list[str]:
     out = []
     note = mfu_ceiling_note(ev, problem) if ev.feasible else ""
     if note:
-        # the note states the MFU in the published row's FLOP convention, the one compared (the
-        # causal-half `mfu` can be below the ceiling while the full-square count is above it)
+        # the note names both numbers it compares, in one convention (causal_half: the row
+        # converted at its own sequence length, nest.reports.gains.published_ceiling)
         out.append(f"predicted MFU is {note}: treat the time as optimistic")
     hbm = problem.cluster.hardware.hbm_bytes
     h = problem.training.memory_headroom
