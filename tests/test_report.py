@@ -130,6 +130,25 @@ def test_ceiling_converts_at_the_runs_sequence_length():
     assert published_ceiling(mfu, spec, rows)[:2] == (rows[1], 0.44)
 
 
+@pytest.mark.parametrize("mfu", [0.30, 0.40, 0.425, 0.43, 0.437, 0.44, 0.45, 0.5, 0.6, 0.9])
+def test_lazy_verdict_equals_the_full_one(mfu):
+    """above_ceiling (nest plan's warning; converts only the rows it needs) gives
+    published_ceiling's verdict and row on rows of every convention."""
+    import dataclasses
+
+    from nest.reports.gains import above_ceiling, published_ceiling
+    from nest.spec.catalog import load_model
+
+    spec = dataclasses.replace(load_model("llama2_7b"), seq_len=32768)
+    rows = [{"id": "f4k", "mfu": 0.47, "convention": "full_attention", "seq_len": 4096},
+            {"id": "f2k", "mfu": 0.45, "convention": "full_attention", "seq_len": 2048},
+            {"id": "c8k", "mfu": 0.43, "convention": "causal_half", "seq_len": 8192},
+            {"id": "p1k", "mfu": 0.40, "convention": "params_only", "seq_len": 1024}]
+    for some in (rows, rows[:2], rows[2:], rows[3:], [rows[0], rows[3]]):
+        best, top, over = published_ceiling(mfu, spec, some)
+        assert above_ceiling(mfu, spec, some) == ((best, top) if over else None)
+
+
 def test_ceiling_rows_need_their_sequence_length(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(_TABLE.replace("seq_len: 4096, ", "", 1))

@@ -151,8 +151,8 @@ def mfu_ceiling_note(ev, problem) -> str:
     class, architecture and size (nest.reports.gains.mfu_ceiling), each row converted to the
     harness's convention at its own sequence length (nest.reports.gains.published_ceiling):
     16-bit predictions against the 16-bit rows, FP8 predictions against the FP8 rows."""
-    from nest.reports.gains import (_model_facts, describe_ceiling, load_best_published_mfu,
-                                    mfu_ceiling, published_ceiling)
+    from nest.reports.gains import (_model_facts, above_ceiling, describe_ceiling,
+                                    load_best_published_mfu, mfu_ceiling)
 
     if not ev.feasible or ev.mfu is None:
         return ""
@@ -169,9 +169,10 @@ def mfu_ceiling_note(ev, problem) -> str:
                               facts["params_B"])
     if not rows:
         return ""
-    best, ceiling, over = published_ceiling(ev.mfu, problem.model, rows)
-    if not over:
+    found = above_ceiling(ev.mfu, problem.model, rows)
+    if found is None:
         return ""
+    best, ceiling = found
     return (f"ABOVE the best published MFU of its class: {ev.mfu:.1%} causal_half > "
             f"{describe_ceiling(best, ceiling)} in config/validation/best_published_mfu.yaml")
 

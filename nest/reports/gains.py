@@ -216,12 +216,38 @@ def published_ceiling(mfu: float, model, rows: list[dict]) -> tuple[dict, float,
     measured; attention's share of the FLOPs, and so the ratio, grows with the sequence). above:
     the prediction exceeds the most lenient ceiling. The one verdict of the figure summaries'
     MFU check (mfu_check) and of `nest plan`'s line (nest.fidelity.uncertainty)."""
-    def ceiling(row):
-        return row["mfu"] / _model_facts(model, row["seq_len"])["factor"][row["convention"]]
-
-    best = max(rows, key=lambda r: (ceiling(r), r["id"]))
-    top = ceiling(best)
+    best = max(rows, key=lambda r: (row_ceiling(r, model), r["id"]))
+    top = row_ceiling(best, model)
     return best, top, mfu > top + 1e-9
+
+
+def row_ceiling(row: dict, model) -> float:
+    """One row's MFU in causal_half, converted at its own sequence length (published_ceiling)."""
+    if row["convention"] == "causal_half":
+        return row["mfu"]
+    return row["mfu"] / _model_facts(model, row["seq_len"])["factor"][row["convention"]]
+
+
+def above_ceiling(mfu: float, model, rows: list[dict]) -> tuple[dict, float] | None:
+    """published_ceiling's verdict, (row, ceiling) where above, else None, converting only the
+    rows it needs: a full_attention row's ceiling is at most its MFU (the full count is at least
+    the causal one) and a causal_half row's is its MFU, so a prediction at or below such a
+    row's MFU needs no conversion of the others (each conversion may trace the model at the
+    row's length). tests/test_report.py checks it against published_ceiling."""
+    if any(mfu <= r["mfu"] + 1e-9 for r in rows if r["convention"] == "causal_half"):
+        return None
+    bounded = {"causal_half", "full_attention"}  # ceiling <= the row's MFU
+    loose = [r for r in rows if r["convention"] not in bounded]
+    for r in sorted((r for r in rows if r["convention"] == "full_attention"),
+                    key=lambda r: (-r["mfu"], r["id"])):
+        if mfu > r["mfu"] + 1e-9:
+            break  # above this row's MFU, so above its ceiling and every later one's
+        if mfu <= row_ceiling(r, model) + 1e-9:
+            return None
+    if any(mfu <= row_ceiling(r, model) + 1e-9 for r in loose):
+        return None
+    best, top, over = published_ceiling(mfu, model, rows)
+    return (best, top) if over else None
 
 
 def describe_ceiling(row: dict, top: float) -> str:
