@@ -281,3 +281,29 @@ def test_quiet_before_validate_is_accepted(tmp_path):
         assert cli.main(["--quiet", "validate", "--hardware", "nope", "-o", "-"]) == 2
     assert "korthikanti_1t_full" in out.getvalue()
     assert progress.enabled()
+
+
+def test_placement_picture_legend_names_every_chunk_of_an_interleaved_device_group(tmp_path):
+    """An interleaved plan's devices hold chunks j, j + pp, ...: the legend names the device
+    group's layer ranges, not only its first chunk's (it read 'stage 0: layers 0-1')."""
+    from nest.problem.plan_spec import load_plan
+    from nest.reports.plan_views import placement_picture
+
+    spec = tmp_path / "il.yaml"
+    spec.write_text("model: tiny_gpt\ncluster: tiny_cluster\nnum_devices: 8\nglobal_batch: 64\n"
+                    "pp: 2\ndp: 4\nschedule: interleaved\nvirtual_stages: 2\n")
+    plan, _ = load_plan(spec)
+    assert len(plan.stages) == 4
+    fig = placement_picture(plan, load_cluster_of(plan), tmp_path / "p.png")
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    for j in range(plan.pp):  # chunks j and j + pp (Megatron-LM's interleaving)
+        ranges = [f"{plan.stages[c].first_layer}-{plan.stages[c].last_layer}"
+                  for c in (j, j + plan.pp)]
+        assert any(lab.startswith(f"device group {j}:") and all(r in lab for r in ranges)
+                   for lab in labels), labels
+
+
+def load_cluster_of(plan):
+    from nest.spec.catalog import load_cluster
+
+    return load_cluster(plan.cluster, plan.num_devices)
