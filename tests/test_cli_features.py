@@ -307,3 +307,25 @@ def load_cluster_of(plan):
     from nest.spec.catalog import load_cluster
 
     return load_cluster(plan.cluster, plan.num_devices)
+
+
+def test_placement_picture_outlines_every_device_of_a_node_wider_than_a_row(tmp_path):
+    """A first level wider than a picture row (GB200 NVL72: 72 devices, rows of at most
+    MAX_ROW cells) is outlined on every row it covers: the outlines' cells add up to the
+    devices shown (only each node's first row was outlined: 56 of 144 cells)."""
+    from matplotlib.patches import Rectangle
+
+    from nest.problem.plan import Plan, stages_from_cuts
+    from nest.reports.plan_views import MAX_ROW, placement_picture
+    from nest.spec.catalog import load_cluster
+
+    c = load_cluster("gb200_nvl72", 144)
+    assert c.levels[0].devices_per_group > MAX_ROW
+    pp, dp, tp = 2, 18, 4
+    stages = stages_from_cuts([(0, 1), (2, 3)], pp, dp, tp, "replica_major", [1] * pp,
+                              ["none"] * pp)
+    plan = Plan("test", "m", c.name, 144, 1, 144, 8, tp, pp, dp, 1, 1, False, stages,
+                "replica_major")
+    fig = placement_picture(plan, c, tmp_path / "p.png")
+    outlines = [p for p in fig.axes[0].patches if isinstance(p, Rectangle) and not p.get_fill()]
+    assert sum(p.get_width() for p in outlines) == 144

@@ -141,11 +141,15 @@ def placement_picture(plan, cluster, path=None, title: str = ""):
                                            facecolor=UNUSED if j is None else colors[j]))
                     left += w
             ax.add_patch(Rectangle((x, y), 1, 1, fill=False, edgecolor="black", linewidth=0.6))
-    if unit == 1 and node > 1:  # node outlines
+    if unit == 1 and node > 1:  # node outlines, one per row a node covers (NVL72: 72 > a row)
         for u0 in range(0, num_units, node):
-            x, y = origin(u0)
-            w = min(node, row - x)
-            ax.add_patch(Rectangle((x, y), w, 1, fill=False, edgecolor="black", linewidth=1.0))
+            u, end = u0, min(u0 + node, num_units)
+            while u < end:
+                x, y = origin(u)
+                w = min(end - u, row - x)
+                ax.add_patch(Rectangle((x, y), w, 1, fill=False, edgecolor="black",
+                                       linewidth=1.0))
+                u += w
     for first_row, label in groups:
         y = first_row + gap * (first_row // rows_per_group)
         ax.text(-0.3, y + 0.5, label, ha="right", va="center", fontsize=7)
