@@ -230,7 +230,9 @@ def cmd_plan(a) -> int:
         sizes = [problem.mbs] if a.mbs or not is_nest else over["mbs_options"]
         batch_only = out.kind == "batch" and all(problem.training.global_batch % m
                                                  for m in sizes)
-        if out.status != "crashed" and not batch_only:
+        # a search that ended for another reason than fit (exhaustive's refusal of a space
+        # above max_plans: kind none_found) ends the same way on more devices
+        if out.status != "crashed" and not batch_only and out.kind != "none_found":
             with progress.status("searching how many devices would do"):
                 k = devices_that_fit(a.model, a.cluster, a.num_devices, a.mbs or 1, training,
                                      a.planner, a.seq_len, over, problem.graph)
