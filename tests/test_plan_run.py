@@ -401,3 +401,14 @@ def test_a_space_too_large_for_exhaustive_skips_the_device_search(capsys, monkey
                      "--num-devices", "8", "--planner", "exhaustive", "-q")
     assert rc == cli.EXIT_INFEASIBLE
     assert "more than max_plans" in err and "devices" not in err, err
+
+
+def test_a_planner_not_applicable_anywhere_says_so_not_no_plan(capsys):
+    """manual has no config for mixtral_mini at any device count (config/paper/manual_configs.yaml):
+    the device search's last line says the planner is not applicable there either, not "no plan
+    on up to the cluster's 16 devices either", which reads as the model fitting nowhere."""
+    rc, _, err = run(capsys, "plan", "--model", "mixtral_mini", "--cluster", "tiny_cluster",
+                     "--num-devices", "4", "--planner", "manual", "-q")
+    assert rc == cli.EXIT_INFEASIBLE
+    last = err.strip().splitlines()[-1]
+    assert "not applicable" in last and "16 devices" in last and "no plan" not in last, err

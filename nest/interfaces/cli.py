@@ -236,11 +236,13 @@ def cmd_plan(a) -> int:
             with progress.status("searching how many devices would do"):
                 k = devices_that_fit(a.model, a.cluster, a.num_devices, a.mbs or 1, training,
                                      a.planner, a.seq_len, over, problem.graph)
+            top = problem.cluster.max_devices
+            none = (f"not applicable on any power-of-two multiple of {a.num_devices} devices up "
+                    f"to the cluster's {top} devices either" if out.status == "not_applicable"
+                    else f"no plan on up to the cluster's {top} devices either")
             print(f"{a.planner}: " + (f"the smallest power-of-two multiple of {a.num_devices} "
                                       f"devices with a plan: {k} (--num-devices {k})" if k else
-                                      f"no plan on up to the cluster's "
-                                      f"{problem.cluster.max_devices} devices either"),
-                  file=sys.stderr)
+                                      none), file=sys.stderr)
         _remove_stale(a.output, a.placement_picture)
         return EXIT_CRASH if out.status == "crashed" else EXIT_INFEASIBLE
     plan = out.plan
