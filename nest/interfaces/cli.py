@@ -145,7 +145,8 @@ def summarize(plan, ev, problem=None) -> str:
 
 def model_notes(problem) -> list[str]:
     """What the prices rest on, where the user should know it: a card priced by the roofline
-    alone (no measured operator profiles), a network reduced to levels approximately."""
+    alone (no measured operator profiles), a network reduced to levels approximately, levels
+    priced at their line rate (no `efficiency` in the cluster file)."""
     hw = problem.cluster.hardware
     out = []
     if hw.profile_dir is None:
@@ -153,6 +154,12 @@ def model_notes(problem) -> list[str]:
                    f"priced by the roofline (the efficiency knobs of hardware '{hw.name}', "
                    f"which may come from a file outside config/hardware)")
     out += [f"note: network: {n}" for n in problem.cluster.notes]
+    full = [lv.name for lv in problem.cluster.levels if lv.efficiency >= 1.0]
+    if full:  # a level without `efficiency` (1.0): collectives at the wire's full rate
+        out.append(f"note: network: level(s) {', '.join(repr(n) for n in full)} of "
+                   f"{problem.cluster.name} priced at their line rate (no `efficiency` below 1 "
+                   f"in the cluster file; NCCL reaches about 0.82 of NVLink 4 and 0.96 of NDR "
+                   f"InfiniBand: config/clusters/dgx_h100_superpod.yaml)")
     return out
 
 
