@@ -15,7 +15,8 @@ def plan(problem: Problem, settings: dict):
     limit = int(settings.get("max_plans", 200_000))
     if n > limit:
         raise NoPlan(f"the search space holds {n} plans, more than max_plans={limit}; exhaustive "
-                     f"search is for small problems")
+                     f"search is for small problems", kind="none_found")  # not a fit: more
+        # devices only make the space larger (so `nest plan` searches no larger device count)
     best, best_t, why = None, float("inf"), "every plan exceeds memory"
     for candidate in enumerate_plans(problem, space):
         ev = evaluate(candidate, problem)

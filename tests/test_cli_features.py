@@ -281,3 +281,51 @@ def test_quiet_before_validate_is_accepted(tmp_path):
         assert cli.main(["--quiet", "validate", "--hardware", "nope", "-o", "-"]) == 2
     assert "korthikanti_1t_full" in out.getvalue()
     assert progress.enabled()
+
+
+def test_placement_picture_legend_names_every_chunk_of_an_interleaved_device_group(tmp_path):
+    """An interleaved plan's devices hold chunks j, j + pp, ...: the legend names the device
+    group's layer ranges, not only its first chunk's (it read 'stage 0: layers 0-1')."""
+    from nest.problem.plan_spec import load_plan
+    from nest.reports.plan_views import placement_picture
+
+    spec = tmp_path / "il.yaml"
+    spec.write_text("model: tiny_gpt\ncluster: tiny_cluster\nnum_devices: 8\nglobal_batch: 64\n"
+                    "pp: 2\ndp: 4\nschedule: interleaved\nvirtual_stages: 2\n")
+    plan, _ = load_plan(spec)
+    assert len(plan.stages) == 4
+    fig = placement_picture(plan, load_cluster_of(plan), tmp_path / "p.png")
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    for j in range(plan.pp):  # chunks j and j + pp (Megatron-LM's interleaving)
+        ranges = [f"{plan.stages[c].first_layer}-{plan.stages[c].last_layer}"
+                  for c in (j, j + plan.pp)]
+        assert any(lab.startswith(f"device group {j}:") and all(r in lab for r in ranges)
+                   for lab in labels), labels
+
+
+def load_cluster_of(plan):
+    from nest.spec.catalog import load_cluster
+
+    return load_cluster(plan.cluster, plan.num_devices)
+
+
+def test_placement_picture_outlines_every_device_of_a_node_wider_than_a_row(tmp_path):
+    """A first level wider than a picture row (GB200 NVL72: 72 devices, rows of at most
+    MAX_ROW cells) is outlined on every row it covers: the outlines' cells add up to the
+    devices shown (only each node's first row was outlined: 56 of 144 cells)."""
+    from matplotlib.patches import Rectangle
+
+    from nest.problem.plan import Plan, stages_from_cuts
+    from nest.reports.plan_views import MAX_ROW, placement_picture
+    from nest.spec.catalog import load_cluster
+
+    c = load_cluster("gb200_nvl72", 144)
+    assert c.levels[0].devices_per_group > MAX_ROW
+    pp, dp, tp = 2, 18, 4
+    stages = stages_from_cuts([(0, 1), (2, 3)], pp, dp, tp, "replica_major", [1] * pp,
+                              ["none"] * pp)
+    plan = Plan("test", "m", c.name, 144, 1, 144, 8, tp, pp, dp, 1, 1, False, stages,
+                "replica_major")
+    fig = placement_picture(plan, c, tmp_path / "p.png")
+    outlines = [p for p in fig.axes[0].patches if isinstance(p, Rectangle) and not p.get_fill()]
+    assert sum(p.get_width() for p in outlines) == 144

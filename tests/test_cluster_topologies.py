@@ -439,3 +439,23 @@ def test_a_size_the_cluster_cannot_hold_names_the_key(sizes, bad):
         cluster_from_dict(d, "tiny.yaml", 4)
     for n in (1, 2, 4, 6, 16):  # each one num_devices accepts, as a size too
         cluster_from_dict({**d, "sizes": [n]}, "tiny.yaml", n)
+
+
+def test_a_level_without_efficiency_is_noted_as_priced_at_line_rate(tmp_path, capsys):
+    """A cluster file whose levels state no `efficiency` prices collectives at the line rate
+    (NetworkLevel.efficiency 1.0): `nest plan` says so (issue 25: it did so silently), naming the
+    levels; a file stating NCCL's shares (dgx_h100_superpod) gets no such note."""
+    from nest.interfaces.cli import main
+
+    d = read_yaml(config_dir() / "clusters" / "dgx_h100_superpod.yaml")
+    for lv in d["levels"]:
+        lv.pop("efficiency")
+    d["name"] = "no_eff"
+    p = tmp_path / "no_eff.yaml"
+    p.write_text(yaml.safe_dump(d))
+    args = ["plan", "--model", "tiny_gpt", "--num-devices", "64", "--mbs", "1", "-q"]
+    assert main([*args, "--cluster", str(p)]) == 0
+    notes = [ln for ln in capsys.readouterr().out.splitlines() if "line rate" in ln]
+    assert len(notes) == 1 and all(f"'{lv['name']}'" in notes[0] for lv in d["levels"]), notes
+    assert main([*args, "--cluster", "dgx_h100_superpod"]) == 0
+    assert "line rate" not in capsys.readouterr().out

@@ -905,3 +905,24 @@ def test_context_parallelism_priced_unfused_exports_a_fused_kernel():
     one = make_plan(pr, "h", Variant(), 2, 4, [(0, L // 2 - 1), (L // 2, L - 1)], [1, 1],
                     ["none", "none"], "replica_major")
     assert _flag(to_megatron(one, pr).args, "--attention-backend") == "unfused"
+
+
+def test_slurm_job_name_is_the_models_name_and_device_count(tmp_path):
+    """A model given by path (a Hugging Face hub snapshot folder, a config.json) names the job by
+    the model's name (ModelSpec.name), not by its path: the path gave 'nest-_tmp_..._snapshots',
+    cut at 64 characters before the device count."""
+    import shutil
+
+    from nest.spec.catalog import config_dir, load_model
+
+    deep = tmp_path / ("x" * 60) / "models--org--tiny" / "snapshots" / "0e9e39f"
+    deep.mkdir(parents=True)
+    model = deep / "tiny_gpt.yaml"
+    shutil.copy(config_dir() / "models" / "tiny_gpt.yaml", model)
+    spec = tmp_path / "p.yaml"
+    spec.write_text(f"model: {model}\ncluster: tiny_cluster\nnum_devices: 8\nglobal_batch: 64\n"
+                    "pp: 2\ndp: 2\ntp: 2\n")
+    plan, problem = load_plan(spec)
+    exp = to_megatron(plan, problem)
+    name = next(ln for ln in exp.slurm().split("\n") if ln.startswith("#SBATCH --job-name="))
+    assert name == f"#SBATCH --job-name=nest-{load_model(model).name}-8", name

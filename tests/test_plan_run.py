@@ -387,3 +387,31 @@ def test_an_edited_global_batch_of_a_plan_json_is_read(capsys, tmp_path):
     p.write_text(json.dumps(d))
     rc, _, err = run(capsys, "evaluate", str(p), "-q")
     assert rc == cli.EXIT_ERROR and "key 'num_microbatches'" in err, err
+
+
+def test_a_space_too_large_for_exhaustive_skips_the_device_search(capsys, monkeypatch):
+    """exhaustive refuses a space above max_plans (tiny_gpt on 8 devices: 5,361,384 plans); more
+    devices only make the space larger, so `nest plan` does not plan again on 2x, 4x, ... the
+    devices (it did, then printed "no plan on up to the cluster's 16 devices either", as if the
+    model fitted nowhere)."""
+    import nest.interfaces.cli_run as cr
+    from nest.problem.space import count_plans, declare
+
+    p = make_problem("tiny_gpt", "tiny_cluster", 8, 1, TrainingSettings())
+    assert count_plans(p, declare(p, None)) > 200_000  # the planner's max_plans
+    monkeypatch.setattr(cr, "devices_that_fit", lambda *a, **k: pytest.fail("searched devices"))
+    rc, _, err = run(capsys, "plan", "--model", "tiny_gpt", "--cluster", "tiny_cluster",
+                     "--num-devices", "8", "--planner", "exhaustive", "-q")
+    assert rc == cli.EXIT_INFEASIBLE
+    assert "more than max_plans" in err and "devices" not in err, err
+
+
+def test_a_planner_not_applicable_anywhere_says_so_not_no_plan(capsys):
+    """manual has no config for mixtral_mini at any device count (config/paper/manual_configs.yaml):
+    the device search's last line says the planner is not applicable there either, not "no plan
+    on up to the cluster's 16 devices either", which reads as the model fitting nowhere."""
+    rc, _, err = run(capsys, "plan", "--model", "mixtral_mini", "--cluster", "tiny_cluster",
+                     "--num-devices", "4", "--planner", "manual", "-q")
+    assert rc == cli.EXIT_INFEASIBLE
+    last = err.strip().splitlines()[-1]
+    assert "not applicable" in last and "16 devices" in last and "no plan" not in last, err

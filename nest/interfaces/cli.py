@@ -145,7 +145,8 @@ def summarize(plan, ev, problem=None) -> str:
 
 def model_notes(problem) -> list[str]:
     """What the prices rest on, where the user should know it: a card priced by the roofline
-    alone (no measured operator profiles), a network reduced to levels approximately."""
+    alone (no measured operator profiles), a network reduced to levels approximately, levels
+    priced at their line rate (no `efficiency` in the cluster file)."""
     hw = problem.cluster.hardware
     out = []
     if hw.profile_dir is None:
@@ -153,6 +154,12 @@ def model_notes(problem) -> list[str]:
                    f"priced by the roofline (the efficiency knobs of hardware '{hw.name}', "
                    f"which may come from a file outside config/hardware)")
     out += [f"note: network: {n}" for n in problem.cluster.notes]
+    full = [lv.name for lv in problem.cluster.levels if lv.efficiency >= 1.0]
+    if full:  # a level without `efficiency` (1.0): collectives at the wire's full rate
+        out.append(f"note: network: level(s) {', '.join(repr(n) for n in full)} of "
+                   f"{problem.cluster.name} priced at their line rate (no `efficiency` below 1 "
+                   f"in the cluster file; NCCL reaches about 0.82 of NVLink 4 and 0.96 of NDR "
+                   f"InfiniBand: config/clusters/dgx_h100_superpod.yaml)")
     return out
 
 
@@ -230,15 +237,19 @@ def cmd_plan(a) -> int:
         sizes = [problem.mbs] if a.mbs or not is_nest else over["mbs_options"]
         batch_only = out.kind == "batch" and all(problem.training.global_batch % m
                                                  for m in sizes)
-        if out.status != "crashed" and not batch_only:
+        # a search that ended for another reason than fit (exhaustive's refusal of a space
+        # above max_plans: kind none_found) ends the same way on more devices
+        if out.status != "crashed" and not batch_only and out.kind != "none_found":
             with progress.status("searching how many devices would do"):
                 k = devices_that_fit(a.model, a.cluster, a.num_devices, a.mbs or 1, training,
                                      a.planner, a.seq_len, over, problem.graph)
+            top = problem.cluster.max_devices
+            none = (f"not applicable on any power-of-two multiple of {a.num_devices} devices up "
+                    f"to the cluster's {top} devices either" if out.status == "not_applicable"
+                    else f"no plan on up to the cluster's {top} devices either")
             print(f"{a.planner}: " + (f"the smallest power-of-two multiple of {a.num_devices} "
                                       f"devices with a plan: {k} (--num-devices {k})" if k else
-                                      f"no plan on up to the cluster's "
-                                      f"{problem.cluster.max_devices} devices either"),
-                  file=sys.stderr)
+                                      none), file=sys.stderr)
         _remove_stale(a.output, a.placement_picture)
         return EXIT_CRASH if out.status == "crashed" else EXIT_INFEASIBLE
     plan = out.plan

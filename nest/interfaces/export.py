@@ -152,6 +152,9 @@ class MegatronExport:
     # each device id's name in the cluster's network description (a graph node, a torus
     # coordinate; ClusterSpec.device_names), written beside the rank map's device ids
     device_names: tuple[str, ...] = ()
+    # the model's name (ModelSpec.name) for the job name: a model given by path is named by its
+    # file, not its path (a hub snapshot folder's path ran past the 64-character job name)
+    model_name: str = ""
 
     def command(self) -> str:
         """launch.sh's body: environment, then torchrun starting exactly the rank map's ranks
@@ -171,7 +174,7 @@ class MegatronExport:
 
     def slurm(self) -> str:
         return slurm_script(self.num_agents, self.devices_per_node,
-                            f"nest-{self.plan.model}-{self.world_size}")
+                            f"nest-{self.model_name or self.plan.model}-{self.world_size}")
 
     def identity_placement(self) -> bool:
         return all(r["device"] == r["rank"] for r in self.rank_map)
@@ -599,7 +602,7 @@ def to_megatron(plan: Plan, problem: Problem) -> MegatronExport:
         len(ranks), hw_per_node, ranks, warnings, ev.time_per_batch_s,
         original.time_per_batch_s, order, env=launch_env(out.tp, out.cp, fsdp),
         unset_env=("CUDA_DEVICE_MAX_CONNECTIONS",) if fsdp else (),
-        device_names=problem.cluster.device_names)
+        device_names=problem.cluster.device_names, model_name=m.name)
     check_against_plan(exp)  # an internal invariant: Megatron's groups are the ones we priced
     return exp
 

@@ -63,6 +63,19 @@ def _stage_colors(pp: int):
     return [cmap(i / max(pp - 1, 1)) for i in range(pp)]
 
 
+def _position_label(plan, j: int) -> str:
+    """The legend entry of pipeline position j: its stage's layers, or for an interleaved plan
+    the device group's chunks (j, j + pp, ...; nest.problem.evaluate.device_chunks), the first
+    two and the last when there are more than four."""
+    from nest.problem.evaluate import device_chunks
+
+    ch = [f"{a}-{b}" for a, b in device_chunks(plan, j)]
+    if plan.schedule != "interleaved":
+        return f"stage {j}: layers {ch[0]}"
+    shown = ch if len(ch) <= 4 else [*ch[:2], "...", ch[-1]]
+    return f"device group {j}: {len(ch)} chunks, layers {', '.join(shown)}"
+
+
 def _layout(cluster, n: int, unit: int) -> tuple[int, list[tuple[int, str]]]:
     """(cells per row, [(first row, label)] of each second-level group): rows never straddle a
     group of the second level (a rack)."""
@@ -128,11 +141,15 @@ def placement_picture(plan, cluster, path=None, title: str = ""):
                                            facecolor=UNUSED if j is None else colors[j]))
                     left += w
             ax.add_patch(Rectangle((x, y), 1, 1, fill=False, edgecolor="black", linewidth=0.6))
-    if unit == 1 and node > 1:  # node outlines
+    if unit == 1 and node > 1:  # node outlines, one per row a node covers (NVL72: 72 > a row)
         for u0 in range(0, num_units, node):
-            x, y = origin(u0)
-            w = min(node, row - x)
-            ax.add_patch(Rectangle((x, y), w, 1, fill=False, edgecolor="black", linewidth=1.0))
+            u, end = u0, min(u0 + node, num_units)
+            while u < end:
+                x, y = origin(u)
+                w = min(end - u, row - x)
+                ax.add_patch(Rectangle((x, y), w, 1, fill=False, edgecolor="black",
+                                       linewidth=1.0))
+                u += w
     for first_row, label in groups:
         y = first_row + gap * (first_row // rows_per_group)
         ax.text(-0.3, y + 0.5, label, ha="right", va="center", fontsize=7)
@@ -147,8 +164,7 @@ def placement_picture(plan, cluster, path=None, title: str = ""):
                  f"pp={plan.pp} dp={plan.dp} tp={plan.tp} ep={plan.ep} cp={plan.cp} "
                  f"({plan.placement})\n{what}", fontsize=8, parse_math=False)
     step = max(1, -(-plan.pp // 16))  # at most ~16 legend entries
-    handles = [Patch(color=colors[j], label=f"stage {j}: layers "
-                     f"{plan.stages[j].first_layer}-{plan.stages[j].last_layer}")
+    handles = [Patch(color=colors[j], label=_position_label(plan, j))
                for j in range(0, plan.pp, step)]
     if len(roles) < n:
         handles.append(Patch(color=UNUSED, label="unused"))
