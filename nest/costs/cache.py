@@ -11,7 +11,7 @@ an empty one, so no two problems share an entry. What it keeps, by store:
     solver stores                  nest.solver's bounds and screens, kept across its searches
 Entries are immutable (frozen dataclasses, read-only arrays: `read_only`), so what one caller is
 handed cannot change what the next one reads; but for two memo stores of the solver
-("joint_minmax", "interleaved_fits": dicts of values of pure functions of their key, each
+("joint_minmax", "union_joint", "interleaved_fits": dicts of values of pure functions of their key, each
 value written once or replaced by the same function's value at another stop, never changed
 by a reader). The eviction rule: each store keeps its ENTRIES (STORE_ENTRIES for the stores named
 there) most recently used entries (an evicted entry is recomputed, to the same bytes, when asked again).
@@ -30,7 +30,8 @@ ENTRIES = 512  # per store; each entry holds O(L^2) floats at most, bounded so m
 # 24 (micro-batch, ZeRO, recomputation) searches and the search on all devices revisit the same
 # (class, p, d) and placements): a float or two each, or a placement's interned priced-alike keys
 # (nest.costs.alike.priced_alike_keys: a list of references to a few distinct keys)
-STORE_ENTRIES = {"memory_aware_bound": 65536, "joint_minmax": 65536, "priced_alike_keys": 8192}
+STORE_ENTRIES = {"memory_aware_bound": 65536, "joint_minmax": 65536, "union_joint": 65536,
+                 "priced_alike_keys": 8192}
 
 
 class ProblemCache:
