@@ -78,3 +78,43 @@ def test_launchable_search_is_the_same_with_the_union_bound(case, monkeypatch):
                       stats.get("tied_space"), pr.mbs, asked["joint"])
     assert out[True][:5] == out[False][:5]
     assert out[True][5] < out[False][5]  # it dropped candidates (53 -> 33 joint bounds, ...)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_union_pipeline_bound_is_below_every_knobs(case):
+    """nest.solver._union_pipeline (the union's memory-aware bound as a pipeline bound, less
+    its slack) is at most the bound each knob's search refines a candidate to (its own
+    memory-aware bound, nest.solver._memory_bound, times m + p - 1), and equal to their least
+    up to the slack where one knob's is finite at p = 1."""
+    from nest.costs.pipeline import paper_1f1b, solver_form
+    from nest.solver import _bounds_pp, _memory_bound, _option_arrays, _union_pipeline
+    from nest.solver.bounds import compute_bounds, p2p_floor
+
+    pr = problem(*case)
+    base = launchable_space(declare(pr, {"heterogeneous_stages": False}), pr)
+    form, checked, finite = solver_form(pr.training), 0, 0
+    for var in base.variants[::2]:
+        P = _option_arrays(pr, base, var)[0]
+        if not len(P):
+            continue
+        top = _bounds_pp(pr, base, var, P)
+        ults = [layer_table(pr, var, base.recompute_modes)]
+        ufl = compute_bounds(pr, base, ults, top)[1]
+        for p, d in list(pp_dp_options(pr, base, var))[::3]:
+            m = pr.num_microbatches(d, var.ep)
+            u = _union_pipeline(pr, base, ults, p, d, ufl, p2p_floor(pr, ults, base), form)
+            knobs = []
+            for z in base.zero_stages:
+                for r in base.recompute_modes:
+                    sp = base.with_(zero_stages=(z,), recompute_modes=(r,))
+                    lts = [layer_table(pr, var, (r,))]
+                    fl = compute_bounds(pr, sp, lts, top)[1]
+                    X = _memory_bound(pr, sp, lts, p, fl, p2p_floor(pr, lts, sp))
+                    knobs.append(paper_1f1b(X, m, p))
+            assert u <= min(knobs), (var.key, p, d, u, min(knobs))
+            if math.isfinite(min(knobs)):
+                finite += 1
+                if p == 1:
+                    assert u == pytest.approx(min(knobs), rel=1e-8)
+            checked += 1
+    assert checked > 5 and finite > 0
