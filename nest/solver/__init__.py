@@ -222,17 +222,6 @@ def _union_floor(problem: Problem, union: SearchSpace, lts, p: int, d: int, stop
     return memo["f"]
 
 
-def _union_pipeline(problem: Problem, union: SearchSpace, lts, p: int, d: int, floor_LLR,
-                    send_floors, form: str) -> float:
-    """The pipeline bound (C X_lb) of candidate (class, p, d) from the union's memory-aware
-    bound (lts: the class's tables of union's modes, floor_LLR their floor table), less the
-    relative UNION_SLACK: at most the bound a knob space of union (nest.solver.launchable)
-    gives it from its own memory-aware bound."""
-    m = problem.num_microbatches(d, lts[0].variant.ep)
-    X = _memory_bound(problem, union, lts, p, floor_LLR, send_floors)
-    return paper_1f1b(X, m, p) * bound_scale(form, m, p) * (1 - UNION_SLACK)
-
-
 def num_blocks(problem: Problem) -> int:
     return sum(la.kind == "block" for la in problem.graph.layers)
 
@@ -260,13 +249,10 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
     the union's (`_union_floor`, priced once per (class, p, d) for all knobs) is asked; where
     it shows the joint bound would reach the best time (floor (1 - 1e-12) >= best time: so is
     the joint bound, at least its floor), the candidate is dropped, as the joint bound's entry
-    would never be popped: the same candidates visited, in the same order. Likewise before the
-    memory-aware bound of (class, p): the union's (every mode's floor, each under its best ZeRO
-    stage of union's: at most the knob's, cell by cell, so its min-max is too) drops the entry
-    where its pipeline bound, less UNION_SLACK, reaches the best time."""
+    would never be popped: the same candidates visited, in the same order."""
     best_T, best = incumbent, None
     heap: list = []
-    lts, refined, floors, sends, ults, ufloors = {}, {}, {}, {}, {}, {}
+    lts, refined, floors, sends, ults = {}, {}, {}, {}, {}
     form = solver_form(problem.training)
     classes = space.classes  # a property: computed once here
     for ci, cls in enumerate(classes):
@@ -279,9 +265,6 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
         lb, floors[ci] = compute_bounds(problem, space, lts[ci], _bounds_pp(problem, space,
                                                                            cls[0], P))
         sends[ci] = p2p_floor(problem, lts[ci], space)
-        if union is not None:
-            ufloors[ci] = compute_bounds(problem, union, ults[ci], _bounds_pp(
-                problem, space, cls[0], P))[1]
         if even_cuts:
             keep = P <= num_blocks(problem)
             P, D, M = P[keep], D[keep], M[keep]
@@ -298,10 +281,6 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
         bound, level, ci, p, d = heapq.heappop(heap)
         cls = classes[ci]
         if prune and level == 0:  # cheaper bounds first
-            if (union is not None and math.isfinite(best_T) and (ci, p) not in refined
-                    and _union_pipeline(problem, union, ults[ci], p, d, ufloors[ci],
-                                        sends[ci], form) >= best_T):
-                continue  # the knob's memory-aware bound reaches best_T: never popped again
             if (ci, p) not in refined:
                 refined[(ci, p)] = _memory_bound(problem, space, lts[ci], p, floors[ci],
                                                  sends[ci])
