@@ -269,3 +269,26 @@ def test_placement_rows_read_once_per_group_as_plain():
                         np.testing.assert_array_equal(got[below], want[below])
                         assert ((got == want) | np.isinf(got)).all()
     assert 1 in sizes and max(sizes) > 1, sizes  # both paths of `_gather` ran
+
+
+@settings(max_examples=60, **HYPOTHESIS)
+@given(st.integers(1, 12).flatmap(lambda p: st.tuples(
+    st.lists(st.integers(0, p - 1), min_size=p, max_size=p),
+    st.lists(st.integers(0, p - 1), max_size=60))))
+def test_parts_are_the_isin_of_each_group(data):
+    """nest.solver.positions._parts: each group's cell indices, from one stable sort, are
+    np.flatnonzero(np.isin(pos, group)) (what `_gather` computed per group before), in the
+    groups' order; with one group, None (every cell)."""
+    from nest.solver import positions
+
+    labels, pos = data
+    terms = [object() for _ in range(max(labels) + 1)]
+    groups = positions._alike([terms[g] for g in labels])
+    pos = np.sort(np.asarray(pos, dtype=np.int64))
+    parts = positions._parts(groups, pos)
+    assert [j for j, _ in parts] == [j for j, _ in groups]
+    if len(groups) == 1:
+        assert parts[0][1] is None
+        return
+    for (_, js), (_, idx) in zip(groups, parts):
+        np.testing.assert_array_equal(idx, np.flatnonzero(np.isin(pos, js)))

@@ -136,3 +136,23 @@ def test_a_problem_whose_fields_disagree_is_refused(problem):
         Problem(**{**f, "training": scaled})
     built = Problem.build(problem.model, problem.cluster, problem.described, scaled)
     assert built.cluster.comm_scale == 2.0 and built.graph is problem.graph
+
+
+def test_named_stores_keep_their_own_number_of_entries():
+    """nest.costs.cache.STORE_ENTRIES: a store named there keeps that many entries (not the
+    cache's ENTRIES), still evicting the least recently used one past it; other stores keep
+    ENTRIES."""
+    from nest.costs.cache import STORE_ENTRIES
+
+    store = "memory_aware_bound"
+    n = STORE_ENTRIES[store]
+    cache, made = ProblemCache(entries=3), []
+    for k in range(n + 1):
+        cache.get(store, k, lambda k=k: made.append(k) or k)
+    cache.get(store, 1, lambda: made.append("again") or 1)  # kept: not made again
+    assert "again" not in made
+    cache.get(store, 0, lambda: made.append("evicted") or 0)  # the oldest was dropped
+    assert made[-1] == "evicted"
+    for k in range(5):
+        cache.get("other", k, lambda k=k: k)
+    assert len(cache) == n + 3

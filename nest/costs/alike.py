@@ -109,7 +109,7 @@ def priced_alike_keys(problem, lts, groups: dict) -> list[list[bytes]]:
         level = dict(zip(us, _level_names(cluster, flat[first[us]])))
         rows[name] = (flat, pats, first, [sorted(set(r)) for r in inv.tolist()],
                       [level[u] for u in inv[:, 0].tolist()])
-    out = []
+    out, interned = [], {}
     for by in by_lt:
         keys: list[list] = [[] for _ in range(P)]
         for name, kinds in by:
@@ -124,8 +124,10 @@ def priced_alike_keys(problem, lts, groups: dict) -> list[list[bytes]]:
             for key, us, lv in zip(keys, distinct, level):
                 key.append((name, lv, tuple(tuple(sorted({ln[u] for u in us})) for ln in lines)))
         # as bytes: a cache key hashed once (tuples rehash their whole nest on every lookup);
-        # the pickle of equal tuples of str, int and float is equal, and only of equal ones
-        out.append([pickle.dumps(tuple(k), protocol=5) for k in keys])
+        # the pickle of equal tuples of str, int and float is equal, and only of equal ones;
+        # equal keys held once (the placements' keys are kept: nest.costs.cache.STORE_ENTRIES)
+        out.append([interned.setdefault(b, b)
+                    for b in (pickle.dumps(tuple(k), protocol=5) for k in keys)])
     return out
 
 

@@ -11,10 +11,10 @@ an empty one, so no two problems share an entry. What it keeps, by store:
     solver stores                  nest.solver's bounds and screens, kept across its searches
 Entries are immutable (frozen dataclasses, read-only arrays: `read_only`), so what one caller is
 handed cannot change what the next one reads; but for two memo stores of the solver
-("joint_minmax", "interleaved_fits": dicts of values of pure functions of their key, each
+("joint_minmax", "union_joint", "interleaved_fits": dicts of values of pure functions of their key, each
 value written once or replaced by the same function's value at another stop, never changed
-by a reader). The eviction rule: each store keeps its ENTRIES
-most recently used entries (an evicted entry is recomputed, to the same bytes, when asked again).
+by a reader). The eviction rule: each store keeps its ENTRIES (STORE_ENTRIES for the stores named
+there) most recently used entries (an evicted entry is recomputed, to the same bytes, when asked again).
 """
 
 from __future__ import annotations
@@ -26,6 +26,12 @@ from types import MappingProxyType
 import numpy as np
 
 ENTRIES = 512  # per store; each entry holds O(L^2) floats at most, bounded so memory stays small
+# stores of small entries that a `nest plan` asks for again after more than ENTRIES others (the
+# 24 (micro-batch, ZeRO, recomputation) searches and the search on all devices revisit the same
+# (class, p, d) and placements): a float or two each, or a placement's interned priced-alike keys
+# (nest.costs.alike.priced_alike_keys: a list of references to a few distinct keys)
+STORE_ENTRIES = {"memory_aware_bound": 65536, "joint_minmax": 65536, "union_joint": 65536,
+                 "priced_alike_keys": 8192}
 
 
 class ProblemCache:
@@ -42,7 +48,7 @@ class ProblemCache:
             s.move_to_end(key)
             return s[key]
         out = s[key] = make()
-        if len(s) > self.entries:
+        if len(s) > max(self.entries, STORE_ENTRIES.get(store, 0)):
             s.popitem(last=False)
         return out
 

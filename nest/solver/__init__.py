@@ -196,12 +196,39 @@ def _joint(problem: Problem, space: SearchSpace, lts, p: int, d: int, stop_at: f
     return M * (1 - 1e-12)
 
 
+UNION_SLACK = 1e-9  # relative: absorbs any rounding between the union's prices and a knob's
+
+
+def _union_floor(problem: Problem, union: SearchSpace, lts, p: int, d: int, stop_at: float
+                 ) -> float:
+    """A lower bound of the joint min-max (joint_minmax, before its slack) of (class, p, d)
+    under every knob space of `union` (one ZeRO stage and recomputation mode each, as
+    nest.solver.launchable.search_launchable runs them; lts: the class's tables of all of
+    union's modes). The union's joint min-max B_all takes each stage position's least price
+    over every (z, r) that fits, so it is at most any knob's B_k (the same kernel prices; the
+    relative UNION_SLACK covers rounding between the union's grids and a knob's); priced with
+    stop s, its value J is B_all where below s and B_all >= s elsewhere, so
+    min(J, s) (1 - UNION_SLACK) <= B_k. Kept per (class, modes, options, placements, p, d)
+    with its stop: reused at a stop at most the kept one (a lower stop gives no larger
+    floor), priced again above it."""
+    key = (tuple(lt.variant for lt in lts), lts[0].modes, union.options, union.placements,
+           union.launch_node, p, d)
+    memo = problem.cache.get("union_joint", key, dict)  # {"f": floor, "s": its stop}
+    if memo and memo["s"] >= stop_at:
+        return memo["f"]
+    s = stop_at * (1 + UNION_SLACK)
+    J = joint_minmax(problem, union, lts, p, d, s)
+    memo.update(f=min(J, s) * (1 - UNION_SLACK), s=stop_at)
+    return memo["f"]
+
+
 def num_blocks(problem: Problem) -> int:
     return sum(la.kind == "block" for la in problem.graph.layers)
 
 
 def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
-           even_cuts: bool = False, incumbent: float = math.inf):
+           even_cuts: bool = False, incumbent: float = math.inf,
+           union: SearchSpace | None = None):
     """The optimum plan of the space and statistics; best = (stage variants, p, d, placement,
     [(first, last, option)]) or None if nothing fits. even_cuts: only the most even splits of the
     blocks (p <= blocks); the bounds stay valid (they bound the unrestricted optimum, which is
@@ -216,14 +243,22 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
     candidates a refinement on first pop would, in the same order; it is just computed later,
     with a better best time to stop at, or not at all. prune=False visits every candidate (for
     tests: the same optimum). incumbent: a time already achieved elsewhere (another space's
-    plan): only plans strictly faster are returned (best None if there is none)."""
+    plan): only plans strictly faster are returned (best None if there is none). union: a
+    space of which this one is a knob (one ZeRO stage and recomputation mode of union's, the
+    same variants and placements; nest.solver.launchable): before a candidate's joint bound,
+    the union's (`_union_floor`, priced once per (class, p, d) for all knobs) is asked; where
+    it shows the joint bound would reach the best time (floor (1 - 1e-12) >= best time: so is
+    the joint bound, at least its floor), the candidate is dropped, as the joint bound's entry
+    would never be popped: the same candidates visited, in the same order."""
     best_T, best = incumbent, None
     heap: list = []
-    lts, refined, floors, sends = {}, {}, {}, {}
+    lts, refined, floors, sends, ults = {}, {}, {}, {}, {}
     form = solver_form(problem.training)
     classes = space.classes  # a property: computed once here
     for ci, cls in enumerate(classes):
         lts[ci] = [layer_table(problem, v, space.recompute_modes) for v in cls]
+        if union is not None:
+            ults[ci] = [layer_table(problem, v, union.recompute_modes) for v in cls]
         P, D, M = _option_arrays(problem, space, cls[0])
         if not len(P):
             continue
@@ -254,6 +289,9 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
             heapq.heappush(heap, (bound, 1, ci, p, d))
             continue
         if prune and level == 1:
+            if union is not None and math.isfinite(best_T) and _union_floor(
+                    problem, union, ults[ci], p, d, best_T) * (1 - 1e-12) >= best_T:
+                continue  # its joint bound reaches best_T: never popped again
             bound = max(bound, _joint(problem, space, lts[ci], p, d, best_T))
             heapq.heappush(heap, (bound, 2, ci, p, d))
             continue

@@ -341,7 +341,8 @@ def search_launchable(problem: Problem, settings: dict, log=None):
         for z in base.zero_stages:
             for r in base.recompute_modes:
                 space = base.with_(zero_stages=(z,), recompute_modes=(r,))
-                T, found, st = search(pr, space, incumbent=best_T)
+                T, found, st = search(pr, space, incumbent=best_T,
+                                      union=base if settings.get("union_bound", True) else None)
                 stats["candidates"] += st["candidates"]
                 stats["visited"] += st["visited"]
                 if found is None:
