@@ -244,8 +244,9 @@ def inter_op_dp(T_XKIS, units, U, B, rel_gap=0.0, budget: Budget | None = None,
     vals = np.unique(T_XKIS[np.isfinite(T_XKIS) & (T_XKIS >= lb)])
     # the least sum of stage latencies under no cap: F(s, 0, U; t_max) never falls below it, so
     # every t_max >= c gives T >= F_inf + (B - 1) c; priced on first use (where Alpa's own stop
-    # does not decide first: with many micro-batches, never)
-    F_inf = _Once(lambda: dp.value(np.inf))
+    # does not decide first: with many micro-batches, never), and where its cheap lower bound
+    # (CapDP.sum_floor) does not already decide the stop
+    F_inf = _Floor(lambda: dp.value(np.inf), dp.sum_floor)
     if rel_gap:
         best, best_c = _scan_every(dp.value, B, vals, F_inf, rel_gap, budget)
     else:
@@ -267,16 +268,35 @@ class _Once:
         return self.v
 
 
+class _Floor(_Once):
+    """F_inf (a `_Once`) with a cheap lower bound `lower` of it: `reaches` decides
+    `F_inf + extra >= best` from the bound where the bound reaches best (then F_inf, at least
+    the bound, does too: IEEE addition is monotone), and prices F_inf only where it does not."""
+
+    def __init__(self, fn, lower):
+        super().__init__(fn)
+        self.lower = lower
+
+
+def _reaches(F, extra: float, best: float) -> bool:
+    """F + extra >= best, F a float, a `_Once` or a `_Floor` (whose bound is tried first: the
+    same answer, F_inf priced only where the bound falls short)."""
+    if isinstance(F, _Floor) and F.v is None and F.lower() + extra >= best:
+        return True
+    return (F() if callable(F) else F) + extra >= best
+
+
 def _stops(c, B: int, best: float, F_inf) -> bool:
     """Alpa's early pruning (every later plan has T >= B * t_max), then ours: F(t_max) >= F_inf,
     so every t_max >= c has T >= F_inf + (B - 1) c. Both grow with c for a fixed best. F_inf: a
-    float or a `_Once`, called only when the first test fails and best is finite (F_inf is
-    finite wherever some t_max is feasible, so the second test is false for an infinite best)."""
+    float, a `_Once` or a `_Floor`, called only when the first test fails and best is finite
+    (F_inf is finite wherever some t_max is feasible, so the second test is false for an
+    infinite best)."""
     if B * c >= best:
         return True
     if not math.isfinite(best):
         return False
-    return (F_inf() if callable(F_inf) else F_inf) + (B - 1) * c >= best
+    return _reaches(F_inf, (B - 1) * c, best)
 
 
 def _scan_every(F_of, B, vals, F_inf, rel_gap, budget):
@@ -327,7 +347,7 @@ def _scan_pruned(F_of, B, vals, F_inf, budget, walk: int = 8):
         best = state["best"]
         if _stops(vals[lo], B, best, F_inf):
             return False
-        if (F_low() if callable(F_low) else F_low) + (B - 1) * vals[lo] >= best:
+        if _reaches(F_low, (B - 1) * vals[lo], best):
             return not _stops(vals[hi], B, best, F_inf)
         if lo == hi:
             T = dapple(F_at(lo), vals[lo], B)
