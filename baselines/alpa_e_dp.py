@@ -57,18 +57,20 @@ class CapDP:
         lower = np.tril(np.ones((L, L), dtype=bool), -1)
         # a finite latency for i < k: the band would miss it; the loop takes it (tests only)
         self.fallback = bool(np.isfinite(T[:, lower, :]).any())
-        # least_cap's probes: the table's latencies, from the least one that a stage over the
-        # costliest layer to cover can take (a lower bound on every plan's bottleneck)
-        self.caps = np.unique(T[np.isfinite(T)])
-        lower_KI = T.min(axis=(0, 3))  # over x and s
-        self.floor = max(lower_KI[: l + 1, l:].min() for l in range(L))  # k <= l <= i
-        if self.fallback or self.s_last < 1:
-            self.T = T
-            return
         # s0 (1-based): A_s equals A_s0 for every s >= s0 up to Smax
         s0 = Smax
         while s0 > 1 and np.array_equal(T[..., s0 - 2], T[..., Smax - 1]):
             s0 -= 1
+        # least_cap's probes and the t_max walk's candidates: the table's distinct latencies
+        # (those of s >= s0 repeat s0's), from the least one that a stage over the costliest
+        # layer to cover can take (a lower bound on every plan's bottleneck)
+        head = T[..., :s0]
+        self.caps = np.unique(head[np.isfinite(head)])
+        lower_KI = head.min(axis=(0, 3))  # over x and s
+        self.floor = max(lower_KI[: l + 1, l:].min() for l in range(L))  # k <= l <= i
+        if self.fallback or self.s_last < 1:
+            self.T = T
+            return
         # the sweep's unbounded stage count equals the loop's only if Smax reaches its bound
         self.sweep = s0 <= self.s_last and Smax >= min(L, self.U // self.umin)
         n_s = min(s0, self.s_last) if self.sweep else self.s_last

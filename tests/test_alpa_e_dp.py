@@ -25,6 +25,9 @@ def _check_every_cap(T, units, U, caps=None):
     its backtrack (the value, the stage count and the stages chosen among ties), and the least
     feasible t_max."""
     dp = CapDP(T, units, U)
+    # its caps (the walk's t_max candidates) read the stage counts up to s0 only: every
+    # distinct latency of the table, sorted
+    assert dp.caps.tobytes() == np.unique(T[np.isfinite(T)]).tobytes()
     if caps is None:
         fin = np.unique(T[np.isfinite(T)])
         caps = [*fin, np.inf, fin[0] / 2 if fin.size else 1.0]
