@@ -45,6 +45,8 @@ from numpy.lib.stride_tricks import as_strided
 class CapDP:
     """The DP's value for a cap (`value`), for one table T_XKIS [x, k, i, s - 1]."""
 
+    CHUNK = 8  # band offsets per array operation of a stage step (`_stage`)
+
     def __init__(self, T_XKIS, units, U: int):
         T = np.asarray(T_XKIS, dtype=float)
         X, L, L2, Smax = T.shape
@@ -248,5 +250,11 @@ class CapDP:
             # W[j, k, d] = F(s - 1, k + j + 1, d - u) for d in [dlo, dhi]
             W_JKD = as_strided(F[1:, umax + dlo - int(u):], (Jx, K, dhi - dlo + 1),
                                (rs, rs, cs), writeable=False)
-            np.minimum(out, combine(A_JK1, W_JKD).min(axis=0), out=out)
+            # offsets in chunks of CHUNK, each over the first layers k whose row k + j + 1 can
+            # still hold the s - 1 later stages (k + j <= K - 1; past it F(s - 1) is inf and
+            # the candidates too): the same candidates that can be finite, a smaller temporary
+            for j0 in range(0, Jx, self.CHUNK):
+                j1, kk = min(Jx, j0 + self.CHUNK), K - j0
+                np.minimum(out[:kk], combine(A_JK1[j0:j1, :kk], W_JKD[j0:j1, :kk]).min(axis=0),
+                           out=out[:kk])
         return F_new
