@@ -142,11 +142,53 @@ class Budget:
 def stage_times(rt, problem: Problem, B: int, smax: int):
     """t_intra[k, i, s-1] and the knob config kept, for s = 1..smax stages from this one on:
     the fastest config whose memory with min(s, B) stashed micro-batches fits (evaluator formula:
-    alloc * (1 + fragmentation) + framework overhead <= HBM)."""
+    alloc * (1 + fragmentation) + framework overhead <= HBM); the first config on ties.
+
+    A config's memory grows with the stash (fixed + n act, then max with the step's bytes, then
+    the peak's affine map: IEEE operations monotone in n for act >= 0), so whether it fits is a
+    prefix of the stash counts: each (config, range) finds its last fitting count by bisection
+    over the distinct counts (each probe the same elementwise arithmetic at that count), and
+    t[., s] is the least latency among the configs fitting at s. `_stage_times_every`, the
+    arithmetic at every s, is taken where a latency is NaN or an activation negative (never
+    in the tables; tests/test_baseline_alpa_e.py checks both bit for bit)."""
+    O, L, _ = rt.time_OKI.shape
+    kk, ii = np.triu_indices(L)  # ranges k <= i only (elsewhere t inf, the first knob kept)
+    time_OR, act_OR = rt.time_OKI[:, kk, ii], rt.act_OKI[:, kk, ii]
+    if np.isnan(time_OR).any() or (act_OR < 0).any():
+        return _stage_times_every(rt, problem, B, smax)
     hw = problem.cluster.hardware
+    fixed_OR = rt.fixed_OKI[:, kk, ii]
+    step_OR = 0.0 if rt.step_OKI is None else rt.step_OKI[:, kk, ii]
     # a stage with s stages from it to the end sits at position p - s of p (nest.costs.pipeline)
+    n_S = np.array([stash(s, 0, B) for s in range(1, smax + 1)], dtype=float)
+    counts = np.unique(n_S)  # increasing
+    lo = np.zeros(fixed_OR.shape, dtype=np.intp)  # counts[:lo] fit, counts[hi:] do not
+    hi = np.full(fixed_OR.shape, counts.size, dtype=np.intp)
+    with np.errstate(invalid="ignore"):
+        while (active := lo < hi).any():
+            mid = (lo + hi) // 2
+            n = counts[np.minimum(mid, counts.size - 1)]
+            fits = peak(held_bytes(fixed_OR, n, act_OR, step_OR), hw) <= hw.hbm_bytes
+            lo = np.where(active & fits, mid + 1, lo)
+            hi = np.where(active & ~fits, mid, hi)
+    at_S = np.searchsorted(counts, n_S)  # each s's count's position
+    t_RS = np.full((kk.size, smax), np.inf)
+    o_RS = np.zeros((kk.size, smax), dtype=np.intp)
+    for o in range(O):  # strictly less: the first config on ties, as argmin
+        cand = np.where(at_S[None, :] < lo[o][:, None], time_OR[o][:, None], np.inf)
+        better = cand < t_RS
+        t_RS = np.where(better, cand, t_RS)
+        o_RS[better] = o
+    t_KIS = np.full((L, L, smax), np.inf)
+    o_KIS = np.zeros((L, L, smax), dtype=np.intp)
+    t_KIS[kk, ii], o_KIS[kk, ii] = t_RS, o_RS
+    return t_KIS, o_KIS
+
+
+def _stage_times_every(rt, problem: Problem, B: int, smax: int):
+    """`stage_times` by the arithmetic at every stage count s (its reference)."""
+    hw = problem.cluster.hardware
     num_stashed = np.array([stash(s, 0, B) for s in range(1, smax + 1)], dtype=float)
-    # ranges k <= i only (elsewhere every knob's latency is inf: t inf, the first knob kept)
     O, L, _ = rt.time_OKI.shape
     kk, ii = np.triu_indices(L)
 
@@ -241,11 +283,12 @@ def inter_op_dp(T_XKIS, units, U, B, rel_gap=0.0, budget: Budget | None = None,
     lb = dp.least_cap()  # the least feasible t_max: _dp(..., np.inf, np.maximum)'s value
     if not math.isfinite(lb) or B * lb >= bound:
         return None
-    vals = np.unique(T_XKIS[np.isfinite(T_XKIS) & (T_XKIS >= lb)])
+    vals = dp.caps[dp.caps >= lb]  # np.unique(T_XKIS[np.isfinite(T_XKIS) & (T_XKIS >= lb)])
     # the least sum of stage latencies under no cap: F(s, 0, U; t_max) never falls below it, so
     # every t_max >= c gives T >= F_inf + (B - 1) c; priced on first use (where Alpa's own stop
-    # does not decide first: with many micro-batches, never)
-    F_inf = _Once(lambda: dp.value(np.inf))
+    # does not decide first: with many micro-batches, never), and where its cheap lower bound
+    # (CapDP.sum_floor) does not already decide the stop
+    F_inf = _Floor(lambda: dp.value(np.inf), dp.sum_floor)
     if rel_gap:
         best, best_c = _scan_every(dp.value, B, vals, F_inf, rel_gap, budget)
     else:
@@ -267,16 +310,35 @@ class _Once:
         return self.v
 
 
+class _Floor(_Once):
+    """F_inf (a `_Once`) with a cheap lower bound `lower` of it: `reaches` decides
+    `F_inf + extra >= best` from the bound where the bound reaches best (then F_inf, at least
+    the bound, does too: IEEE addition is monotone), and prices F_inf only where it does not."""
+
+    def __init__(self, fn, lower):
+        super().__init__(fn)
+        self.lower = lower
+
+
+def _reaches(F, extra: float, best: float) -> bool:
+    """F + extra >= best, F a float, a `_Once` or a `_Floor` (whose bound is tried first: the
+    same answer, F_inf priced only where the bound falls short)."""
+    if isinstance(F, _Floor) and F.v is None and F.lower() + extra >= best:
+        return True
+    return (F() if callable(F) else F) + extra >= best
+
+
 def _stops(c, B: int, best: float, F_inf) -> bool:
     """Alpa's early pruning (every later plan has T >= B * t_max), then ours: F(t_max) >= F_inf,
     so every t_max >= c has T >= F_inf + (B - 1) c. Both grow with c for a fixed best. F_inf: a
-    float or a `_Once`, called only when the first test fails and best is finite (F_inf is
-    finite wherever some t_max is feasible, so the second test is false for an infinite best)."""
+    float, a `_Once` or a `_Floor`, called only when the first test fails and best is finite
+    (F_inf is finite wherever some t_max is feasible, so the second test is false for an
+    infinite best)."""
     if B * c >= best:
         return True
     if not math.isfinite(best):
         return False
-    return (F_inf() if callable(F_inf) else F_inf) + (B - 1) * c >= best
+    return _reaches(F_inf, (B - 1) * c, best)
 
 
 def _scan_every(F_of, B, vals, F_inf, rel_gap, budget):
@@ -327,7 +389,7 @@ def _scan_pruned(F_of, B, vals, F_inf, budget, walk: int = 8):
         best = state["best"]
         if _stops(vals[lo], B, best, F_inf):
             return False
-        if (F_low() if callable(F_low) else F_low) + (B - 1) * vals[lo] >= best:
+        if _reaches(F_low, (B - 1) * vals[lo], best):
             return not _stops(vals[hi], B, best, F_inf)
         if lo == hi:
             T = dapple(F_at(lo), vals[lo], B)

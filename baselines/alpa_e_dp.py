@@ -45,29 +45,34 @@ from numpy.lib.stride_tricks import as_strided
 class CapDP:
     """The DP's value for a cap (`value`), for one table T_XKIS [x, k, i, s - 1]."""
 
+    CHUNK = 8  # band offsets per array operation of a stage step (`_stage`)
+
     def __init__(self, T_XKIS, units, U: int):
         T = np.asarray(T_XKIS, dtype=float)
         X, L, L2, Smax = T.shape
         assert L == L2 and len(units) == X
         self.L, self.U = L, int(U)
+        self.T_XKIS, self._floor = T, None
         self.units = np.asarray(units, dtype=np.int64)
         self.umin, self.umax = int(self.units.min()), int(self.units.max())
         self.s_last = min(Smax, L, self.U // self.umin)  # the loop's last s (dlo > U: stop)
         lower = np.tril(np.ones((L, L), dtype=bool), -1)
         # a finite latency for i < k: the band would miss it; the loop takes it (tests only)
         self.fallback = bool(np.isfinite(T[:, lower, :]).any())
-        # least_cap's probes: the table's latencies, from the least one that a stage over the
-        # costliest layer to cover can take (a lower bound on every plan's bottleneck)
-        self.caps = np.unique(T[np.isfinite(T)])
-        lower_KI = T.min(axis=(0, 3))  # over x and s
-        self.floor = max(lower_KI[: l + 1, l:].min() for l in range(L))  # k <= l <= i
-        if self.fallback or self.s_last < 1:
-            self.T = T
-            return
         # s0 (1-based): A_s equals A_s0 for every s >= s0 up to Smax
         s0 = Smax
         while s0 > 1 and np.array_equal(T[..., s0 - 2], T[..., Smax - 1]):
             s0 -= 1
+        # least_cap's probes and the t_max walk's candidates: the table's distinct latencies
+        # (those of s >= s0 repeat s0's), from the least one that a stage over the costliest
+        # layer to cover can take (a lower bound on every plan's bottleneck)
+        head = T[..., :s0]
+        self.caps = np.unique(head[np.isfinite(head)])
+        lower_KI = head.min(axis=(0, 3))  # over x and s
+        self.floor = max(lower_KI[: l + 1, l:].min() for l in range(L))  # k <= l <= i
+        if self.fallback or self.s_last < 1:
+            self.T = T
+            return
         # the sweep's unbounded stage count equals the loop's only if Smax reaches its bound
         self.sweep = s0 <= self.s_last and Smax >= min(L, self.U // self.umin)
         n_s = min(s0, self.s_last) if self.sweep else self.s_last
@@ -96,19 +101,55 @@ class CapDP:
             best = min(best, F[0, umax + U])
         if not self.sweep:
             return best
-        # the states with s >= s0 stages left: H(r) = min(F(s0 - 1, r), G(r)), G from the top
-        H, J0, L = F, int(J_SX[self.n_s - 1].max()), self.L
-        if not J0:
+        # the states with s >= s0 stages left: H(r) = min(F(s0 - 1, r), G(r)), G from the top;
+        # per submesh x its own band (past it every latency is above the cap: inf candidates),
+        # H's rows read as views (no gathered copy), row k only at the unit counts its layers
+        # can leave (`_window`)
+        H, L = F, self.L
+        J_X = J_SX[self.n_s - 1]
+        if not J_X.max():
             return best
-        A = self.band_SXJK[self.n_s - 1, :, :J0, :]
-        A_KJX1 = np.where(A <= cap, A, np.inf).transpose(2, 1, 0)[:, :, :, None]
-        cols = (umax - self.units)[:, None] + np.arange(U + 1)[None, :]
-        g = None
+        A = self.band_SXJK[self.n_s - 1, :, : int(J_X.max()), :]
+        A_XKJ1 = np.where(A <= cap, A, np.inf).transpose(0, 2, 1)[..., None]
+        xs = [(x, umax - int(u), int(J_X[x])) for x, u in enumerate(self.units) if J_X[x]]
+        g_all = np.empty(U + 1)
         for k in range(L - 1, -1, -1):
-            j1 = min(J0, L - k)  # i = k + j <= L - 1
-            g = combine(A_KJX1[k, :j1], H[k + 1: k + 1 + j1][:, cols]).min(axis=(0, 1))
-            np.minimum(H[k, umax:], g, out=H[k, umax:])
-        return min(best, g[U])
+            lo = self._window(k)
+            g = g_all[lo:]
+            g.fill(np.inf)
+            for x, o, Jx in xs:
+                j1 = min(Jx, L - k)  # i = k + j <= L - 1
+                np.minimum(g, combine(A_XKJ1[x, k, :j1],
+                                      H[k + 1: k + 1 + j1, o + lo: o + U + 1]).min(axis=0), out=g)
+            np.minimum(H[k, umax + lo:], g, out=H[k, umax + lo:])
+        return min(best, g_all[U])
+
+    def sum_floor(self) -> float:
+        """A lower bound on value(inf) (np.add), float for float, from a DP without the unit
+        count: R(s, k) = min over i of (min over x of T[x, k, i, s - 1]) + R(s - 1, i + 1),
+        R(0, L) = 0, the least over the stage counts s whose units can add up to U (s min(units)
+        <= U <= s max(units), where the loop's F(s, 0, U) can be finite). Every path of the loop
+        is a path here (its d dropped, its x, i and s kept), and each step's sum a + F with
+        F >= R rounds to at least a + R (IEEE addition is monotone in each operand), so R(s, k)
+        <= F(s, k, d) for every d by induction: no plan's sum of stage latencies is below it.
+        O(S L^2) instead of the pass's O(S X L J U); the t_max walk stops on it where it already
+        decides the stop, and prices the exact value only where it does not
+        (alpa_e._Floor, tests/test_alpa_e_dp.py)."""
+        if self._floor is None:
+            T = self.T_XKIS
+            X, L, _, Smax = T.shape
+            T_KIS = T.min(axis=0)
+            R = np.full(L + 1, np.inf)
+            R[L] = 0.0
+            best = np.inf
+            for s in range(1, min(Smax, L) + 1):
+                if s * self.umin > self.U:
+                    break
+                R = np.concatenate([(T_KIS[:, :, s - 1] + R[None, 1:]).min(axis=1), [np.inf]])
+                if self.U <= s * self.umax:
+                    best = min(best, float(R[0]))
+            self._floor = best
+        return self._floor
 
     def least_cap(self) -> float:
         """The least t_max any plan meets, value(inf, np.maximum) bit for bit, probing few caps:
@@ -166,6 +207,14 @@ class CapDP:
 
         return _dp(self.T, list(self.units), self.U, cap, combine, backtrack)
 
+    def _window(self, k: int) -> int:
+        """The least unit count d of row k that min_s F(s, 0, U) can read: the stages over layers
+        0..k-1 take at most max(units) units per layer, so d >= U - k max(units). An entry below
+        it feeds only entries below the windows of the rows before it (d - u < U - (k' + 1)
+        max(units) for any row k' < k reading it), never F(s, 0, U): leaving it unpriced (inf)
+        changes no value nor any entry the backtrack reads along the optimum."""
+        return max(0, self.U - k * self.umax)
+
     def _bands(self, cap):
         """J_SX: 1 + the last band offset of (s, x) with a latency under the cap (0: none)."""
         under_SXJ = self.min_SXJ <= cap
@@ -185,9 +234,12 @@ class CapDP:
         L, U, umin, umax = self.L, self.U, self.umin, self.umax
         sl = min(s, self.n_s) - 1  # the table is the same for every s >= n_s (the sweep's s0)
         K = L - s + 1  # the s - 1 later stages need a layer each
-        dlo, dhi = s * umin, min(U, s * umax)
+        # rows 0..K-1 at the unit counts of their windows (the union: row K - 1's)
+        dlo, dhi = max(s * umin, self._window(K - 1)), min(U, s * umax)
         rs, cs = F.strides
         F_new = np.full(F.shape, np.inf)
+        if dlo > dhi:
+            return F_new
         out = F_new[:K, umax + dlo: umax + dhi + 1]
         for x, u in enumerate(self.units):
             Jx = min(int(J_SX[sl, x]), K)  # i = k + j <= L - s: j < K
@@ -198,5 +250,11 @@ class CapDP:
             # W[j, k, d] = F(s - 1, k + j + 1, d - u) for d in [dlo, dhi]
             W_JKD = as_strided(F[1:, umax + dlo - int(u):], (Jx, K, dhi - dlo + 1),
                                (rs, rs, cs), writeable=False)
-            np.minimum(out, combine(A_JK1, W_JKD).min(axis=0), out=out)
+            # offsets in chunks of CHUNK, each over the first layers k whose row k + j + 1 can
+            # still hold the s - 1 later stages (k + j <= K - 1; past it F(s - 1) is inf and
+            # the candidates too): the same candidates that can be finite, a smaller temporary
+            for j0 in range(0, Jx, self.CHUNK):
+                j1, kk = min(Jx, j0 + self.CHUNK), K - j0
+                np.minimum(out[:kk], combine(A_JK1[j0:j1, :kk], W_JKD[j0:j1, :kk]).min(axis=0),
+                           out=out[:kk])
         return F_new

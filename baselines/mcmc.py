@@ -61,7 +61,7 @@ from dataclasses import dataclass, replace
 from nest.costs.groups import group_terms
 from nest.costs.layers import layer_table
 from nest.costs.pipeline import batch_time_s, is_exact, links, objective_s, solver_form, stash
-from nest.costs.stage import Options, stage_cost
+from nest.costs.stage import Options, cell_terms, stage_cost
 from nest.problem.evaluate import device_times, evaluate, stage_result
 from nest.problem.problem import Problem
 from nest.graph.layer_graph import Variant
@@ -116,6 +116,10 @@ class Scorer:
         self.gts: dict = {}
         self.scores: dict[State, tuple[float, float]] = {}
         self.cells: dict[tuple, Cell] = {}  # one stage's terms
+        # a cell's position-free terms (nest.costs.stage.cell_terms) per (variant, d, group
+        # terms' content, ZeRO, recompute, layers): stages at other positions or in other
+        # (p, placement) whose group terms are equal share them (their sends and stash differ)
+        self.terms: dict[tuple, tuple] = {}
         self.hbm = problem.cluster.hardware.hbm_bytes
         tr = problem.training
         self.exact, self.form = is_exact(tr), solver_form(tr)
@@ -135,6 +139,7 @@ class Scorer:
             cells.append(cell)
         if len(self.cells) > CELL_CACHE_ENTRIES:  # bounded memory; results do not depend on it
             self.cells.clear()
+            self.terms.clear()
         excess = sum(c.excess for c in cells)
         if not self.exact:
             tr = self.problem.training
@@ -156,8 +161,13 @@ class Scorer:
             ids = self.ids[key] = place(s.p, s.d, v.width, sp.placements[s.pl])
             self.gts[key] = [group_terms(self.problem, la, i, s.d) for i in ids]
         opts = Options((sp.zero_stages[s.zero[j]],), (sp.recompute_modes[s.rec[j]],))
+        gt = self.gts[key][j]
+        tkey = (s.vi, s.d, gt.content, s.zero[j], s.rec[j], a, b)
+        terms = self.terms.get(tkey)
+        if terms is None:
+            terms = self.terms[tkey] = cell_terms(self.problem, la, gt, s.d, opts, (a, b))
         c = stage_cost(self.problem, la, ids[j], s.d, opts, stash(s.p, j, m), cell=(a, b),
-                       detail=not self.exact, gt=self.gts[key][j], **links(ids, j))
+                       detail=not self.exact, gt=gt, terms=terms, **links(ids, j))
         mem = float(c.mem[0, 0])
         return Cell(float(c.t[0, 0]), float(c.u[0]),
                     mem / self.hbm - 1.0 if mem > self.hbm else 0.0,

@@ -67,14 +67,14 @@ from dataclasses import dataclass
 import highspy
 import numpy as np
 
-from nest.costs.memory import peak
-from nest.costs.pipeline import bottleneck_weight, held_bytes, objective_s, solver_form, stash
+from nest.costs.pipeline import bottleneck_weight, objective_s, solver_form, stash
 from nest.problem.problem import Problem
 from nest.network.collectives import flattened
 from nest.planners.registry import NoPlan, merged_settings
 from nest.costs.layers import layer_table
-from nest.costs.stage import Options, fixed_and_step_bytes
-from nest.solver.arrays import stage_arrays
+from nest.costs.pipeline import links
+from nest.costs.stage import stage_cost
+from nest.problem.plan import place
 from nest.solver.dp import lower_bounds
 from nest.problem.space import SearchSpace, declare, make_plan, pp_dp_options
 
@@ -153,39 +153,42 @@ def count_range(j: int, p: int, num_blocks: int) -> range:
 
 
 def stage_table(flat: Problem, space: SearchSpace, la, v, p: int, d: int) -> StageTable:
-    """Every candidate (n, o) of every stage position, priced on the flat network."""
+    """Every candidate (n, o) of every stage position, priced on the flat network: the stage
+    kernel (nest.costs.stage.stage_cost) at the cells canonical_range reads, from_grid (the
+    position-free terms of the whole [b, a] grid, cached per group terms, then each position's
+    sends and stash on those cells only: the elementwise arithmetic of the whole grid that
+    nest.solver.arrays.stage_arrays prices, at a few cells of the L^2, its memory the kernel's
+    peak there; tests/test_baseline_mist.py compares the table with the one read from
+    stage_arrays and the peak computed from the whole grid's fixed bytes, array for array)."""
     hw = flat.cluster.hardware
     L = flat.graph.num_layers
     nb = L - 2
     R = len(space.recompute_modes)
-    arr = stage_arrays(flat, space, la, v, p, d, PLACEMENT)
-    m = arr.num_microbatches
-    fixed_LLO, step_LLZ = fixed_and_step_bytes(flat, la, d, Options(space.zero_stages, la.modes))
-    fixed_LLO = fixed_LLO.reshape(L, L, -1)
-    step_LLO = np.repeat(step_LLZ[..., 0], len(la.modes), axis=-1)  # o = z R + r
-    act_LLO = np.tile(la.act_LLR, (1, 1, len(space.zero_stages)))
-    O = fixed_LLO.shape[-1]
+    opts = space.options
+    m = flat.num_microbatches(d, v.ep)
+    ids = place(p, d, v.width, PLACEMENT, tp=v.tp, cp=v.cp, ep=v.ep)
+    O = len(space.zero_stages) * R  # o = z R + r
     zi_O = np.arange(O) // R
     form = solver_form(flat.training)
     out = StageTable([], [], [], [], [], nb, bottleneck_weight(form, m, p), hw.hbm_bytes,
                      form=form)
-    if arr.tail_JLLO is not None and form == "paper":  # the overlapped tail, exactly
-        out.e, out.r = [], []
     for j in range(p):
         ns = np.array(count_range(j, p, nb))
         ab = np.array([canonical_range(j, p, n, nb) for n in ns])
         a, b = ab[:, 0], ab[:, 1]
-        mem = peak(held_bytes(fixed_LLO[b, a], stash(p, j, m), act_LLO[b, a], step_LLO[b, a]),
-                   hw)  # [n, O]
-        assert np.array_equal(mem <= hw.hbm_bytes, arr.ok_JLLO[j, b, a])
+        c = stage_cost(flat, la, ids[j], d, opts, stash(p, j, m), cell=(a, b), from_grid=True,
+                       **links(ids, j))
+        mem = np.broadcast_to(c.mem, (len(ns), *c.mem.shape[1:])).reshape(len(ns), O)  # peak
+        if j == 0 and c.tail is not None and form == "paper":  # the overlapped tail, exactly
+            out.e, out.r = [], []
         out.n.append(np.repeat(ns, O))
         out.o.append(np.tile(np.arange(O), len(ns)))
-        out.t.append(arr.t_JLLO[j, b, a].reshape(-1))
-        out.u.append(arr.u_JLLZ[j, b, a][:, zi_O].reshape(-1))
+        out.t.append(np.broadcast_to(c.t, (len(ns), *c.t.shape[1:])).reshape(-1))
+        out.u.append(np.broadcast_to(c.u, (len(ns), c.u.shape[-1]))[:, zi_O].reshape(-1))
         out.mem.append(mem.reshape(-1))
         if out.e is not None:
-            out.e.append(arr.tail_JLLO[j, b, a].reshape(-1))
-            out.r.append(arr.drain_JLLO[j, b, a].reshape(-1))
+            out.e.append(np.broadcast_to(c.tail, (len(ns), *c.tail.shape[1:])).reshape(-1))
+            out.r.append(np.broadcast_to(c.drain, (len(ns), *c.drain.shape[1:])).reshape(-1))
     return out
 
 

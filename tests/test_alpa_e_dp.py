@@ -25,6 +25,9 @@ def _check_every_cap(T, units, U, caps=None):
     its backtrack (the value, the stage count and the stages chosen among ties), and the least
     feasible t_max."""
     dp = CapDP(T, units, U)
+    # its caps (the walk's t_max candidates) read the stage counts up to s0 only: every
+    # distinct latency of the table, sorted
+    assert dp.caps.tobytes() == np.unique(T[np.isfinite(T)]).tobytes()
     if caps is None:
         fin = np.unique(T[np.isfinite(T)])
         caps = [*fin, np.inf, fin[0] / 2 if fin.size else 1.0]
@@ -140,3 +143,107 @@ def test_cap_dp_value_is_the_loops_on_real_tables(model):
         _check_every_cap(T, units, U)
         checked += 1
     assert checked >= 2
+
+
+def _random_table(data, L_max=8, U_max=12):
+    L = data.draw(st.integers(1, L_max))
+    units = data.draw(st.sampled_from([[1], [1, 2], [2, 3], [1, 2, 4], [3], [2, 4, 8]]))
+    U = data.draw(st.integers(1, U_max))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**31)))
+    T = rng.uniform(0.1, 10.0, size=(len(units), L, L, L))
+    if data.draw(st.booleans()):  # ties
+        T = rng.integers(1, 4, size=T.shape).astype(float)
+    T[rng.random(T.shape) < data.draw(st.sampled_from([0.0, 0.2, 0.5]))] = math.inf
+    T[:, np.tril_indices(L, -1)[0], np.tril_indices(L, -1)[1], :] = math.inf
+    return T, units, U
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_sum_floor_is_never_above_the_uncapped_sum(data):
+    """CapDP.sum_floor (the DP without the unit count) is at most the least sum of stage
+    latencies of any plan (the loop's value with no cap), float for float, and inf exactly where
+    no stage count can add up to U with a layer per stage."""
+    T, units, U = _random_table(data)
+    F_inf = _dp(T, units, U, np.inf, np.add)[0]
+    floor = CapDP(T, units, U).sum_floor()
+    assert floor <= F_inf, (floor, F_inf)
+    if math.isfinite(F_inf):
+        assert math.isfinite(floor)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_the_walk_stopping_on_the_floor_is_the_walk_without_it(data):
+    """inter_op_dp, whose stop tries sum_floor before pricing F_inf, returns the same T*, t_max
+    and stages and spends the same DP passes as the walk that prices F_inf for every stop test
+    (sum_floor at -inf), and never prices F_inf more often."""
+    import baselines.alpa_e as alpa_e
+    from baselines.alpa_e import Budget
+
+    T, units, U = _random_table(data, L_max=7, U_max=10)
+    B = data.draw(st.integers(1, 12))
+    priced = {"floor": 0, "none": 0}
+    real_value = CapDP.value
+
+    def run(tag, floor):
+        def counted(self, cap, combine=np.add):
+            priced[tag] += cap == np.inf and combine is np.add
+            return real_value(self, cap, combine)
+
+        budget = Budget(10**6)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(CapDP, "value", counted)
+            if floor is not None:
+                mp.setattr(CapDP, "sum_floor", floor)
+            out = alpa_e.inter_op_dp(T, units, U, B, 0.0, budget)
+        return out, budget.left
+
+    assert run("floor", None) == run("none", lambda self: -math.inf)
+    assert priced["floor"] <= priced["none"]
+
+
+def test_the_floor_spares_the_uncapped_pass_on_a_layered_table():
+    """16 micro-batches on a table whose latencies grow with their layers: the walk without the
+    floor prices F_inf (the uncapped pass) for its first stop test, the walk with it decides
+    that test on sum_floor (here equal to F_inf) and never prices it; the same result and the
+    same DP passes."""
+    from baselines.alpa_e import Budget
+
+    L, units, U, B = 16, [1, 2, 4], 8, 16
+    T = _layered(L, units, min(L, U), B, seed=0, room=4.0)
+    assert CapDP(T, units, U).sum_floor() == _dp(T, units, U, np.inf, np.add)[0]
+    real_value, out = CapDP.value, {}
+    for tag, floor in (("floor", CapDP.sum_floor), ("none", lambda self: -math.inf)):
+        calls, budget = [], Budget(10**6)
+
+        def counted(self, cap, combine=np.add, calls=calls):
+            calls.append((cap, combine is np.add))
+            return real_value(self, cap, combine)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(CapDP, "value", counted)
+            mp.setattr(CapDP, "sum_floor", floor)
+            out[tag] = (inter_op_dp(T, units, U, B, 0.0, budget), budget.left,
+                        (np.inf, True) in calls)
+    assert out["floor"][:2] == out["none"][:2]
+    assert out["none"][2] and not out["floor"][2]
+
+
+@pytest.mark.parametrize("units, U", [([1, 2], 14), ([1, 2, 4], 27), ([2, 4, 8], 52)])
+def test_cap_dp_windows_leave_every_value_and_backtrack_as_the_loops(units, U):
+    """U close to the most units the layers can take (L max(units)): row k of the DP is priced
+    only at d >= U - k max(units) (CapDP._window), which leaves most entries of the first rows
+    unpriced; the value (both combines), the backtrack and the least cap equal the loop's at
+    every cap, stash-like (the sweep from s = 2) and free in s."""
+    L = 7
+    rng = np.random.default_rng(U)
+    for sweep in (True, False):
+        T = rng.uniform(0.1, 10.0, size=(len(units), L, L, L))
+        T[rng.random(T.shape) < 0.2] = math.inf
+        T[:, np.tril_indices(L, -1)[0], np.tril_indices(L, -1)[1], :] = math.inf
+        if sweep:
+            T[..., 2:] = T[..., 1:2]
+        dp = _check_every_cap(T, units, U)
+        assert dp._window(1) > 0 and dp._window(L - 3) > 0
+        assert dp.n_s == (2 if sweep else L) or dp.fallback

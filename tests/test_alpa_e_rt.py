@@ -300,3 +300,43 @@ def test_group_terms_equal_group_terms_per_option(which):
         for oi, (_, r) in enumerate(KNOBS):
             assert tab.coll_LVO[:, vi, oi].tobytes() == gt.layer_LR[:, modes.index(r)].tobytes()
         assert tab.fwd_LVO[:, vi, 0].tobytes() == (lt.fwd_L + gt.fwd_L).tobytes()
+
+
+@pytest.mark.parametrize("which,seed", [("gpt", -1), ("moe", -1), ("gpt", 1), ("moe", 2)])
+def test_stage_times_bisection_equals_every_stash_where_memory_bites(which, seed):
+    """stage_times finds each (config, range)'s last fitting stash count by bisection; with HBM
+    set at quantiles of the tables' peaks (so that a config fits a short stash and not a long
+    one, and the fastest fitting config changes with s), latencies and knobs equal the
+    arithmetic at every stash count (`_stage_times_every`) and the former full grid, bit for
+    bit, tied latencies included (a copied config)."""
+    from types import SimpleNamespace
+
+    from baselines.alpa_e import _stage_times_every, held_bytes, peak, stage_times
+
+    tab = _table(which, seed)
+    pr = make_problem("tiny_moe" if which == "moe" else "tiny_gpt", "tiny_cluster", 8,
+                      training=TINY)
+    hw = pr.cluster.hardware
+    for per_stage in (False, True):
+        rt = range_tables(tab, 1e-3, per_stage)
+        rt.time_OKI[3] = rt.time_OKI[0]  # a tie between knob configs: the first is kept
+        L = rt.time_OKI.shape[1]
+        ok = np.isfinite(rt.fixed_OKI) & np.isfinite(rt.act_OKI)
+        step = 0.0 if rt.step_OKI is None else rt.step_OKI[ok]
+        mid = (peak(held_bytes(rt.fixed_OKI[ok], 1.0, rt.act_OKI[ok], step), hw)
+               + peak(held_bytes(rt.fixed_OKI[ok], 8.0, rt.act_OKI[ok], step), hw)) / 2
+        mixed = 0
+        for q in (0.1, 0.5, 0.9):
+            hbm = float(np.quantile(mid, q))
+            p = SimpleNamespace(cluster=SimpleNamespace(hardware=replace(hw, hbm_bytes=hbm)))
+            for B, smax in ((8, L), (3, L), (1, 2)):
+                fast, every = stage_times(rt, p, B, smax), _stage_times_every(rt, p, B, smax)
+                grid = _stage_times_full_grid(rt, p, B, smax)
+                for got in (every, grid):
+                    assert fast[0].tobytes() == got[0].tobytes()
+                    assert fast[1].tobytes() == got[1].tobytes()
+                t = fast[0]
+                mixed += int((np.isfinite(t[..., 0]) & ~np.isfinite(t[..., -1])).sum())
+        # some range fits one stash and not a longer one (the random tables' optimizer-step
+        # copies, up to 1 GB, outweigh their stashes)
+        assert mixed > 0 or seed >= 0

@@ -264,23 +264,29 @@ def test_valid_feasible_and_no_better_than_nest(model, n):
     assert mc.evaluation.time_per_batch_s >= ne.evaluation.time_per_batch_s * (1 - 1e-9)
 
 
-@pytest.mark.parametrize("model,cluster,n", [("tiny_moe", "tiny_cluster", 8),
-                                             ("mixtral_8x7b", "h100_spineleaf", 96)])
-def test_cells_equal_the_kernel_per_cell(model, cluster, n):
+@pytest.mark.parametrize("model,cluster,n,overlap", [("tiny_moe", "tiny_cluster", 8, "none"),
+                                                     ("mixtral_8x7b", "h100_spineleaf", 96,
+                                                      "none"),
+                                                     ("mixtral_8x7b", "h100_spineleaf", 96,
+                                                      "stage")])
+def test_cells_equal_the_kernel_per_cell(model, cluster, n, overlap):
     """The Scorer looks a state's stages' group terms up once per stage and hands each cell its
-    stage's: every cell it prices equals, bit for bit, stage_cost looking the group terms up
-    itself (per cell) on a fresh problem."""
+    stage's, and a cell's position-free terms once per (variant, d, group terms' content,
+    knobs, layers), shared by the stages that price alike at other positions: every cell it
+    prices equals, bit for bit, stage_cost looking everything up itself (per cell) on a fresh
+    problem (with the overlapped sync's tail terms too)."""
     from baselines.mcmc import Cell
     from nest.costs.layers import layer_table
     from nest.costs.pipeline import links, stash
     from nest.costs.stage import Options, stage_cost
     from nest.problem.plan import place
 
-    pr = make_problem(model, cluster, n, training=TrainingSettings(global_batch=64))
+    tr = TrainingSettings(global_batch=64, dp_overlap=overlap)
+    pr = make_problem(model, cluster, n, training=tr)
     space, chain = chain_for(pr, seed=3)
     for s in walk(chain, 150, restart_every=6):
         chain.scorer.score(s)
-    fresh = make_problem(model, cluster, n, training=TrainingSettings(global_batch=64))
+    fresh = make_problem(model, cluster, n, training=tr)
     sc, seen = chain.scorer, set()
     for (vi, p, d, pl, j, a, b, z, r), cell in sc.cells.items():
         v = space.variants[vi]
@@ -290,7 +296,12 @@ def test_cells_equal_the_kernel_per_cell(model, cluster, n):
                        Options((space.zero_stages[z],), (space.recompute_modes[r],)),
                        stash(p, j, m), cell=(a, b), **links(ids, j))
         mem = float(c.mem[0, 0])
-        want = Cell(float(c.t[0, 0]), float(c.u[0]), mem / sc.hbm - 1.0 if mem > sc.hbm else 0.0)
-        assert (cell.t, cell.u, cell.excess) == (want.t, want.u, want.excess)
+        want = Cell(float(c.t[0, 0]), float(c.u[0]), mem / sc.hbm - 1.0 if mem > sc.hbm else 0.0,
+                    None if c.tail is None else float(c.tail[0, 0]),
+                    None if c.drain is None else float(c.drain[0, 0]))
+        assert (cell.t, cell.u, cell.excess, cell.e, cell.r) == (want.t, want.u, want.excess,
+                                                                  want.e, want.r)
         seen.add(sc.gts[(vi, p, d, pl)][j].content)
     assert len(sc.cells) > 50 and len(seen) > 1  # stages whose group terms differ
+    assert len(sc.terms) < len(sc.cells)  # cells sharing their position-free terms
+    assert (overlap != "none") == any(c.e is not None for c in sc.cells.values())

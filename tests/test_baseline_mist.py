@@ -186,3 +186,80 @@ def test_figure7_mixtral_128_choice_is_the_flat_optimum_not_a_search_miss():
     blind = run_planner("nest", flat, {"space": {"placements": [mist.PLACEMENT]}})
     assert every_d.plan.predicted_time_per_batch_s == pytest.approx(
         blind.evaluation.time_per_batch_s, rel=1e-9)
+
+
+def _stage_table_from_arrays(flat, space, la, v, p, d):
+    """The former stage_table: every cell of every stage position priced
+    (nest.solver.arrays.stage_arrays), the canonical ranges read from it."""
+    from nest.costs.memory import peak
+    from nest.costs.pipeline import bottleneck_weight, held_bytes, solver_form, stash
+    from nest.costs.stage import Options, fixed_and_step_bytes
+    from nest.solver.arrays import stage_arrays
+
+    hw = flat.cluster.hardware
+    L = flat.graph.num_layers
+    nb = L - 2
+    R = len(space.recompute_modes)
+    arr = stage_arrays(flat, space, la, v, p, d, mist.PLACEMENT)
+    m = arr.num_microbatches
+    fixed_LLO, step_LLZ = fixed_and_step_bytes(flat, la, d, Options(space.zero_stages, la.modes))
+    fixed_LLO = fixed_LLO.reshape(L, L, -1)
+    step_LLO = np.repeat(step_LLZ[..., 0], len(la.modes), axis=-1)
+    act_LLO = np.tile(la.act_LLR, (1, 1, len(space.zero_stages)))
+    O = fixed_LLO.shape[-1]
+    zi_O = np.arange(O) // R
+    form = solver_form(flat.training)
+    out = mist.StageTable([], [], [], [], [], nb, bottleneck_weight(form, m, p), hw.hbm_bytes,
+                          form=form)
+    if arr.tail_JLLO is not None and form == "paper":
+        out.e, out.r = [], []
+    for j in range(p):
+        ns = np.array(mist.count_range(j, p, nb))
+        ab = np.array([mist.canonical_range(j, p, n, nb) for n in ns])
+        a, b = ab[:, 0], ab[:, 1]
+        mem = peak(held_bytes(fixed_LLO[b, a], stash(p, j, m), act_LLO[b, a], step_LLO[b, a]),
+                   hw)
+        out.n.append(np.repeat(ns, O))
+        out.o.append(np.tile(np.arange(O), len(ns)))
+        out.t.append(arr.t_JLLO[j, b, a].reshape(-1))
+        out.u.append(arr.u_JLLZ[j, b, a][:, zi_O].reshape(-1))
+        out.mem.append(mem.reshape(-1))
+        if out.e is not None:
+            out.e.append(arr.tail_JLLO[j, b, a].reshape(-1))
+            out.r.append(arr.drain_JLLO[j, b, a].reshape(-1))
+    return out
+
+
+@pytest.mark.parametrize("model,n,batch,overlap", [("tiny_gpt", 8, 16, "none"),
+                                                   ("tiny_moe", 8, 16, "none"),
+                                                   ("tiny_llama", 8, 64, "stage"),
+                                                   ("tiny_moe", 8, 16, "bucketed")])
+def test_stage_table_at_its_cells_equals_the_whole_grid(model, n, batch, overlap):
+    """stage_table prices only the cells Mist reads (stage_cost from_grid at canonical_range's
+    cells): every array equals, byte for byte, the one read from every cell of the grid
+    (stage_arrays), for every (variant, p, d) with p up to 4, with the overlapped tail too, on
+    the flat network Mist prices and on the real one (sends between levels)."""
+    from dataclasses import replace
+
+    checked = 0
+    for flat in (True, False):
+        pr = tiny(model, n, batch, flat=flat)
+        pr = pr.with_training(replace(pr.training, dp_overlap=overlap))
+        space = declare(pr, {"max_pp": 4}).with_(placements=(mist.PLACEMENT,))
+        for v in space.variants:
+            la = layer_table(pr, v, space.recompute_modes)
+            for p in range(1, 5):
+                for d in range(1, n // (p * v.width) + 1):
+                    got = mist.stage_table(pr, space, la, v, p, d)
+                    ref = _stage_table_from_arrays(pr, space, la, v, p, d)
+                    assert (got.e is None) == (ref.e is None)
+                    assert (got.C, got.form, got.num_blocks) == (ref.C, ref.form, ref.num_blocks)
+                    for name in ("n", "o", "t", "u", "mem", "e", "r"):
+                        x, y = getattr(got, name), getattr(ref, name)
+                        if y is None:
+                            continue
+                        assert len(x) == len(y) == p, name
+                        for xj, yj in zip(x, y):
+                            assert xj.shape == yj.shape and xj.tobytes() == yj.tobytes(), name
+                    checked += 1
+    assert checked > 20

@@ -165,7 +165,7 @@ def _pairwise_all_reduce(cluster, ids: tuple, partner: tuple, nbytes: float) -> 
 def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
                cell: tuple[int, int] | None = None, next_ids=None, prev_ids=None,
                tied_partner=None, detail: bool = False, from_grid: bool = False,
-               gt: GroupTerms | None = None) -> StageCost:
+               gt: GroupTerms | None = None, terms: tuple | None = None) -> StageCost:
     """Price a stage. `cell` = (first_layer, last_layer) for one stage, None for the whole [b, a]
     grid. next_ids / prev_ids: the neighbours' devices (None at the ends); each transfer carries
     the sending stage's own per-device boundary tensor (its output forward, the gradient of its
@@ -178,7 +178,10 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
     content, options): for callers pricing many cells of many stages
     that sit alike (the solver's joint bound); the same values as pricing the cells directly.
     gt: the stage's group terms when the caller holds them (nest.costs.groups.group_terms or
-    placement_group_terms of these ids and d, the same entry), else looked up here."""
+    placement_group_terms of these ids and d, the same entry), else looked up here. terms (one
+    cell, priced directly): its position-free terms when the caller holds them (`cell_terms` of
+    the same lt, gt, d, opts and cell: the object this function would compute), else computed
+    here."""
     cl, hw, L = problem.cluster, problem.cluster.hardware, lt.num_layers
     if gt is None:
         gt = group_terms(problem, lt, ids, d)
@@ -193,7 +196,8 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
         terms = _cells((base_R, per_mb_Z, sync_Z, fixed_ZR, act_R, None, ov, step_Z), L, b, a)
     else:
         a, b = cell
-        terms = _terms(problem, lt, gt, d, opts, (b, a))
+        if terms is None:
+            terms = cell_terms(problem, lt, gt, d, opts, cell)
     base_R, per_mb_Z, sync_Z, fixed_ZR, act_R, parts, ov, step_Z = terms
     send = 0.0
     send_fwd = send_bwd = 0.0
@@ -217,6 +221,14 @@ def stage_cost(problem, lt: LayerTable, ids, d: int, opts: Options, stash, *,
         out.detail = _detail(problem, lt, gt, d, opts, stash, a, b, parts, float(send_fwd),
                              float(send_bwd), tied)
     return out
+
+
+def cell_terms(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options, cell) -> tuple:
+    """The position-free terms of one stage cell (first layer, last layer) (`_terms`): what
+    stage_cost prices a cell from before its sends, stash and tied sync; a caller pricing the
+    same cell at many positions may keep them and hand them back (stage_cost's `terms`)."""
+    a, b = cell
+    return _terms(problem, lt, gt, d, opts, (b, a))
 
 
 def grid_terms(problem, lt: LayerTable, gt: GroupTerms, d: int, opts: Options) -> tuple:
