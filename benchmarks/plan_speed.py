@@ -1,7 +1,8 @@
 """Time to plan a Hugging Face model: layer-graph building, then the solve, then `nest compare`.
 
-    .venv/bin/python benchmarks/plan_speed.py [--no-compare] [--unseen] [--process] [name ...]
-    (default: every model of MODELS; --unseen: every case of UNSEEN)
+    .venv/bin/python benchmarks/plan_speed.py [--no-compare] [--unseen] [--hard] [--process]
+        [name ...]
+    (default: every model of MODELS; --unseen: every case of UNSEEN; --hard: every case of HARD)
 
 --process: each case as its user runs it, `nest plan` then `nest compare` each in a fresh Python
 process (imports, traces, JAX's compiles and the printed summary included): user + sys CPU s
@@ -577,10 +578,30 @@ UNSEEN = {
 }
 
 
+ROOT = Path(__file__).resolve().parents[1]
+# The slowest cases two sweeps of this session found (thirteenth; 105 `nest plan` and 24 `nest
+# compare` cases over 7 models x 15 clusters x sequence 4096-32768 x global batch 16-4096, the
+# fewest micro-batches on the most GPUs hardest): name: (model file under the repository,
+# cluster, GPUs, sequence, extra options). `--hard` runs them.
+HARD = {
+    "mixtral_gb200_1152": ("tests/fixtures/hf/mixtral_8x22b.json", "gb200_nvl72", 1152, SEQ,
+                           ["--global-batch", "64"]),
+    "llama3_70b_1024_gb16": ("tests/fixtures/hf/llama_3_70b.json", "h100_spineleaf", 1024, SEQ,
+                             ["--global-batch", "16"]),
+    "llama405b_2048_32k": ("examples/models/llama31_405b_seq8192.yaml", "dgx_h100_superpod",
+                           2048, 32768, ["--global-batch", "64"]),
+    "deepseek_v3_2048": ("tests/fixtures/hf/deepseek_v3.json", "dgx_h100_superpod", 2048, SEQ,
+                         ["--global-batch", "4096"]),
+}
+
+
 def _case(name: str) -> tuple[str, str, int, int, list[str]]:
     if name in MODELS:
         cfg, gpus = MODELS[name]
         return str(FIXTURES / cfg), CLUSTER, gpus, SEQ, []
+    if name in HARD:
+        cfg, cluster, gpus, seq, extra = HARD[name]
+        return str(ROOT / cfg), cluster, gpus, seq, extra
     cfg, cluster, gpus, seq, extra = UNSEEN[name]
     if cluster.endswith(".yaml"):
         cluster = str(INPUTS / cluster)
@@ -660,12 +681,14 @@ def main(names: list[str], compare: bool = True) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    flags = {"--no-compare", "--unseen", "--process"}
-    unknown = [a for a in args if a not in flags and a not in MODELS and a not in UNSEEN]
+    flags = {"--no-compare", "--unseen", "--hard", "--process"}
+    unknown = [a for a in args
+               if a not in flags and a not in MODELS and a not in UNSEEN and a not in HARD]
     if unknown:
-        sys.exit(f"usage: plan_speed.py [--no-compare] [--unseen] [--process] "
-                 f"[{' '.join([*MODELS, *UNSEEN])}]; unknown: {' '.join(unknown)}")
+        sys.exit(f"usage: plan_speed.py [--no-compare] [--unseen] [--hard] [--process] "
+                 f"[{' '.join([*MODELS, *UNSEEN, *HARD])}]; unknown: {' '.join(unknown)}")
     chosen = [a for a in args if a not in flags]
-    default = list(UNSEEN) if "--unseen" in args else list(MODELS)
+    default = (list(UNSEEN) if "--unseen" in args else list(HARD) if "--hard" in args
+               else list(MODELS))
     run = main_process if "--process" in args else main
     run(chosen or default, "--no-compare" not in args)
