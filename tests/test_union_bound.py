@@ -78,3 +78,46 @@ def test_launchable_search_is_the_same_with_the_union_bound(case, monkeypatch):
                       stats.get("tied_space"), pr.mbs, asked["joint"])
     assert out[True][:5] == out[False][:5]
     assert out[True][5] < out[False][5]  # it dropped candidates (53 -> 33 joint bounds, ...)
+
+
+@pytest.mark.parametrize("case", CASES[:4])
+def test_union_placement_floors_skip_only_placements_at_the_stop(case):
+    """The union's per-placement floors (nest.solver.union_placement_floors) are at most every
+    knob's own min-max of that placement (priced alone, stop inf), and a knob's joint min-max
+    with them is the one without them where below the stop, at or above the stop elsewhere."""
+    from nest.solver import union_placement_floors
+
+    pr = problem(*case)
+    base = launchable_space(declare(pr, {"heterogeneous_stages": False}), pr)
+    checked = skipped = 0
+    for var in base.variants[::3]:
+        ults = [layer_table(pr, var, base.recompute_modes)]
+        for p, d in list(pp_dp_options(pr, base, var))[::4]:
+            knobs = []
+            for z in base.zero_stages:
+                for r in base.recompute_modes:
+                    sp = base.with_(zero_stages=(z,), recompute_modes=(r,))
+                    lts = [layer_table(pr, var, (r,))]
+                    per: dict = {}
+                    knobs.append((sp, lts, joint_minmax(pr, sp, lts, p, d, math.inf, None,
+                                                        per), per))
+            least = min(k[2] for k in knobs)
+            if not math.isfinite(least):
+                continue
+            for s in (least * 0.5, least, least * 1.01, least * 2):
+                pr.cache.get("union_joint", ((var,), ults[0].modes, base.options,
+                                             base.placements, base.launch_node, p, d),
+                             dict).clear()
+                _union_floor(pr, base, ults, p, d, s)
+                floors = union_placement_floors(pr, base, ults, p, d)
+                for sp, lts, exact, per in knobs:
+                    for pl, f in floors.items():
+                        assert f <= per[pl][0], (var.key, p, d, pl, f, per[pl])
+                    fast = joint_minmax(pr, sp, lts, p, d, s, floors)
+                    slow = joint_minmax(pr, sp, lts, p, d, s)
+                    if slow < s or fast < s:
+                        assert fast == slow == exact, (var.key, p, d, s, fast, slow, exact)
+                    assert fast >= exact
+                    skipped += sum(f >= s for f in floors.values())
+                    checked += 1
+    assert checked > 10 and skipped > 0

@@ -169,8 +169,8 @@ def _memory_bound(problem: Problem, space: SearchSpace, lts, p: int, floor_LLR, 
         problem, space, lts, p, floor_LLR, send_floors))
 
 
-def _joint(problem: Problem, space: SearchSpace, lts, p: int, d: int, stop_at: float
-           ) -> float:
+def _joint(problem: Problem, space: SearchSpace, lts, p: int, d: int, stop_at: float,
+           floors: dict | None = None) -> float:
     """joint_bound (nest.solver.bounds) with stop_at, or a value the search treats the same,
     from a min-max kept in the problem's cache by all it reads (the class's variants and modes,
     the space's options and placements (launch_node filters them: placements_for), p, d) with the stop it was priced at. The search pops a
@@ -181,7 +181,8 @@ def _joint(problem: Problem, space: SearchSpace, lts, p: int, d: int, stop_at: f
     any fresh value (M' >= B, rounding monotone): neither is popped. M >= s means B >= s: if
     s (1 - 1e-12) >= s', a fresh value is at least that and the kept one too: neither is popped.
     Otherwise it is priced again (and kept with its stop). The search on all devices
-    (nest.interfaces.cli_run) reads most of its joint bounds so."""
+    (nest.interfaces.cli_run) reads most of its joint bounds so. floors: lower bounds per
+    placement (`_union_floor`'s), passed to joint_minmax (its value keeps the contract above)."""
     key = (tuple(lt.variant for lt in lts), lts[0].modes, space.options, space.placements,
            space.launch_node, p, d)
     memo = problem.cache.get("joint_minmax", key, dict)  # {"m": min-max, "s": its stop}
@@ -191,7 +192,7 @@ def _joint(problem: Problem, space: SearchSpace, lts, p: int, d: int, stop_at: f
         if (M < s and (M < stop_at or slack >= stop_at)) or (
                 M >= s and s * (1 - 1e-12) >= stop_at):
             return slack
-    M = joint_minmax(problem, space, lts, p, d, stop_at)
+    M = joint_minmax(problem, space, lts, p, d, stop_at, floors)
     memo.update(m=M, s=stop_at)
     return M * (1 - 1e-12)
 
@@ -210,16 +211,32 @@ def _union_floor(problem: Problem, union: SearchSpace, lts, p: int, d: int, stop
     stop s, its value J is B_all where below s and B_all >= s elsewhere, so
     min(J, s) (1 - UNION_SLACK) <= B_k. Kept per (class, modes, options, placements, p, d)
     with its stop: reused at a stop at most the kept one (a lower stop gives no larger
-    floor), priced again above it."""
+    floor), priced again above it.
+
+    Per placement alike (`union_placement_floors`): its union min-max J_P, priced with stop
+    s_P, is B_all,P where below s_P and B_all,P >= s_P elsewhere, so min(J_P, s_P) (1 -
+    UNION_SLACK) is at most the knob's min-max of that placement."""
     key = (tuple(lt.variant for lt in lts), lts[0].modes, union.options, union.placements,
            union.launch_node, p, d)
-    memo = problem.cache.get("union_joint", key, dict)  # {"f": floor, "s": its stop}
+    memo = problem.cache.get("union_joint", key, dict)  # {"f": floor, "s": its stop, "P": ..}
     if memo and memo["s"] >= stop_at:
         return memo["f"]
     s = stop_at * (1 + UNION_SLACK)
-    J = joint_minmax(problem, union, lts, p, d, s)
-    memo.update(f=min(J, s) * (1 - UNION_SLACK), s=stop_at)
+    record: dict = {}
+    J = joint_minmax(problem, union, lts, p, d, s, None, record)
+    memo.update(f=min(J, s) * (1 - UNION_SLACK), s=stop_at, P={
+        pl: min(v, st) * (1 - UNION_SLACK) for pl, (v, st) in record.items()})
     return memo["f"]
+
+
+def union_placement_floors(problem: Problem, union: SearchSpace, lts, p: int, d: int
+                           ) -> dict | None:
+    """{placement: a lower bound of every knob's min-max of that placement} kept by the last
+    `_union_floor` of (class, p, d) (lts: the class's tables of all of union's modes), or None
+    if it was not priced."""
+    key = (tuple(lt.variant for lt in lts), lts[0].modes, union.options, union.placements,
+           union.launch_node, p, d)
+    return problem.cache.get("union_joint", key, dict).get("P")
 
 
 def num_blocks(problem: Problem) -> int:
@@ -292,7 +309,8 @@ def search(problem: Problem, space: SearchSpace, log=None, prune: bool = True,
             if union is not None and math.isfinite(best_T) and _union_floor(
                     problem, union, ults[ci], p, d, best_T) * (1 - 1e-12) >= best_T:
                 continue  # its joint bound reaches best_T: never popped again
-            bound = max(bound, _joint(problem, space, lts[ci], p, d, best_T))
+            bound = max(bound, _joint(problem, space, lts[ci], p, d, best_T, None if union is None
+                                      else union_placement_floors(problem, union, ults[ci], p, d)))
             heapq.heappush(heap, (bound, 2, ci, p, d))
             continue
         for placement in space.placements_for(cls[0], p, d):

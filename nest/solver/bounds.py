@@ -260,7 +260,8 @@ def joint_bound(problem: Problem, space: SearchSpace, lts, p: int, d: int,
 
 
 def joint_minmax(problem: Problem, space: SearchSpace, lts, p: int, d: int,
-                 stop_at: float = math.inf) -> float:
+                 stop_at: float = math.inf, floors: dict | None = None,
+                 record: dict | None = None) -> float:
     """A lower bound of one candidate that couples time, sync and memory per stage, from the
     stage kernel's exact prices. Relaxation: for a placement of the space, every stage position j
     has known devices, neighbours, stash and tied partner (nest.costs.pipeline), so for stage j covering
@@ -280,7 +281,16 @@ def joint_minmax(problem: Problem, space: SearchSpace, lts, p: int, d: int,
     where the bound reaches it, any value at or above it is returned (cells that cannot bring
     it below are not priced; inf when a position keeps no cell). This function returns the
     min-max before the slack: with stop_at s it is exact (B) where B < s, and at least B
-    everywhere (dropping cells only raises a min-max), so nest.solver._joint can reuse it."""
+    everywhere (dropping cells only raises a min-max), so nest.solver._joint can reuse it.
+
+    floors: {placement: a lower bound of that placement's min-max} (nest.solver._union_floor's,
+    from the union of the knob spaces): a placement whose floor reaches the stop it would be
+    priced at (min(stop_at, the best so far)) is skipped, as pricing it would give a value at
+    or above that stop: where the result is below stop_at it is the same float (the best so
+    far is at most it), elsewhere it stays at or above stop_at and at least B. record: filled
+    with {placement: (its min-max, or inf where a position keeps no cell; the stop it was
+    priced at)}: the min-max is exact below that stop, and at or above it means B of the
+    placement is too (a dropped cell's floor reaches the stop)."""
     v0, L = lts[0].variant, lts[0].num_layers
     m = problem.num_microbatches(d, v0.ep)
     C = bottleneck_weight(solver_form(problem.training), m, p)
@@ -294,13 +304,20 @@ def joint_minmax(problem: Problem, space: SearchSpace, lts, p: int, d: int,
         # that, its value is exact where below it and at or above it elsewhere, so the minimum
         # is the same float
         stop = min(stop_at, best)
+        if floors is not None and floors.get(placement, -math.inf) >= stop:
+            continue  # its min-max reaches stop (the docstring's floors)
         cells = _kept_bands(bands, floor_all, starts, stop)
         if cells is None:  # a position with no cell below stop
+            if record is not None:
+                record[placement] = (math.inf, stop)
             continue
         ids = place(p, d, v0.width, placement, tp=v0.tp, cp=v0.cp, ep=v0.ep)
         rows = placement_rows(problem, lts, ids, d, space.options, C,
                               [stash(p, j, m) for j in range(p)], cells, stop)
-        best = min(best, minmax_cells(rows, L))
+        value = minmax_cells(rows, L)
+        if record is not None:
+            record[placement] = (value, stop)
+        best = min(best, value)
     return best
 
 

@@ -35,28 +35,57 @@ from nest.solver.dp import bottleneck
 INF = float("inf")
 
 
-def max_drain(t, ok, e, r, X: float, c: float):
+def prepare(t, ok, r):
+    """What every max_drain call of one candidate shares: t where the cell is ok and a <= b,
+    NaN elsewhere (NaN <= X is false: the same test as ok & (t <= X) & tril), and whether r
+    holds no +inf or NaN (then a start layer a with no partial plan adds -inf to every cell
+    of that column, whatever c: `max_drain` leaves those columns out)."""
+    L = t.shape[1]
+    tril = np.tril(np.ones((L, L), dtype=bool))[None, :, :, None]
+    return np.where(ok & tril, t, np.nan), not bool((np.isnan(r) | np.isposinf(r)).any())
+
+
+def max_drain(t, ok, e, r, X: float, c: float, prep=None):
     """(D, stages): the largest sum of r over all stages but the last, over cuts into J
     contiguous stages whose every cell has t <= X, ok and e_j <= c + D_j (D_j: the sum of r over
-    the stages before j); stages = [(first, last, option)] or (-inf, None) if none."""
-    J, L = t.shape[0], t.shape[1]
-    tril = np.tril(np.ones((L, L), dtype=bool))[:, :, None]
+    the stages before j); stages = [(first, last, option)] or (-inf, None) if none. prep:
+    `prepare(t, ok, r)`, computed here if not given. Only the start layers a from the first to
+    the last with a partial plan (prev[a] > -inf) are priced where every other column's cells
+    are -inf (prev[a] -inf or NaN: e - prev <= c fails, or with c = inf adds -inf + r = -inf
+    for r without +inf or NaN): each row's first maximum, and so its value and argument (moved
+    by the columns left of the slice), is the same wherever it is finite, the only rows the
+    backtrack reads. Rows are priced from lo (a <= b) to L - J + j (the J - 1 - j stages after
+    need a layer each; a row past it feeds only such rows of the next stage, never the last
+    stage's row L - 1), the others left -inf (tests/test_overlap_solver.py against the
+    full-width DP)."""
+    tm, r_safe = prepare(t, ok, r) if prep is None else prep
+    J, L, O = t.shape[0], t.shape[1], t.shape[-1]
     f = np.full(L, -INF)
     prev = np.zeros(L)
     prev[1:] = -INF  # stage 0 starts at layer 0 with D_0 = 0
     args = []
     for j in range(J):
-        # e_j - D_j <= c, in the same arithmetic as `tail_of` (D summed in stage order), so the
-        # DP and the tail agree to the last bit; no stage starts where prev is -inf (e + inf)
-        base = ok[j] & (t[j] <= X) & tril & (e[j] - prev[None, :, None] <= c)
-        val = np.where(base, prev[None, :, None] + r[j], -INF).reshape(L, -1)
-        idx = val.argmax(axis=1)
-        f = val[np.arange(L), idx]
-        args.append(idx)
+        lo, hi = 0, L
+        if r_safe or c < INF:
+            fin = np.flatnonzero(prev > -INF)
+            if len(fin):
+                lo, hi = int(fin[0]), int(fin[-1]) + 1
+        blo, bhi = lo, L - J + j + 1  # live rows: b >= a >= lo, and J - 1 - j layers left after b
+        f = np.full(L, -INF)
+        arg = np.zeros(L, dtype=np.int64)
+        if blo < bhi:
+            pv = prev[None, lo:hi, None]
+            # e_j - D_j <= c, in the same arithmetic as `tail_of` (D summed in stage order), so
+            # the DP and the tail agree to the last bit; no stage starts where prev is -inf
+            base = (tm[j, blo:bhi, lo:hi] <= X) & (e[j, blo:bhi, lo:hi] - pv <= c)
+            val = np.where(base, pv + r[j, blo:bhi, lo:hi], -INF).reshape(bhi - blo, -1)
+            idx = val.argmax(axis=1)
+            f[blo:bhi] = val[np.arange(bhi - blo), idx]
+            arg[blo:bhi] = idx + lo * O
+        args.append(arg)
         prev = np.concatenate([[-INF], f[:-1]])  # prev[a] = f[a - 1]
     if not f[L - 1] > -INF:
         return -INF, None
-    O = t.shape[-1]
     stages, b = [], L - 1
     for j in range(J - 1, -1, -1):
         a, o = divmod(int(args[j][b]), O)
@@ -71,14 +100,14 @@ def tail_of(e, r, stages) -> float:
                         [r[j, b, a, o] for j, (a, b, o) in enumerate(stages)])
 
 
-def least_x(t, ok, e, r, times: np.ndarray, lo: int, cap: float):
+def least_x(t, ok, e, r, times: np.ndarray, lo: int, cap: float, prep=None):
     """The least X in `times` (sorted, from index lo) with a plan of tail <= cap, or None."""
     hi = len(times) - 1
-    if hi < lo or max_drain(t, ok, e, r, float(times[hi]), cap)[1] is None:
+    if hi < lo or max_drain(t, ok, e, r, float(times[hi]), cap, prep)[1] is None:
         return None
     while lo < hi:
         mid = (lo + hi) // 2
-        if max_drain(t, ok, e, r, float(times[mid]), cap)[1] is None:
+        if max_drain(t, ok, e, r, float(times[mid]), cap, prep)[1] is None:
             lo = mid + 1
         else:
             hi = mid
@@ -93,7 +122,7 @@ def _float(bits: int) -> float:
     return float(np.int64(bits).view(np.float64))
 
 
-def least_tail(t, ok, e, r, X: float, cap: float, walk: int = 8):
+def least_tail(t, ok, e, r, X: float, cap: float, walk: int = 8, prep=None):
     """(Y, stages): the least tail over plans with max t <= X and tail <= cap. Walks c down from
     cap, each time just below the tail of the plan the DP returns (every plan returned has a
     strictly smaller tail); after `walk` steps it bisects the float64 bit patterns of c in
@@ -101,7 +130,7 @@ def least_tail(t, ok, e, r, X: float, cap: float, walk: int = 8):
     best, best_stages, c = INF, None, cap
     steps = 0
     while True:
-        _, stages = max_drain(t, ok, e, r, X, c)
+        _, stages = max_drain(t, ok, e, r, X, c, prep)
         if stages is None:
             return best, best_stages
         y = tail_of(e, r, stages)
@@ -112,12 +141,12 @@ def least_tail(t, ok, e, r, X: float, cap: float, walk: int = 8):
         c = float(np.nextafter(min(best, c), -np.inf))  # strictly down: finitely many steps
         steps += 1
         if steps % walk == 0:  # bisect: infeasible at lo (lo = -1: below 0), feasible at hi
-            if max_drain(t, ok, e, r, X, c)[1] is None:
+            if max_drain(t, ok, e, r, X, c, prep)[1] is None:
                 return best, best_stages
             lo, hi = -1, _bits(c)
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                if max_drain(t, ok, e, r, X, _float(mid))[1] is None:
+                if max_drain(t, ok, e, r, X, _float(mid), prep)[1] is None:
                     lo = mid
                 else:
                     hi = mid
@@ -136,11 +165,12 @@ def solve_fixed_overlap(t, ok, e, r, C: float, best_T: float = INF):
         return None
     lo = int(np.searchsorted(times, X0))
     cap, best = INF, None
+    prep = prepare(t, ok, r)  # shared by every max_drain call below
     while True:
-        X = least_x(t, ok, e, r, times, lo, cap)
+        X = least_x(t, ok, e, r, times, lo, cap, prep)
         if X is None or C * X >= best_T:
             break
-        Y, stages = least_tail(t, ok, e, r, X, cap)
+        Y, stages = least_tail(t, ok, e, r, X, cap, prep=prep)
         assert Y <= cap, "the DP and the tail disagree"  # each cap strictly lower: terminates
         if C * X + Y < best_T:
             best_T, best = C * X + Y, stages
