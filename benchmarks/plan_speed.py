@@ -541,6 +541,39 @@ the memory-aware bound of every recomputation mode at once (min-max DP batched o
 the 48 searches still price their memory-aware bounds (3,148, ~1 s) and joint bounds (607,
 ~1.3 s) knob by knob; sharing them needs the knob searches to run as one search over the
 12 (ZeRO, recompute) options with per-option incumbents.
+
+Tenth pass (thirteenth session, 2026-11-27; lead, hspeed7, hspeed8, hcmp3), each exact (printed
+plans, plan files and compare tables diffed before / after but the solve time on every case
+touched; each shortcut tested against the computation it replaces):
+
+* the layer traces no longer import torch._dynamo (nest.graph.meta_cache.without_dynamo: torch's
+  refs ask for it only to wrap meta kernels in torch._dynamo.disable; ~1 CPU s of every run);
+* the 12 (ZeRO, recomputation) 1F1B searches per micro-batch size share one joint bound per
+  (class, p, d) over all their options, priced once, as a floor under each knob's own, and
+  per placement (nest.solver._union_floor, union_placement_floors); positions priced unlike
+  (GB200 NVL72 domains straddled) grouped by one stable sort; larger cache stores where the 24
+  searches thrashed them; the stage-overlap solver's max_drain prices reachable cells only;
+* nest compare: Alpa-E's DP passes (a cheap floor before the uncapped pass, reachable windows
+  only, chunked stage steps), its stage times (the last fitting stash count by bisection),
+  Mist's stage tables at the cells it reads, MCMC's position-free cell terms shared.
+
+`--process` on the final code, the machine otherwise idle (yardstick: a fresh `import torch, jax`
+2.1-2.5 CPU s), user + sys CPU s of `nest plan` / `nest compare`:
+
+    llama3_70b 4.6 / 8.2      mixtral_8x22b 5.3 / 9.1     deepseek_v3 7.1 / 14.1
+    qwen1_5_moe 4.1 / 6.2     gemma3_1b 3.5 / 4.1         gpt_oss_20b 4.8 / 6.4
+    yi_34b_gb8 4.4 / 8.9      gemma3_27b_rail 4.7 / 9.7   qwen3_32b_torus 4.6 / 9.7
+    qwen2_57b_nvl36 5.5 / 12.3  qwen3_32b_h200 4.7 / 11.4  deepseek_v2_1024 7.2 / 19.3
+    --hard: mixtral_gb200_1152 14.3 / 26.0   llama3_70b_1024_gb16 10.5 / 19.6
+            llama405b_2048_32k 6.5 / 27.3    deepseek_v3_2048 7.7 / 26.4
+
+Before this pass (main at 1cfe3fd, idle, alternated with the first change): deepseek_v2_1024
+`nest plan` 8.3-9.2, compare ~22; under the sweeps' load the --hard cases took 18.9-34.5
+(plan) and 29-45 (compare). Left over 10 s for `nest plan`: the fewest micro-batches on the
+most GPUs (global batch 16-64 on 1,024-1,152 GPUs: joint bounds for many close candidates,
+~2,600 of them; no single hot spot: _fast_cost, group terms, grid-term misses) and
+`--dp-overlap stage` on Llama-3-70B at 512 GPUs, global batch 32 (~32 CPU s: ~39,000 small
+max_drain calls).
 """
 
 from __future__ import annotations
