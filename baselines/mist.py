@@ -67,12 +67,11 @@ from dataclasses import dataclass
 import highspy
 import numpy as np
 
-from nest.costs.pipeline import bottleneck_weight, objective_s, solver_form, stash
+from nest.costs.pipeline import bottleneck_weight, links, objective_s, solver_form, stash
 from nest.problem.problem import Problem
 from nest.network.collectives import flattened
 from nest.planners.registry import NoPlan, merged_settings
 from nest.costs.layers import layer_table
-from nest.costs.pipeline import links
 from nest.costs.stage import stage_cost
 from nest.problem.plan import place
 from nest.solver.dp import lower_bounds

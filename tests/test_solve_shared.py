@@ -106,7 +106,7 @@ def test_kept_joint_bounds_act_as_fresh_ones():
 
     from nest.costs.layers import layer_table
     from nest.problem.space import declare, pp_dp_options
-    from nest.solver import _joint
+    from nest.solver import _joint, joint_key
     from nest.solver.bounds import joint_bound, joint_minmax
 
     pr = make_problem("tiny_gpt", "tiny_cluster", 8, training=TrainingSettings(
@@ -119,7 +119,7 @@ def test_kept_joint_bounds_act_as_fresh_ones():
             if not math.isfinite(B):
                 continue
             stops = [B * 0.5, B * (1 - 1e-13), B, B * (1 + 1e-13), B * 2, math.inf]
-            key = ((var,), lts[0].modes, space.options, space.placements, p, d)
+            key = joint_key(space, lts, p, d)  # the memo _joint reads
             for order in itertools.permutations(stops, 3):
                 pr.cache.get("joint_minmax", key, dict).clear()  # nothing kept
                 for s in order:

@@ -14,7 +14,7 @@ import pytest
 from nest.costs.layers import layer_table
 from nest.problem.evaluate import make_problem
 from nest.problem.space import declare, pp_dp_options
-from nest.solver import _union_floor
+from nest.solver import _union_floor, joint_key
 from nest.solver.bounds import joint_minmax
 from nest.solver.launchable import launchable_space, search_launchable
 from nest.spec.settings import TrainingSettings
@@ -29,31 +29,35 @@ def problem(model, cluster, n, batch, hbm):
     return pr.with_hardware(hbm_bytes=hbm) if hbm else pr
 
 
-@pytest.mark.parametrize("case", CASES[:4])
-def test_union_floor_is_below_every_knobs_joint_bound(case):
-    pr = problem(*case)
+def candidates(pr):
+    """(base space, variant, the union's tables, p, d, [(knob space, its tables)]) for a sample
+    of the launchable space's candidates, each knob one ZeRO stage and recomputation mode."""
     base = launchable_space(declare(pr, {"heterogeneous_stages": False}), pr)
-    checked = tight = 0
     for var in base.variants[::3]:
         ults = [layer_table(pr, var, base.recompute_modes)]
         for p, d in list(pp_dp_options(pr, base, var))[::4]:
-            knobs = []
-            for z in base.zero_stages:
-                for r in base.recompute_modes:
-                    sp = base.with_(zero_stages=(z,), recompute_modes=(r,))
-                    knobs.append(joint_minmax(pr, sp, [layer_table(pr, var, (r,))], p, d))
-            least = min(knobs)
-            stops = [math.inf] + ([least * 0.5, least, least * 2] if math.isfinite(least) else [])
-            for s in stops:
-                pr.cache.get("union_joint", ((var,), ults[0].modes, base.options,
-                                             base.placements, base.launch_node, p, d),
-                             dict).clear()  # priced at this stop, nothing kept
-                f = _union_floor(pr, base, ults, p, d, s)
-                assert f <= least, (var.key, p, d, s, f, least)
-                if p == 1 and math.isfinite(least) and math.isinf(s):  # one stage: the least
-                    assert f == pytest.approx(least, rel=1e-8)
-                    tight += 1
-                checked += 1
+            knobs = [(base.with_(zero_stages=(z,), recompute_modes=(r,)),
+                      [layer_table(pr, var, (r,))])
+                     for z in base.zero_stages for r in base.recompute_modes]
+            yield base, var, ults, p, d, knobs
+
+
+@pytest.mark.parametrize("case", CASES[:4])
+def test_union_floor_is_below_every_knobs_joint_bound(case):
+    pr = problem(*case)
+    checked = tight = 0
+    for base, var, ults, p, d, knobs in candidates(pr):
+        least = min(joint_minmax(pr, sp, lts, p, d) for sp, lts in knobs)
+        stops = [math.inf] + ([least * 0.5, least, least * 2] if math.isfinite(least) else [])
+        for s in stops:
+            # priced at this stop, nothing kept
+            pr.cache.get("union_joint", joint_key(base, ults, p, d), dict).clear()
+            f = _union_floor(pr, base, ults, p, d, s)
+            assert f <= least, (var.key, p, d, s, f, least)
+            if p == 1 and math.isfinite(least) and math.isinf(s):  # one stage: the least
+                assert f == pytest.approx(least, rel=1e-8)
+                tight += 1
+            checked += 1
     assert checked > 10 and tight > 0
 
 
@@ -88,36 +92,27 @@ def test_union_placement_floors_skip_only_placements_at_the_stop(case):
     from nest.solver import union_placement_floors
 
     pr = problem(*case)
-    base = launchable_space(declare(pr, {"heterogeneous_stages": False}), pr)
     checked = skipped = 0
-    for var in base.variants[::3]:
-        ults = [layer_table(pr, var, base.recompute_modes)]
-        for p, d in list(pp_dp_options(pr, base, var))[::4]:
-            knobs = []
-            for z in base.zero_stages:
-                for r in base.recompute_modes:
-                    sp = base.with_(zero_stages=(z,), recompute_modes=(r,))
-                    lts = [layer_table(pr, var, (r,))]
-                    per: dict = {}
-                    knobs.append((sp, lts, joint_minmax(pr, sp, lts, p, d, math.inf, None,
-                                                        per), per))
-            least = min(k[2] for k in knobs)
-            if not math.isfinite(least):
-                continue
-            for s in (least * 0.5, least, least * 1.01, least * 2):
-                pr.cache.get("union_joint", ((var,), ults[0].modes, base.options,
-                                             base.placements, base.launch_node, p, d),
-                             dict).clear()
-                _union_floor(pr, base, ults, p, d, s)
-                floors = union_placement_floors(pr, base, ults, p, d)
-                for sp, lts, exact, per in knobs:
-                    for pl, f in floors.items():
-                        assert f <= per[pl][0], (var.key, p, d, pl, f, per[pl])
-                    fast = joint_minmax(pr, sp, lts, p, d, s, floors)
-                    slow = joint_minmax(pr, sp, lts, p, d, s)
-                    if slow < s or fast < s:
-                        assert fast == slow == exact, (var.key, p, d, s, fast, slow, exact)
-                    assert fast >= exact
-                    skipped += sum(f >= s for f in floors.values())
-                    checked += 1
+    for base, var, ults, p, d, plain in candidates(pr):
+        knobs = []
+        for sp, lts in plain:
+            per: dict = {}
+            knobs.append((sp, lts, joint_minmax(pr, sp, lts, p, d, math.inf, None, per), per))
+        least = min(k[2] for k in knobs)
+        if not math.isfinite(least):
+            continue
+        for s in (least * 0.5, least, least * 1.01, least * 2):
+            pr.cache.get("union_joint", joint_key(base, ults, p, d), dict).clear()
+            _union_floor(pr, base, ults, p, d, s)
+            floors = union_placement_floors(pr, base, ults, p, d)
+            for sp, lts, exact, per in knobs:
+                for pl, f in floors.items():
+                    assert f <= per[pl][0], (var.key, p, d, pl, f, per[pl])
+                fast = joint_minmax(pr, sp, lts, p, d, s, floors)
+                slow = joint_minmax(pr, sp, lts, p, d, s)
+                if slow < s or fast < s:
+                    assert fast == slow == exact, (var.key, p, d, s, fast, slow, exact)
+                assert fast >= exact
+                skipped += sum(f >= s for f in floors.values())
+                checked += 1
     assert checked > 10 and skipped > 0

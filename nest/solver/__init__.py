@@ -183,9 +183,7 @@ def _joint(problem: Problem, space: SearchSpace, lts, p: int, d: int, stop_at: f
     Otherwise it is priced again (and kept with its stop). The search on all devices
     (nest.interfaces.cli_run) reads most of its joint bounds so. floors: lower bounds per
     placement (`_union_floor`'s), passed to joint_minmax (its value keeps the contract above)."""
-    key = (tuple(lt.variant for lt in lts), lts[0].modes, space.options, space.placements,
-           space.launch_node, p, d)
-    memo = problem.cache.get("joint_minmax", key, dict)  # {"m": min-max, "s": its stop}
+    memo = problem.cache.get("joint_minmax", joint_key(space, lts, p, d), dict)  # {"m": min-max, "s": its stop}
     if memo:
         M, s = memo["m"], memo["s"]
         slack = M * (1 - 1e-12)
@@ -216,9 +214,7 @@ def _union_floor(problem: Problem, union: SearchSpace, lts, p: int, d: int, stop
     Per placement alike (`union_placement_floors`): its union min-max J_P, priced with stop
     s_P, is B_all,P where below s_P and B_all,P >= s_P elsewhere, so min(J_P, s_P) (1 -
     UNION_SLACK) is at most the knob's min-max of that placement."""
-    key = (tuple(lt.variant for lt in lts), lts[0].modes, union.options, union.placements,
-           union.launch_node, p, d)
-    memo = problem.cache.get("union_joint", key, dict)  # {"f": floor, "s": its stop, "P": ..}
+    memo = problem.cache.get("union_joint", joint_key(union, lts, p, d), dict)  # {"f": floor, "s": its stop, "P": ..}
     if memo and memo["s"] >= stop_at:
         return memo["f"]
     s = stop_at * (1 + UNION_SLACK)
@@ -234,9 +230,15 @@ def union_placement_floors(problem: Problem, union: SearchSpace, lts, p: int, d:
     """{placement: a lower bound of every knob's min-max of that placement} kept by the last
     `_union_floor` of (class, p, d) (lts: the class's tables of all of union's modes), or None
     if it was not priced."""
-    key = (tuple(lt.variant for lt in lts), lts[0].modes, union.options, union.placements,
-           union.launch_node, p, d)
-    return problem.cache.get("union_joint", key, dict).get("P")
+    return problem.cache.get("union_joint", joint_key(union, lts, p, d), dict).get("P")
+
+
+def joint_key(space: SearchSpace, lts, p: int, d: int) -> tuple:
+    """The cache key of a joint min-max of (class, p, d) in `space` ("joint_minmax": `_joint`;
+    "union_joint": `_union_floor` of the union space): all it reads (the class's variants and
+    modes, the space's options and placements, launch_node filtering them, p, d)."""
+    return (tuple(lt.variant for lt in lts), lts[0].modes, space.options, space.placements,
+            space.launch_node, p, d)
 
 
 def num_blocks(problem: Problem) -> int:
